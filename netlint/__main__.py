@@ -1,0 +1,7 @@
+"""`python -m netlint` is the `netlint` command."""
+
+import sys
+
+from netlint.cli import main
+
+sys.exit(main())

@@ -1,0 +1,189 @@
+"""The `netlint` command: check, rules, rule, targets.
+
+Exit codes: 0 no findings, 1 findings (0 with --exit-zero), 2 a usage or configuration error or a model that cannot be
+read (the other models of the run are still linted and reported). Errors are one line on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from netlint import __version__
+from netlint.errors import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, NetlintError, UsageError
+
+
+def _split(values: list[str] | None) -> list[str] | None:
+    """Flags like --select take comma-separated lists and may be repeated."""
+    if values is None:
+        return None
+    return [item.strip() for value in values for item in value.split(",") if item.strip()]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="netlint", description="A static design linter for neural-network models (ONNX and TFLite)."
+    )
+    parser.add_argument("--version", action="version", version=f"netlint {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    check = commands.add_parser("check", help="lint model files or folders of them")
+    check.add_argument("paths", nargs="+", metavar="PATH", help=".onnx/.tflite files, or folders searched recursively")
+    check.add_argument("--target", help="hardware target name or .toml file (default: generic; see `netlint targets`)")
+    check.add_argument("--select", action="append", metavar="RULES", help="only these rules: codes, prefixes, names")
+    check.add_argument("--extend-select", action="append", metavar="RULES", help="add rules to the selection")
+    check.add_argument("--ignore", action="append", metavar="RULES", help="turn these rules off")
+    check.add_argument("--format", choices=("text", "json"), default="text", help="report format (default: text)")
+    check.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE (atomically) not stdout")
+    check.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings")
+    check.add_argument("--config", metavar="FILE", help="use this netlint.toml/pyproject.toml, do not search")
+    check.add_argument("--isolated", action="store_true", help="ignore all configuration files")
+    check.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    check.add_argument(
+        "--color", choices=("auto", "always", "never"), default="auto", help="colour text output (auto: on a TTY)"
+    )
+
+    rules = commands.add_parser("rules", help="list every rule")
+    rules.add_argument("--format", choices=("text", "json"), default="text")
+    rule = commands.add_parser("rule", help="print the documentation of one rule")
+    rule.add_argument("rule", metavar="CODE|NAME")
+    commands.add_parser("targets", help="list the built-in hardware targets and their sources")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "check":
+            return _check(args)
+        if args.command == "rules":
+            return _rules(args.format)
+        if args.command == "rule":
+            return _rule(args.rule)
+        return _targets()
+    except NetlintError as exc:
+        print(f"netlint: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("netlint: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return EXIT_CLEAN
+    except Exception as exc:  # a bug in netlint: still one line, with what to report
+        print(f"netlint: internal error: {type(exc).__name__}: {exc} (please report this)", file=sys.stderr)
+        return EXIT_ERROR
+
+
+def _check(args: argparse.Namespace) -> int:
+    from netlint.config import FileConfig, Overrides, find_config, read_config_file, settings_for
+    from netlint.engine import ModelReport, lint_file
+    from netlint.io import find_models
+    from netlint.report import render_text, to_json
+
+    overrides = Overrides(args.target, _split(args.select), _split(args.extend_select) or [], _split(args.ignore) or [])
+    fixed_config = read_config_file(Path(args.config)) if args.config else FileConfig() if args.isolated else None
+    paths = find_models(args.paths)
+    if not paths:
+        raise UsageError("no .onnx or .tflite files found in " + ", ".join(args.paths))
+    progress = not args.quiet and sys.stderr.isatty() and len(paths) > 1 and not os.environ.get("CI")
+    reports: list[ModelReport] = []
+    settings_cache: dict[Path | None, object] = {}
+    for index, path in enumerate(paths, 1):
+        if progress:
+            print(f"\r\x1b[2K[{index}/{len(paths)}] {path}", end="", file=sys.stderr, flush=True)
+        file_config = fixed_config if fixed_config is not None else find_config(path.parent.resolve())
+        settings = settings_cache.get(file_config.path)
+        if settings is None:
+            settings = settings_cache[file_config.path] = settings_for(file_config, overrides)
+        reports.append(lint_file(path, settings))  # type: ignore[arg-type]
+    if progress:
+        print("\r\x1b[2K", end="", file=sys.stderr, flush=True)
+
+    if args.format == "json":
+        text = to_json(reports)
+    else:
+        to_terminal = args.output is None and sys.stdout.isatty()
+        colour = args.color == "always" or (args.color == "auto" and to_terminal and not os.environ.get("NO_COLOR"))
+        text = render_text(reports, colour=colour)
+    if args.output:
+        write_atomically(Path(args.output), text)
+    else:
+        sys.stdout.write(text)
+    for report in reports:
+        for error in report.errors:
+            print(f"netlint: error: {report.path}: {error}", file=sys.stderr)
+    if any(report.errors for report in reports):
+        return EXIT_ERROR
+    if any(report.findings for report in reports) and not args.exit_zero:
+        return EXIT_FINDINGS
+    return EXIT_CLEAN
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write to a temporary file in the same folder, then rename: readers never see a partial report."""
+    try:
+        with tempfile.NamedTemporaryFile(
+            "w", encoding="utf-8", dir=path.parent or Path("."), prefix=f".{path.name}.", suffix=".tmp", delete=False
+        ) as handle:
+            handle.write(text)
+            temporary = Path(handle.name)
+        os.replace(temporary, path)
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def _rules(fmt: str) -> int:
+    import json
+
+    from netlint.rule import all_rules
+
+    rules = all_rules()
+    if fmt == "json":
+        rows = [
+            {
+                "code": cls.code,
+                "name": cls.name,
+                "category": cls.category,
+                "severity": cls.severity,
+                "fix": {"name": cls.fix.name, "applicability": cls.fix.applicability} if cls.fix else None,
+                "summary": cls.summary(),
+            }
+            for cls in rules.values()
+        ]
+        print(json.dumps(rows, indent=2))
+        return EXIT_CLEAN
+    print(f"{'code':<7} {'name':<24} {'category':<12} {'fix':<28} summary")
+    for cls in rules.values():
+        fix = f"{cls.fix.name} ({cls.fix.applicability})" if cls.fix else "-"
+        print(f"{cls.code:<7} {cls.name:<24} {cls.category:<12} {fix:<28} {cls.summary()}")
+    return EXIT_CLEAN
+
+
+def _rule(wanted: str) -> int:
+    from netlint.docs import render_rule_doc
+    from netlint.rule import all_rules
+
+    for cls in all_rules().values():
+        if wanted in (cls.code, cls.name) or wanted.upper() == cls.code:
+            sys.stdout.write(render_rule_doc(cls))
+            return EXIT_CLEAN
+    raise UsageError(f"unknown rule '{wanted}' (`netlint rules` lists them)")
+
+
+def _targets() -> int:
+    from netlint.targets import list_targets
+
+    for target in list_targets():
+        print(f"{target.name:<16} {target.description}")
+        for source in target.sources:
+            print(f"{'':<16}   source: {source}")
+    return EXIT_CLEAN
+
+
+if __name__ == "__main__":
+    sys.exit(main())

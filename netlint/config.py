@@ -1,0 +1,186 @@
+"""Configuration: `[tool.netlint]` in pyproject.toml or the top level of netlint.toml, found by walking up from each
+model's folder (netlint.toml wins in the same folder), then command-line flags on top.
+
+Nothing is silently ignored: an unknown key, a wrong type, an unknown rule selector or severity is a ConfigError that
+names the file, the key and what was expected.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import tomllib
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from netlint.errors import ConfigError
+from netlint.rule import SEVERITIES, Rule, Severity, all_rules
+from netlint.targets import Target, load_target
+
+# key -> (expected type description, validator)
+_LIST_OF_STR = "a list of strings"
+KEYS: dict[str, str] = {
+    "target": "a string (a target name or a path to a .toml target file)",
+    "select": _LIST_OF_STR,
+    "extend-select": _LIST_OF_STR,
+    "ignore": _LIST_OF_STR,
+    "per-node-ignores": "a table of node-id glob = list of rule selectors",
+    "severity": "a table of rule selector = 'error' | 'warning' | 'info'",
+}
+
+
+@dataclass
+class FileConfig:
+    """The validated contents of one configuration file."""
+
+    path: Path | None = None
+    values: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Settings:
+    """Everything the engine needs to lint one model."""
+
+    rules: list[type[Rule]]
+    target: Target
+    per_node_ignores: list[tuple[str, frozenset[str]]] = field(default_factory=list)
+    severity: dict[str, Severity] = field(default_factory=dict)
+    config_path: Path | None = None
+
+    def ignored(self, node_id: str, code: str) -> bool:
+        return any(code in codes and fnmatch.fnmatchcase(node_id, glob) for glob, codes in self.per_node_ignores)
+
+
+def resolve_selector(selector: str, where: str) -> set[str]:
+    """Rule codes for a selector: ALL, a code (FU001), a code prefix (FU, FU00) or a rule name (prelu-as-relu)."""
+    rules = all_rules()
+    if selector == "ALL":
+        return set(rules)
+    by_name = {cls.name: code for code, cls in rules.items()}
+    if selector in by_name:
+        return {by_name[selector]}
+    matched = (
+        {code for code in rules if code.startswith(selector)} if selector.isupper() or selector[:1].isupper() else set()
+    )
+    if not matched:
+        raise ConfigError(
+            f"{where}: unknown rule selector '{selector}' (use a code like FU001, a prefix like FU, "
+            f"a name like multi-consumer-conv, or ALL; `netlint rules` lists them)"
+        )
+    return matched
+
+
+def _check_list(value: Any, key: str, where: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ConfigError(f"{where}: '{key}' must be {_LIST_OF_STR}, got {_describe(value)}")
+    return value
+
+
+def _describe(value: Any) -> str:
+    return f"{type(value).__name__} {value!r}"[:80]
+
+
+def validate(values: dict[str, Any], where: str) -> dict[str, Any]:
+    """Check keys and types of a configuration table; `where` names the file (or the flag) in errors."""
+    for key, value in values.items():
+        if key not in KEYS:
+            raise ConfigError(f"{where}: unknown key '{key}' (known keys: {', '.join(KEYS)})")
+        if key == "target" and not isinstance(value, str):
+            raise ConfigError(f"{where}: 'target' must be {KEYS['target']}, got {_describe(value)}")
+        if key in ("select", "extend-select", "ignore"):
+            for selector in _check_list(value, key, where):
+                resolve_selector(selector, f"{where}: '{key}'")
+        if key in ("per-node-ignores", "severity"):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{where}: '{key}' must be {KEYS[key]}, got {_describe(value)}")
+            for sub_key, sub_value in value.items():
+                if key == "per-node-ignores":
+                    for selector in _check_list(sub_value, f"{key}.{sub_key}", where):
+                        resolve_selector(selector, f"{where}: '{key}.{sub_key}'")
+                else:
+                    resolve_selector(sub_key, f"{where}: '{key}'")
+                    if sub_value not in SEVERITIES:
+                        raise ConfigError(
+                            f"{where}: '{key}.{sub_key}' must be one of {', '.join(SEVERITIES)}, "
+                            f"got {_describe(sub_value)}"
+                        )
+    return values
+
+
+def read_config_file(path: Path) -> FileConfig:
+    """Read netlint.toml (top-level keys) or pyproject.toml ([tool.netlint])."""
+    try:
+        document = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    if path.name == "pyproject.toml":
+        tool = document.get("tool", {})
+        values = tool.get("netlint", {}) if isinstance(tool, dict) else {}
+        if not isinstance(values, dict):
+            raise ConfigError(f"{path}: [tool.netlint] must be a table")
+        where = f"{path} [tool.netlint]"
+    else:
+        values, where = document, str(path)
+    return FileConfig(path, validate(values, where))
+
+
+@lru_cache(maxsize=256)
+def find_config(folder: Path) -> FileConfig:
+    """The configuration that applies to models in `folder`: the nearest netlint.toml, or pyproject.toml with a
+    [tool.netlint] table, walking up; none found means defaults."""
+    for directory in (folder, *folder.parents):
+        candidate = directory / "netlint.toml"
+        if candidate.is_file():
+            return read_config_file(candidate)
+        candidate = directory / "pyproject.toml"
+        if candidate.is_file():
+            found = read_config_file(candidate)
+            if _has_netlint_table(candidate):
+                return found
+    return FileConfig()
+
+
+def _has_netlint_table(path: Path) -> bool:
+    try:
+        document = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+        return False
+    tool = document.get("tool")
+    return isinstance(tool, dict) and "netlint" in tool
+
+
+@dataclass
+class Overrides:
+    """Command-line flags; None means 'not given' so the file's value stands."""
+
+    target: str | None = None
+    select: list[str] | None = None
+    extend_select: list[str] = field(default_factory=list)
+    ignore: list[str] = field(default_factory=list)
+
+
+def settings_for(file_config: FileConfig, overrides: Overrides) -> Settings:
+    """Merge a file's configuration with the flags: --select replaces `select`, --extend-select and --ignore add;
+    an ignored rule stays off even where it is also selected."""
+    values = file_config.values
+    where = str(file_config.path) if file_config.path else "defaults"
+    select = overrides.select if overrides.select is not None else values.get("select", ["ALL"])
+    codes: set[str] = set()
+    for selector in [*select, *values.get("extend-select", []), *overrides.extend_select]:
+        codes |= resolve_selector(selector, "--select" if selector in (overrides.select or []) else where)
+    for selector in [*values.get("ignore", []), *overrides.ignore]:
+        codes -= resolve_selector(selector, "--ignore" if selector in overrides.ignore else where)
+    rules = all_rules()
+    per_node = [
+        (glob, frozenset(code for sel in selectors for code in resolve_selector(sel, where)))
+        for glob, selectors in values.get("per-node-ignores", {}).items()
+    ]
+    severity: dict[str, Severity] = {}
+    for selector, level in values.get("severity", {}).items():
+        for code in resolve_selector(selector, where):
+            severity[code] = level
+    target = load_target(overrides.target or values.get("target"))
+    return Settings([rules[code] for code in sorted(codes)], target, per_node, severity, file_config.path)

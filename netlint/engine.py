@@ -1,0 +1,96 @@
+"""Runs rules over a model: pattern rules through an index by anchor op type, whole-graph rules through `scan`.
+
+A rule that asks for weights stored in a missing external file gets a Skip recorded for that node (not an error);
+a rule that crashes becomes one error line for that model, and the other rules still run.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from netlint.config import Settings
+from netlint.errors import ModelLoadError
+from netlint.io import load_model
+from netlint.ir import ConstantUnavailable, Graph, Model
+from netlint.rule import Context, Finding, Rule, Skip
+
+
+@dataclass
+class ModelReport:
+    """What linting one model file produced; reporters see only this, never the graph."""
+
+    path: str
+    format: str | None
+    target: str
+    findings: list[Finding] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    skipped: list[Skip] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def lint_file(path: Path, settings: Settings) -> ModelReport:
+    """Load and lint one file; a file that cannot be read gives a report with one error and no findings."""
+    try:
+        model = load_model(path)
+    except ModelLoadError as exc:
+        return ModelReport(str(path), None, settings.target.name, errors=[str(exc)])
+    return lint_model(model, settings)
+
+
+def lint_model(model: Model, settings: Settings) -> ModelReport:
+    report = ModelReport(model.path, model.format, settings.target.name, notes=list(model.notes))
+    ctx = Context(settings.target)
+    rules = [cls() for cls in settings.rules]
+    by_anchor: dict[str, list[Rule]] = defaultdict(list)
+    scanners: list[Rule] = []
+    for rule in rules:
+        if rule.pattern is not None:
+            for op in rule.pattern.types:
+                by_anchor[op].append(rule)
+        else:
+            scanners.append(rule)
+    for graph in model.graphs():
+        report.findings.extend(_run_patterns(graph, by_anchor, ctx, report))
+        for rule in scanners:
+            try:
+                report.findings.extend(rule.scan(graph, ctx))
+            except Exception as exc:
+                report.errors.append(_internal_error(rule, graph.name, exc))
+    report.findings = [
+        _with_severity(finding, settings)
+        for finding in report.findings
+        if not settings.ignored(finding.nodes[0] if finding.nodes else "", finding.code)
+    ]
+    report.skipped = ctx.skipped
+    return report
+
+
+def _run_patterns(graph: Graph, by_anchor: dict[str, list[Rule]], ctx: Context, report: ModelReport) -> list[Finding]:
+    found: list[Finding] = []
+    for node in graph.nodes:
+        for rule in by_anchor.get(node.op, ()):
+            assert rule.pattern is not None
+            try:
+                match = rule.pattern.match(graph, node)
+                if match is None or rule.check(graph, match, ctx) is not None:
+                    continue
+                found.append(rule.finding(graph, match, ctx))
+            except ConstantUnavailable as exc:
+                ctx.skip(rule, node, f"needs weight values: {exc}")
+            except Exception as exc:
+                report.errors.append(_internal_error(rule, node.id, exc))
+    return found
+
+
+def _with_severity(finding: Finding, settings: Settings) -> Finding:
+    override = settings.severity.get(finding.code)
+    if override is not None:
+        finding.severity = override
+    return finding
+
+
+def _internal_error(rule: Rule, where: str, exc: Exception) -> str:
+    text = " ".join(str(exc).split())[:200]
+    return f"internal error in rule {rule.code} at '{where}': {type(exc).__name__}: {text} (please report this)"

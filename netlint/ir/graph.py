@@ -1,0 +1,379 @@
+"""The one graph IR that ONNX and TFLite models are loaded into, and that every rule reads.
+
+The IR is deliberately lean: plain lists and dicts with a producer/consumer index built once, because linting must
+run at the speed of loading (a networkx view is built only on request, see `Graph.nx`). Constants are lazy: their
+data is read only when a rule asks for it, and a constant whose data is missing says why instead of failing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import networkx as nx
+
+    from netlint.ir.composites import Composite
+
+NCHW = "NCHW"
+NHWC = "NHWC"
+
+# Nodes that do not change the dataflow a design rule cares about: patterns look through them, so a QDQ model's
+# Conv -> QuantizeLinear -> DequantizeLinear -> Relu reads as Conv -> Relu. Only input 0 passes through.
+PASS_THROUGH_OPS = frozenset({"Identity", "Cast", "QuantizeLinear", "DequantizeLinear"})
+
+
+class ConstantUnavailable(Exception):
+    """A constant exists but its data cannot be read (e.g. its external data file is missing)."""
+
+
+@dataclass(eq=False)
+class ConstData:
+    """Where a constant's values come from; `load` runs on first use only and its result is cached."""
+
+    load: Callable[[], np.ndarray]
+    unavailable: str | None = None
+    _array: np.ndarray | None = field(default=None, repr=False)
+
+    def array(self) -> np.ndarray:
+        if self.unavailable is not None:
+            raise ConstantUnavailable(self.unavailable)
+        if self._array is None:
+            self._array = self.load()
+        return self._array
+
+
+@dataclass(eq=False)
+class QuantParams:
+    """Affine quantization of a tensor: real = (q - zero_point) * scale, per tensor or along `axis`."""
+
+    scale: np.ndarray
+    zero_point: np.ndarray
+    axis: int | None = None
+
+    @property
+    def per_axis(self) -> bool:
+        return self.scale.size > 1
+
+
+@dataclass(eq=False)
+class Value:
+    """A tensor: graph input, constant, or the output of a node."""
+
+    name: str
+    dtype: str | None = None
+    shape: tuple[int | str | None, ...] | None = None
+    layout: str = NCHW
+    quant: QuantParams | None = None
+    data: ConstData | None = None
+
+    @property
+    def is_const(self) -> bool:
+        return self.data is not None
+
+    @property
+    def channel_axis(self) -> int | None:
+        """The channel axis of an activation tensor, so 'channels' means the same in NCHW and NHWC models."""
+        if self.shape is None or len(self.shape) < 2:
+            return None
+        return 1 if self.layout == NCHW else len(self.shape) - 1
+
+    @property
+    def channels(self) -> int | None:
+        axis = self.channel_axis
+        if axis is None or self.shape is None:
+            return None
+        dim = self.shape[axis]
+        return dim if isinstance(dim, int) else None
+
+
+@dataclass(eq=False)
+class Node:
+    """One operator. `op` is the canonical (ONNX) op type; `source_op` is what the file called it."""
+
+    id: str
+    op: str
+    inputs: list[str]
+    outputs: list[str]
+    attrs: dict[str, Any] = field(default_factory=dict)
+    source_op: str = ""
+    domain: str = ""
+    fused_activation: str | None = None
+    subgraphs: dict[str, Graph] = field(default_factory=dict)
+
+    @property
+    def output(self) -> str:
+        return self.outputs[0] if self.outputs else ""
+
+    def label(self) -> str:
+        """How messages name the node: its id, plus the file's own op name where it differs from `op`."""
+        shown = self.source_op if self.source_op and self.source_op != self.op else self.op
+        return f"{shown} '{self.id}'"
+
+    def __repr__(self) -> str:
+        return f"Node({self.id!r}, {self.op})"
+
+
+class Graph:
+    """A (sub)graph: nodes in file order, values by name, and the indexes rules query."""
+
+    def __init__(
+        self,
+        name: str,
+        nodes: list[Node],
+        values: dict[str, Value],
+        inputs: list[str],
+        outputs: list[str],
+        parent: Graph | None = None,
+    ) -> None:
+        self.name = name
+        self.nodes = nodes
+        self.values = values
+        self.inputs = inputs
+        self.outputs = outputs
+        self.parent = parent
+        self.reindex()
+
+    def reindex(self) -> None:
+        """(Re)build the producer/consumer indexes after `nodes`, `inputs` or `outputs` changed."""
+        self._output_set = frozenset(self.outputs)
+        self._producer: dict[str, Node] = {}
+        self._consumers: dict[str, list[Node]] = {}
+        self._by_id: dict[str, Node] = {}
+        for node in self.nodes:
+            self._by_id[node.id] = node
+            for out in node.outputs:
+                if out:
+                    self._producer.setdefault(out, node)
+            for inp in dict.fromkeys(node.inputs):
+                if inp:
+                    self._consumers.setdefault(inp, []).append(node)
+        self._composites: dict[str, Composite] | None = None
+        self._nx: nx.DiGraph | None = None
+
+    # --- plain structure -------------------------------------------------------------------------------------------
+    def node(self, node_id: str) -> Node | None:
+        return self._by_id.get(node_id)
+
+    def value(self, name: str) -> Value | None:
+        """The value named `name`, looked up in enclosing graphs too (subgraphs read outer-scope values)."""
+        graph: Graph | None = self
+        while graph is not None:
+            found = graph.values.get(name)
+            if found is not None:
+                return found
+            graph = graph.parent
+        return None
+
+    def producer(self, name: str) -> Node | None:
+        return self._producer.get(name)
+
+    def consumers(self, name: str) -> list[Node]:
+        return self._consumers.get(name, [])
+
+    def is_graph_output(self, name: str) -> bool:
+        return name in self._output_set
+
+    def walk(self) -> Iterator[Graph]:
+        """This graph and every nested subgraph (If/Loop/Scan bodies, TFLite control flow), iteratively."""
+        stack: list[Graph] = [self]
+        while stack:
+            graph = stack.pop()
+            yield graph
+            for node in reversed(graph.nodes):
+                stack.extend(reversed(list(node.subgraphs.values())))
+
+    # --- constants -------------------------------------------------------------------------------------------------
+    def is_const(self, name: str) -> bool:
+        """True for initializers/buffers, Constant nodes, and values computed only from constants by pass-through
+        ops or ConstantOfShape (how onnx's light models build their weights)."""
+        return self._const_origin(name) is not None
+
+    def _const_origin(self, name: str) -> Value | Node | None:
+        seen: set[str] = set()
+        while name and name not in seen:
+            seen.add(name)
+            value = self.value(name)
+            if value is not None and value.is_const:
+                return value
+            node = self.producer(name)
+            if node is None:
+                return None
+            if node.op in PASS_THROUGH_OPS and node.inputs:
+                name = node.inputs[0]
+                continue
+            if node.op == "ConstantOfShape" and node.inputs and self.is_const(node.inputs[0]):
+                return node
+            return None
+        return None
+
+    def const(self, name: str, dequantize: bool = True) -> np.ndarray | None:
+        """The values of a constant, or None if `name` is not constant. Raises ConstantUnavailable (with the reason)
+        when the constant exists but its data cannot be read. Quantized constants are dequantized by default."""
+        return self._const(name, dequantize, set())
+
+    def _const(self, name: str, dequantize: bool, seen: set[str]) -> np.ndarray | None:
+        if name in seen:
+            return None
+        seen.add(name)
+        value = self.value(name)
+        if value is not None and value.data is not None:
+            array = value.data.array()
+            if dequantize and value.quant is not None and np.issubdtype(array.dtype, np.integer):
+                return _dequantize(array, value.quant.scale, value.quant.zero_point, value.quant.axis)
+            return array
+        node = self.producer(name)
+        if node is None or not node.inputs:
+            return None
+        if node.op in ("Identity", "Cast"):
+            source = self._const(node.inputs[0], dequantize, seen)
+            if source is None or node.op == "Identity":
+                return source
+            out = self.value(node.outputs[0]) if node.outputs else None
+            return source.astype(out.dtype) if out is not None and out.dtype else source
+        if node.op == "DequantizeLinear":
+            data = self._const(node.inputs[0], False, seen)
+            if data is None or not dequantize:
+                return data
+            scale = self._const(node.inputs[1], True, seen) if len(node.inputs) > 1 else None
+            zero = self._const(node.inputs[2], False, seen) if len(node.inputs) > 2 and node.inputs[2] else None
+            if scale is None:
+                return None
+            axis = node.attrs.get("axis", 1) if np.asarray(scale).size > 1 else None
+            return _dequantize(data, scale, zero if zero is not None else np.zeros(1, np.int64), axis)
+        if node.op == "ConstantOfShape":
+            shape = self._const(node.inputs[0], True, seen)
+            if shape is None:
+                return None
+            fill = node.attrs.get("value")
+            fill_array = np.asarray(fill if fill is not None else np.zeros(1, np.float32)).reshape(-1)
+            return np.full(tuple(int(d) for d in shape.reshape(-1)), fill_array[0], dtype=fill_array.dtype)
+        return None
+
+    def const_unavailable(self, name: str) -> str | None:
+        """Why a constant's data cannot be read, or None when it can (or `name` is not constant)."""
+        try:
+            self.const(name)
+        except ConstantUnavailable as exc:
+            return str(exc)
+        return None
+
+    # --- dataflow seen through pass-through nodes and composite activations ------------------------------------------
+    def source(self, name: str) -> str:
+        """The value `name` carries, looking back through Identity/Cast/Q/DQ (what the data really is)."""
+        seen: set[str] = set()
+        while name not in seen:
+            seen.add(name)
+            node = self.producer(name)
+            if node is None or node.op not in PASS_THROUGH_OPS or not node.inputs:
+                return name
+            name = node.inputs[0]
+        return name
+
+    def effective_producer(self, name: str) -> Node | None:
+        """The node that really computes `name`, looking back through pass-through nodes."""
+        return self.producer(self.source(name))
+
+    def effective_consumers(self, name: str) -> tuple[list[Node], bool]:
+        """The nodes that really read `name` (looking forward through pass-through nodes), and whether the data
+        reaches a graph output on the way."""
+        found: dict[str, Node] = {}
+        reaches_output = False
+        stack = [name]
+        seen: set[str] = set()
+        while stack:
+            current = stack.pop()
+            if current in seen:
+                continue
+            seen.add(current)
+            reaches_output = reaches_output or self.is_graph_output(current)
+            for consumer in self.consumers(current):
+                if consumer.op in PASS_THROUGH_OPS and consumer.inputs and consumer.inputs[0] == current:
+                    stack.extend(out for out in consumer.outputs[:1] if out)
+                else:
+                    found.setdefault(consumer.id, consumer)
+        return list(found.values()), reaches_output
+
+    def uses(self, name: str) -> tuple[list[Node], bool]:
+        """Like `effective_consumers`, but a composite activation (SiLU, HardSwish, Gelu, Mish written as several
+        nodes) counts once, as its output node: x -> {Sigmoid, Mul} of one SiLU is one use."""
+        consumers, reaches_output = self.effective_consumers(name)
+        found: dict[str, Node] = {}
+        for consumer in consumers:
+            composite = self.composite(consumer)
+            representative = composite.output_node if composite is not None else consumer
+            found.setdefault(representative.id, representative)
+        return list(found.values()), reaches_output
+
+    def composite(self, node: Node) -> Composite | None:
+        """The composite activation `node` belongs to, if any."""
+        if self._composites is None:
+            from netlint.ir.composites import find_composites
+
+            self._composites = {}
+            for composite in find_composites(self):
+                for member in composite.nodes:
+                    self._composites.setdefault(member.id, composite)
+        return self._composites.get(node.id)
+
+    def activation(self, node: Node) -> str | None:
+        """The activation `node` computes (see netlint.ir.ops.activation_kind); a composite's inner nodes are None."""
+        from netlint.ir.ops import activation_kind
+
+        composite = self.composite(node)
+        if composite is not None:
+            return composite.kind if node is composite.output_node else None
+        return activation_kind(self, node)
+
+    # --- algorithms that pay for a networkx view ---------------------------------------------------------------------
+    def nx(self) -> nx.DiGraph:
+        """A networkx view (node ids, edges labelled with the tensor), built on first request only."""
+        if self._nx is None:
+            import networkx as nx
+
+            view = nx.DiGraph()
+            view.add_nodes_from(node.id for node in self.nodes)
+            for node in self.nodes:
+                for inp in node.inputs:
+                    producer = self.producer(inp) if inp else None
+                    if producer is not None:
+                        view.add_edge(producer.id, node.id, tensor=inp)
+            self._nx = view
+        return self._nx
+
+
+def _dequantize(data: np.ndarray, scale: Any, zero_point: Any, axis: int | None) -> np.ndarray:
+    scale = np.asarray(scale, dtype=np.float32).reshape(-1)
+    zero = np.asarray(zero_point, dtype=np.float32).reshape(-1)
+    values = data.astype(np.float32)
+    if scale.size == 1 or axis is None or values.ndim == 0:
+        return (values - zero[0]) * scale[0]
+    shape = [1] * values.ndim
+    shape[axis] = -1
+    if zero.size == 1:
+        zero = np.full(scale.shape, zero[0], dtype=np.float32)
+    return (values - zero.reshape(shape)) * scale.reshape(shape)
+
+
+@dataclass(eq=False)
+class Model:
+    """A loaded model file: its main graph (subgraphs hang off nodes) and what loading had to say."""
+
+    path: str
+    format: str
+    graph: Graph
+    metadata: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    subgraphs: list[Graph] = field(default_factory=list)  # graphs no node owns (TFLite's flat subgraph list)
+
+    def graphs(self) -> Iterator[Graph]:
+        """Every graph: the main one, nested bodies, then the format's other subgraphs."""
+        for top in (self.graph, *self.subgraphs):
+            yield from top.walk()
+
+    def nodes(self) -> Iterator[Node]:
+        for graph in self.graphs():
+            yield from graph.nodes

@@ -1,0 +1,85 @@
+"""The canonical op vocabulary (ONNX names) and the classes of ops rules talk about."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from netlint.ir.graph import Graph, Node
+
+# Ops whose output a target would like to fuse an activation into (a "conv" for the fusion rules).
+CONV_OPS = frozenset(
+    {"Conv", "ConvTranspose", "Gemm", "MatMul", "ConvInteger", "QLinearConv", "MatMulInteger", "QLinearMatMul"}
+)
+
+# Single-node activation ops. Clip is an activation (Relu6, ReluN1To1, ReluMinMax) whatever its bounds.
+ACTIVATION_OPS = frozenset(
+    {
+        "Relu",
+        "Clip",
+        "LeakyRelu",
+        "PRelu",
+        "Sigmoid",
+        "Tanh",
+        "HardSigmoid",
+        "HardSwish",
+        "Elu",
+        "Selu",
+        "Celu",
+        "Gelu",
+        "Softplus",
+        "Softsign",
+        "Mish",
+        "ThresholdedRelu",
+    }
+)
+
+# Activation kinds made of several nodes (see netlint.ir.composites).
+COMPOSITE_ACTIVATIONS = frozenset({"SiLU", "HardSwish", "Gelu", "Mish"})
+
+# TFLite ActivationFunctionType (fused into CONV_2D, ADD, ...) -> activation kind.
+FUSED_ACTIVATIONS = {
+    "NONE": None,
+    "RELU": "Relu",
+    "RELU_N1_TO_1": "ReluN1To1",
+    "RELU6": "Relu6",
+    "TANH": "Tanh",
+    "SIGN_BIT": "SignBit",
+}
+
+
+def clip_bounds(graph: Graph, node: Node) -> tuple[float | None, float | None] | None:
+    """A Clip's (min, max), from attributes (opset < 11, TFLite) or constant inputs; None if not constant."""
+    if "min" in node.attrs or "max" in node.attrs:
+        return node.attrs.get("min"), node.attrs.get("max")
+    bounds: list[float | None] = []
+    for index in (1, 2):
+        name = node.inputs[index] if len(node.inputs) > index else ""
+        if not name:
+            bounds.append(None)
+            continue
+        array = graph.const(name)
+        if array is None or array.size != 1:
+            return None
+        bounds.append(float(np.asarray(array).reshape(-1)[0]))
+    return bounds[0], bounds[1]
+
+
+def activation_kind(graph: Graph, node: Node) -> str | None:
+    """What activation a single node computes: its op type, with Clip named by its bounds (Relu6 for [0, 6],
+    ReluN1To1 for [-1, 1], Relu for [0, inf), otherwise Clip); None for non-activations."""
+    if node.op not in ACTIVATION_OPS:
+        return None
+    if node.op != "Clip":
+        return node.op
+    try:
+        bounds = clip_bounds(graph, node)
+    except Exception:  # unreadable bounds: still a Clip
+        bounds = None
+    if bounds is None:
+        return "Clip"
+    return {(0.0, 6.0): "Relu6", (-1.0, 1.0): "ReluN1To1", (0.0, None): "Relu", (0.0, 1.0): "Relu0To1"}.get(
+        bounds, "Clip"
+    )

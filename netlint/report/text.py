@@ -1,0 +1,57 @@
+"""The text report, in the shape every linter user knows: `path:node-id: CODE message`, then a help line."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+
+from netlint.engine import ModelReport
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_COLOURS = {"error": "31", "warning": "33", "info": "36", "path": "1", "dim": "2"}
+
+
+def safe(text: str) -> str:
+    """Model-provided strings may hold terminal escape sequences: show control characters escaped, never raw."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
+def render_text(reports: list[ModelReport], colour: bool = False) -> str:
+    def paint(text: str, style: str) -> str:
+        return f"\x1b[{_COLOURS[style]}m{text}\x1b[0m" if colour else text
+
+    lines: list[str] = []
+    severities: Counter[str] = Counter()
+    unreadable = 0
+    for report in reports:
+        path = safe(report.path)
+        for error in report.errors:
+            lines.append(f"{paint(path, 'path')}: {paint('error', 'error')}: {safe(error)}")
+        unreadable += report.format is None
+        for finding in report.findings:
+            severities[finding.severity] += 1
+            node = safe(finding.nodes[0]) if finding.nodes else "-"
+            code = paint(finding.code, finding.severity)
+            lines.append(f"{paint(path, 'path')}:{node}: {code} [{finding.severity}] {safe(finding.message)}")
+            hint = safe(finding.help) if finding.help else ""
+            if finding.fix is not None:
+                hint = f"{hint} (fix: {finding.fix.name}, {finding.fix.applicability})".strip()
+            if hint:
+                lines.append(paint(f"  help: {hint}", "dim"))
+        skipped: dict[tuple[str, str], int] = defaultdict(int)
+        for skip in report.skipped:
+            skipped[(skip.code, skip.reason)] += 1
+        for (code, reason), count in sorted(skipped.items()):
+            nodes = "node" if count == 1 else "nodes"
+            lines.append(f"{paint(path, 'path')}: note: {code} skipped {count} {nodes}: {safe(reason)}")
+        lines.extend(f"{paint(path, 'path')}: note: {safe(note)}" for note in report.notes)
+    total = sum(severities.values())
+    models = f"{len(reports)} model{'s' if len(reports) != 1 else ''}"
+    if total:
+        counts = ", ".join(f"{severities[s]} {s}" for s in ("error", "warning", "info") if severities[s])
+        lines.append(f"Found {total} finding{'s' if total != 1 else ''} ({counts}) in {models}.")
+    else:
+        lines.append(f"No findings in {models}.")
+    if unreadable:
+        lines.append(f"{unreadable} model{'s' if unreadable != 1 else ''} could not be read.")
+    return "\n".join(lines) + "\n"

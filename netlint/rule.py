@@ -1,0 +1,175 @@
+"""Rules, their registry, and the findings they produce.
+
+A rule is one class in one file of the rule pack: its docstring *is* its documentation (fixed headings, like ruff's),
+its code, name, category, default severity and fix are declared up front, and it either gives a `pattern` (the engine
+indexes it by anchor op type) plus a plain-Python `check`, or overrides `scan` for whole-graph rules.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import re
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar, Literal
+
+from netlint.ir import Graph, Node
+from netlint.pattern import Match, Op
+
+if TYPE_CHECKING:
+    from netlint.targets import Target
+
+Severity = Literal["error", "warning", "info"]
+SEVERITIES: tuple[Severity, ...] = ("error", "warning", "info")
+Applicability = Literal["safe", "unsafe", "manual"]
+DOC_HEADINGS = ("What it does", "Why is this bad?", "Example", "Fix", "Targets", "References")
+
+
+@dataclass(frozen=True)
+class FixRef:
+    """The fix pass a finding links to, and whether applying it keeps the model's function exactly."""
+
+    name: str
+    applicability: Applicability
+
+
+@dataclass
+class Finding:
+    code: str
+    name: str
+    severity: Severity
+    message: str
+    nodes: list[str]
+    tensors: list[str]
+    fix: FixRef | None = None
+    help: str | None = None
+
+
+@dataclass(frozen=True)
+class Skip:
+    """A node a rule could not evaluate, and why (e.g. its weights are in a missing external data file)."""
+
+    code: str
+    node: str
+    reason: str
+
+
+@dataclass
+class Context:
+    """What a rule may know besides the graph: the target, and where to report what it had to skip."""
+
+    target: Target
+    skipped: list[Skip] = field(default_factory=list)
+
+    def skip(self, rule: Rule, node: Node, reason: str) -> None:
+        self.skipped.append(Skip(rule.code, node.id, reason))
+
+
+class Rule:
+    code: ClassVar[str]
+    name: ClassVar[str]
+    category: ClassVar[str]
+    severity: ClassVar[Severity] = "warning"
+    fix: ClassVar[FixRef | None] = None
+    pattern: ClassVar[Op | None] = None
+
+    # --- what a rule implements -------------------------------------------------------------------------------------
+    def check(self, graph: Graph, match: Match, ctx: Context) -> str | None:
+        """None to report the match; otherwise the reason it is not a problem (kept for debugging, not reported)."""
+        return None
+
+    def message(self, graph: Graph, match: Match, ctx: Context) -> str:
+        raise NotImplementedError
+
+    def help(self, graph: Graph, match: Match, ctx: Context) -> str | None:
+        """One line on how to fix this occurrence."""
+        return None
+
+    def fix_for(self, graph: Graph, match: Match) -> FixRef | None:
+        return self.fix
+
+    def severity_for(self, graph: Graph, match: Match, ctx: Context) -> Severity:
+        return self.severity
+
+    def tensors(self, graph: Graph, match: Match) -> list[str]:
+        return [out for out in match.anchor.outputs if out]
+
+    def scan(self, graph: Graph, ctx: Context) -> Iterator[Finding]:
+        """Whole-graph rules override this; pattern rules are driven by the engine's anchor index instead."""
+        return iter(())
+
+    # --- shared machinery ---------------------------------------------------------------------------------------------
+    def finding(self, graph: Graph, match: Match, ctx: Context) -> Finding:
+        nodes = list(dict.fromkeys([match.anchor.id, *(node.id for node in match.nodes.values())]))
+        return Finding(
+            self.code,
+            self.name,
+            self.severity_for(graph, match, ctx),
+            self.message(graph, match, ctx),
+            nodes,
+            self.tensors(graph, match),
+            self.fix_for(graph, match),
+            self.help(graph, match, ctx),
+        )
+
+    @classmethod
+    def summary(cls) -> str:
+        return (inspect.getdoc(cls) or "").strip().splitlines()[0] if cls.__doc__ else ""
+
+    @classmethod
+    def docs(cls) -> str:
+        return inspect.getdoc(cls) or ""
+
+
+_REGISTRY: dict[str, type[Rule]] = {}
+_CODE = re.compile(r"^[A-Z]{2,4}[0-9]{3}$")
+_NAME = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
+
+
+def register(cls: type[Rule]) -> type[Rule]:
+    """Class decorator that adds a rule to the registry, refusing malformed or clashing codes and names."""
+    if not _CODE.match(cls.code):
+        raise ValueError(f"rule code {cls.code!r} must be 2-4 capitals and 3 digits")
+    if not _NAME.match(cls.name):
+        raise ValueError(f"rule name {cls.name!r} must be kebab-case")
+    if cls.severity not in SEVERITIES:
+        raise ValueError(f"rule {cls.code}: severity {cls.severity!r} is not one of {SEVERITIES}")
+    for other in _REGISTRY.values():
+        if other is not cls and (other.code == cls.code or other.name == cls.name):
+            raise ValueError(f"rule {cls.code} {cls.name} clashes with {other.code} {other.name}")
+    _REGISTRY[cls.code] = cls
+    return cls
+
+
+def all_rules() -> dict[str, type[Rule]]:
+    """Every registered rule by code, sorted: the built-in pack, then packs registered as `netlint.rules` entry
+    points by other distributions."""
+    _load_builtin_pack()
+    for entry in metadata.entry_points(group="netlint.rules"):
+        entry.load()
+    return dict(sorted(_REGISTRY.items()))
+
+
+def _load_builtin_pack() -> None:
+    """Import every module of the built-in pack. Installed, it is `netlint.rules` (pyproject maps rules/ there); in a
+    source checkout that was never installed, it is the rules/ folder beside the netlint package."""
+    try:
+        package = importlib.import_module("netlint.rules")
+    except ModuleNotFoundError:
+        folder = Path(__file__).resolve().parent.parent / "rules"
+        spec = importlib.util.spec_from_file_location(
+            "netlint.rules", folder / "__init__.py", submodule_search_locations=[str(folder)]
+        )
+        if spec is None or spec.loader is None:
+            raise
+        package = importlib.util.module_from_spec(spec)
+        sys.modules["netlint.rules"] = package
+        spec.loader.exec_module(package)
+    for path in sorted(Path(package.__path__[0]).glob("*.py")):
+        if not path.name.startswith("_"):
+            importlib.import_module(f"netlint.rules.{path.stem}")
