@@ -67,7 +67,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _rule(args.rule)
         return _targets()
     except NetlintError as exc:
-        print(f"netlint: error: {exc}", file=sys.stderr)
+        from netlint.report.text import safe  # messages may quote configuration files: no raw control characters
+
+        print(f"netlint: error: {safe(str(exc))}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         print("netlint: interrupted", file=sys.stderr)
@@ -84,6 +86,7 @@ def _check(args: argparse.Namespace) -> int:
     from netlint.engine import ModelReport, lint_file
     from netlint.io import find_models
     from netlint.report import render_text, to_json
+    from netlint.report.text import safe
 
     overrides = Overrides(args.target, _split(args.select), _split(args.extend_select) or [], _split(args.ignore) or [])
     fixed_config = read_config_file(Path(args.config)) if args.config else FileConfig() if args.isolated else None
@@ -95,7 +98,7 @@ def _check(args: argparse.Namespace) -> int:
     settings_cache: dict[Path | None, object] = {}
     for index, path in enumerate(paths, 1):
         if progress:
-            print(f"\r\x1b[2K[{index}/{len(paths)}] {path}", end="", file=sys.stderr, flush=True)
+            print(f"\r\x1b[2K[{index}/{len(paths)}] {safe(str(path))}", end="", file=sys.stderr, flush=True)
         file_config = fixed_config if fixed_config is not None else find_config(path.parent.resolve())
         settings = settings_cache.get(file_config.path)
         if settings is None:
@@ -115,8 +118,8 @@ def _check(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     for report in reports:
-        for error in report.errors:
-            print(f"netlint: error: {report.path}: {error}", file=sys.stderr)
+        for error in report.errors:  # paths and reasons may hold control characters: one safe line each
+            print(f"netlint: error: {safe(report.path)}: {safe(error)}", file=sys.stderr)
     if any(report.errors for report in reports):
         return EXIT_ERROR
     if any(report.findings for report in reports) and not args.exit_zero:
@@ -126,14 +129,20 @@ def _check(args: argparse.Namespace) -> int:
 
 def write_atomically(path: Path, text: str) -> None:
     """Write to a temporary file in the same folder, then rename: readers never see a partial report."""
+    temporary: Path | None = None
     try:
         with tempfile.NamedTemporaryFile(
             "w", encoding="utf-8", dir=path.parent or Path("."), prefix=f".{path.name}.", suffix=".tmp", delete=False
         ) as handle:
-            handle.write(text)
             temporary = Path(handle.name)
+            handle.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        temporary.chmod(0o666 & ~umask)  # like any new file, not mkstemp's 0600
         os.replace(temporary, path)
     except OSError as exc:
+        if temporary is not None:
+            temporary.unlink(missing_ok=True)
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 

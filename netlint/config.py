@@ -14,7 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from netlint.errors import ConfigError
+from netlint.errors import ConfigError, UsageError
 from netlint.rule import SEVERITIES, Rule, Severity, all_rules
 from netlint.targets import Target, load_target
 
@@ -60,9 +60,7 @@ def resolve_selector(selector: str, where: str) -> set[str]:
     by_name = {cls.name: code for code, cls in rules.items()}
     if selector in by_name:
         return {by_name[selector]}
-    matched = (
-        {code for code in rules if code.startswith(selector)} if selector.isupper() or selector[:1].isupper() else set()
-    )
+    matched = {code for code in rules if code.startswith(selector)} if selector[:1].isupper() else set()
     if not matched:
         raise ConfigError(
             f"{where}: unknown rule selector '{selector}' (use a code like FU001, a prefix like FU, "
@@ -163,13 +161,16 @@ class Overrides:
 
 
 def settings_for(file_config: FileConfig, overrides: Overrides) -> Settings:
-    """Merge a file's configuration with the flags: --select replaces `select`, --extend-select and --ignore add;
-    an ignored rule stays off even where it is also selected."""
+    """Merge a file's configuration with the flags: --select replaces `select` and `extend-select` (only these rules,
+    as its help says), --extend-select and --ignore add; an ignored rule stays off even where it is also selected."""
     values = file_config.values
     where = str(file_config.path) if file_config.path else "defaults"
-    select = overrides.select if overrides.select is not None else values.get("select", ["ALL"])
+    if overrides.select is not None:
+        select = overrides.select
+    else:
+        select = [*values.get("select", ["ALL"]), *values.get("extend-select", [])]
     codes: set[str] = set()
-    for selector in [*select, *values.get("extend-select", []), *overrides.extend_select]:
+    for selector in [*select, *overrides.extend_select]:
         codes |= resolve_selector(selector, "--select" if selector in (overrides.select or []) else where)
     for selector in [*values.get("ignore", []), *overrides.ignore]:
         codes -= resolve_selector(selector, "--ignore" if selector in overrides.ignore else where)
@@ -182,5 +183,22 @@ def settings_for(file_config: FileConfig, overrides: Overrides) -> Settings:
     for selector, level in values.get("severity", {}).items():
         for code in resolve_selector(selector, where):
             severity[code] = level
-    target = load_target(overrides.target or values.get("target"))
+    if overrides.target is not None:
+        target = load_target(overrides.target)
+    else:
+        target = _configured_target(values.get("target"), file_config.path)
     return Settings([rules[code] for code in sorted(codes)], target, per_node, severity, file_config.path)
+
+
+def _configured_target(name_or_path: str | None, config_path: Path | None) -> Target:
+    """A configuration file's `target`: a path in it is relative to that file's folder, not the working folder, and
+    a target that cannot be loaded is an error naming the file and the key."""
+    if name_or_path is None or config_path is None:
+        return load_target(name_or_path)
+    if name_or_path.endswith(".toml"):
+        name_or_path = str(config_path.parent / name_or_path)
+    try:
+        return load_target(name_or_path)
+    except UsageError as exc:
+        where = f"{config_path} [tool.netlint]" if config_path.name == "pyproject.toml" else str(config_path)
+        raise ConfigError(f"{where}: 'target': {exc}") from None

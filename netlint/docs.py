@@ -18,7 +18,9 @@ README_END = "<!-- rules:end -->"
 def templates_dir() -> Path:
     """Installed: the netlint.templates package; in a source checkout that was never installed: reports/templates."""
     try:
-        return Path(str(resources.files("netlint.templates")))
+        # netlint.templates has no __init__.py: installed, it is a namespace package, whose files() is a
+        # MultiplexedPath that str() does not turn into a folder; a file inside it is a real path
+        return Path(str(resources.files("netlint.templates").joinpath("rule.md.j2"))).parent
     except ModuleNotFoundError:
         return Path(__file__).resolve().parent.parent / "reports" / "templates"
 

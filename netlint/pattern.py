@@ -91,7 +91,8 @@ class Op(Pattern):
             return False
         if self.single_use is not None:
             uses, reaches_output = graph.uses(node.output)
-            if (len(uses) == 1 and not reaches_output) != self.single_use:
+            count = len(uses) + reaches_output
+            if not ((count == 1 and not reaches_output) if self.single_use else count >= 2):
                 return False
         if self.name:
             match.nodes[self.name] = node
@@ -105,7 +106,8 @@ class Op(Pattern):
 
 
 class Opt(Pattern):
-    """An optional node: `Opt(Op("Cast", X))` matches a Cast feeding X's pattern, or X's pattern directly."""
+    """An optional node: `Opt(Op("Pad", X))` matches a Pad fed by what X matches, or X's pattern directly.
+    (Pass-through ops such as Cast or Q/DQ need no Opt: every pattern already looks through them.)"""
 
     def __init__(self, op: Op) -> None:
         if len(op.inputs) != 1 or op.inputs[0] is None:

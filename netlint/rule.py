@@ -14,6 +14,7 @@ import re
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import cache
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Literal
@@ -146,12 +147,17 @@ def register(cls: type[Rule]) -> type[Rule]:
     return cls
 
 
-def all_rules() -> dict[str, type[Rule]]:
-    """Every registered rule by code, sorted: the built-in pack, then packs registered as `netlint.rules` entry
-    points by other distributions."""
+@cache
+def _load_rule_packs() -> None:
     _load_builtin_pack()
     for entry in metadata.entry_points(group="netlint.rules"):
         entry.load()
+
+
+def all_rules() -> dict[str, type[Rule]]:
+    """Every registered rule by code, sorted: the built-in pack, then packs registered as `netlint.rules` entry
+    points by other distributions (each imported once per process)."""
+    _load_rule_packs()
     return dict(sorted(_REGISTRY.items()))
 
 

@@ -64,7 +64,11 @@ class PreluAsRelu(Rule):
         if not graph.is_const(slope_name):
             ctx.skip(self, match.anchor, f"slope '{slope_name}' is computed at run time, not a constant")
             return "slope is not constant"
-        slopes = np.asarray(graph.const(slope_name), dtype=np.float64).reshape(-1)
+        values = graph.const(slope_name)
+        if values is None:  # constant, but not computed here (e.g. QuantizeLinear -> DequantizeLinear of a float)
+            ctx.skip(self, match.anchor, f"slope '{slope_name}' is constant but its values cannot be computed")
+            return "slope values not computable"
+        slopes = np.asarray(values, dtype=np.float64).reshape(-1)
         if slopes.size == 0:
             return "no slope values"
         if np.all(np.abs(slopes) <= ATOL):

@@ -44,9 +44,12 @@ def model_from_proto(proto: onnx.ModelProto, path: str, base: Path) -> Model:
 def _with_shapes(proto: onnx.ModelProto, notes: list[str]) -> onnx.ModelProto:
     """Run onnx shape inference when the file lacks intermediate shapes; a failure is a note, never fatal."""
     graph = proto.graph
-    known = {vi.name for vi in graph.value_info} | {o.name for o in graph.output}
-    produced = [out for node in graph.node for out in node.output if out]
-    if not produced or sum(out in known for out in produced) >= len(produced) // 2:
+    # Graph outputs are typed in every file, so only intermediates tell whether the file has shapes; "at least half
+    # known" is 2 * known >= count (count // 2 would call 1 of 2, or 1 of 3, enough).
+    outputs = {o.name for o in graph.output}
+    known = {vi.name for vi in graph.value_info}
+    produced = [out for node in graph.node for out in node.output if out and out not in outputs]
+    if not produced or 2 * sum(out in known for out in produced) >= len(produced):
         return proto
     try:
         return onnx.shape_inference.infer_shapes(proto, strict_mode=False)

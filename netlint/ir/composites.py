@@ -130,6 +130,9 @@ def _silu(graph: Graph, node: Node) -> Composite | None:
 
 
 def _hard_swish_from_hard_sigmoid(graph: Graph, node: Node) -> Composite | None:
+    """x * HardSigmoid(x) is HardSwish only with HardSigmoid's alpha = 1/6, beta = 0.5 (ONNX defaults are 0.2, 0.5)."""
+    if not (_close(node.attrs.get("alpha", 0.2), 1 / 6) and _close(node.attrs.get("beta", 0.5), 0.5)):
+        return None
     return _gated(graph, node, "HardSwish")
 
 

@@ -42,7 +42,11 @@ class ConstData:
         if self.unavailable is not None:
             raise ConstantUnavailable(self.unavailable)
         if self._array is None:
-            self._array = self.load()
+            try:
+                self._array = self.load()
+            except (ValueError, TypeError, OSError) as exc:  # data that does not match its declared dtype/shape
+                self.unavailable = f"constant data is unreadable ({' '.join(str(exc).split())[:160]})"
+                raise ConstantUnavailable(self.unavailable) from None
         return self._array
 
 
@@ -148,7 +152,8 @@ class Graph:
             for out in node.outputs:
                 if out:
                     self._producer.setdefault(out, node)
-            for inp in dict.fromkeys(node.inputs):
+            # A node owning subgraphs also reads the outer values its bodies capture (implicit inputs).
+            for inp in dict.fromkeys([*node.inputs, *_captured(node)]):
                 if inp:
                     self._consumers.setdefault(inp, []).append(node)
         self._composites: dict[str, Composite] | None = None
@@ -234,6 +239,9 @@ class Graph:
                 return source
             out = self.value(node.outputs[0]) if node.outputs else None
             return source.astype(out.dtype) if out is not None and out.dtype else source
+        if node.op == "DequantizeLinear" and len(node.inputs) == 1:  # TFLite DEQUANTIZE: quantization on the input
+            data = self._const(node.inputs[0], dequantize, seen)
+            return data.astype(np.float32) if data is not None and dequantize else data
         if node.op == "DequantizeLinear":
             data = self._const(node.inputs[0], False, seen)
             if data is None or not dequantize:
@@ -343,6 +351,18 @@ class Graph:
                         view.add_edge(producer.id, node.id, tensor=inp)
             self._nx = view
         return self._nx
+
+
+def _captured(node: Node) -> list[str]:
+    """Values from enclosing scopes that `node`'s subgraphs (If/Loop/Scan bodies, at any depth) read."""
+    names: list[str] = []
+    for body in node.subgraphs.values():
+        local = {*body.inputs, *(out for inner in body.nodes for out in inner.outputs)}
+        local.update(name for name, value in body.values.items() if value.is_const)
+        for inner in body.nodes:
+            names.extend(name for name in (*inner.inputs, *_captured(inner)) if name and name not in local)
+        names.extend(name for name in body.outputs if name not in local)
+    return names
 
 
 def _dequantize(data: np.ndarray, scale: Any, zero_point: Any, axis: int | None) -> np.ndarray:

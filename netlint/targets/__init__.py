@@ -13,16 +13,24 @@ from pathlib import Path
 from typing import Any
 
 from netlint.errors import UsageError
+from netlint.targets.schema import validate_target
 
 DEFAULT_TARGET = "generic"
 
 
 @dataclass(frozen=True)
 class Target:
+    """A validated target document (see netlint/targets/schema.py); `data` is the whole parsed TOML."""
+
     name: str
     description: str
     sources: tuple[str, ...] = ()
     data: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    precisions: tuple[str, ...] = ()  # e.g. ("a8", "a16", "fp16"); empty for targets without precision choices
+    default_precision: str | None = None  # one of `precisions`, None when there are none
+    chips: tuple[str, ...] = ()  # chip generations the facts distinguish, e.g. ("8450", "8550", "8650")
+    default_chip: str | None = None
+    kind: str | None = None  # npu | dsp | cpu | mcu
 
 
 def _builtin_files() -> dict[str, Path]:
@@ -50,10 +58,16 @@ def load_target(name_or_path: str | None) -> Target:
         raise UsageError(f"cannot read target file {path}: {exc.strerror or exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{path}: invalid TOML: {exc}") from None
-    target = data.get("target")
-    if not isinstance(target, dict) or not isinstance(target.get("name"), str):
-        raise UsageError(f"{path}: a target file needs a [target] table with a string 'name'")
-    sources = target.get("sources", [])
-    if not isinstance(sources, list) or not all(isinstance(s, str) for s in sources):
-        raise UsageError(f"{path}: [target].sources must be a list of strings")
-    return Target(target["name"], str(target.get("description", "")), tuple(sources), data)
+    validate_target(data, str(path), builtin_name=None if name_or_path.endswith(".toml") else path.stem)
+    target = data["target"]
+    return Target(
+        target["name"],
+        target.get("description", ""),
+        tuple(target.get("sources", [])),
+        data,
+        precisions=tuple(target.get("precisions", [])),
+        default_precision=target.get("default_precision"),
+        chips=tuple(target.get("chips", [])),
+        default_chip=target.get("default_chip"),
+        kind=target.get("kind"),
+    )

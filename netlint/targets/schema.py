@@ -1,0 +1,357 @@
+"""Validation of a target document (the parsed TOML of a built-in target or of a user's own target file).
+
+Every problem is one `UsageError` line that names the file, the key (as a dotted TOML path) and what was expected.
+Unknown keys are errors, so a typo never silently turns a hardware fact off.
+
+Layout of a target document (every section but [target] is optional; `generic.toml` has only [target]):
+
+    [target]        name, description, kind, precisions, default_precision, chips, default_chip, sources
+    [fusion]        source, requires_lone_consumer, precision.<p>.activations, [[fusion.conditional]]
+    [ops]           supported, fallback, source
+    [layout]        channel_alignment, source
+    [quantization]  schemes, power_of_two_scales, per_channel, source
+    [activations]   relu6_cost, notes, source
+    [data_movers]   same_cost_precisions, source
+
+Each fact's `source` must be one of the strings listed in `target.sources`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from functools import cache
+from typing import Any, NoReturn
+
+from netlint.errors import UsageError
+from netlint.ir.ops import ACTIVATION_OPS, COMPOSITE_ACTIVATIONS
+
+# What `netlint.ir.ops.activation_kind` and the composite matchers produce: single-node activation ops, Clip named by
+# its constant bounds (Relu6, ReluN1To1, Relu0To1; other bounds stay Clip), and multi-node activations (SiLU, ...).
+ACTIVATION_KINDS = frozenset(ACTIVATION_OPS | COMPOSITE_ACTIVATIONS | {"Relu6", "ReluN1To1", "Relu0To1"})
+
+KINDS = ("npu", "dsp", "cpu", "mcu")
+FALLBACKS = ("cpu", "dsp", "none")
+PER_CHANNEL = ("all", "depthwise-only", "none")
+RELU6_COSTS = ("free", "lut", "float-path")
+SCHEMES = ("int4", "uint8", "int8", "uint16", "int16", "int16x8", "int32", "fp8", "fp16", "bf16", "fp32")
+ALL_PRECISIONS = "all"  # the one [fusion.precision.*] table of a target that declares no precisions
+WILDCARD_OP = "*"  # ops.supported = ["*"]: the target runs every op
+
+_PRECISION_NAME = re.compile(r"[a-z0-9][a-z0-9_-]*")
+_CAMEL_CASE = re.compile(r"[A-Z][A-Za-z0-9]*")
+
+_SECTIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    # section: (required keys, optional keys)
+    "target": (
+        frozenset({"name"}),
+        frozenset({"description", "kind", "precisions", "default_precision", "chips", "default_chip", "sources"}),
+    ),
+    "fusion": (frozenset({"source", "precision"}), frozenset({"requires_lone_consumer", "conditional"})),
+    "ops": (frozenset({"supported", "fallback", "source"}), frozenset()),
+    "layout": (frozenset({"channel_alignment", "source"}), frozenset()),
+    "quantization": (frozenset({"schemes", "power_of_two_scales", "per_channel", "source"}), frozenset()),
+    "activations": (frozenset({"relu6_cost", "source"}), frozenset({"notes"})),
+    "data_movers": (frozenset({"same_cost_precisions", "source"}), frozenset()),
+}
+_CONDITIONAL_KEYS = (frozenset({"activations", "source"}), frozenset({"chips", "precisions"}))
+_PRECISION_TABLE_KEYS = (frozenset({"activations"}), frozenset())
+
+
+def validate_target(data: Mapping[str, Any], where: str, builtin_name: str | None = None) -> None:
+    """Raise UsageError (one line: `where: key: what was expected`) unless `data` is a valid target document.
+    `builtin_name` is the file stem of a built-in target, which [target].name must equal."""
+    _Validator(where).document(data, builtin_name)
+
+
+class _Validator:
+    def __init__(self, where: str) -> None:
+        self.where = where
+        self.precisions: tuple[str, ...] = ()
+        self.chips: tuple[str, ...] = ()
+        self.sources: tuple[str, ...] = ()
+
+    # -- reporting -------------------------------------------------------------------------------------------------
+
+    def fail(self, key: str, message: str) -> NoReturn:
+        raise UsageError(f"{self.where}: {key}: {message}")
+
+    def got(self, value: Any) -> str:
+        kind = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "an array"}
+        if isinstance(value, dict):
+            return "a table"
+        return kind.get(type(value), type(value).__name__)
+
+    # -- primitive checks --------------------------------------------------------------------------------------------
+
+    def keys(self, table: Mapping[str, Any], key: str, spec: tuple[frozenset[str], frozenset[str]]) -> None:
+        required, optional = spec
+        allowed = required | optional
+        for name in table:
+            if name not in allowed:
+                self.fail(_join(key, name), f"unknown key (expected one of: {', '.join(sorted(allowed))})")
+        for name in sorted(required):
+            if name not in table:
+                self.fail(_join(key, name), "missing required key")
+
+    def table(self, value: Any, key: str) -> Mapping[str, Any]:
+        if not isinstance(value, dict):
+            self.fail(key, f"expected a table, got {self.got(value)}")
+        return value
+
+    def string(self, value: Any, key: str) -> str:
+        if not isinstance(value, str) or not value.strip():
+            self.fail(
+                key,
+                f"expected a non-empty string, got {'a blank string' if isinstance(value, str) else self.got(value)}",
+            )
+        return value
+
+    def boolean(self, value: Any, key: str) -> bool:
+        if not isinstance(value, bool):
+            self.fail(key, f"expected true or false, got {self.got(value)}")
+        return value
+
+    def integer(self, value: Any, key: str, minimum: int) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.fail(key, f"expected an integer >= {minimum}, got {self.got(value)}")
+        if value < minimum:
+            self.fail(key, f"expected an integer >= {minimum}, got {value}")
+        return value
+
+    def choice(self, value: Any, key: str, choices: Iterable[str]) -> str:
+        choices = tuple(choices)
+        if not isinstance(value, str) or value not in choices:
+            shown = repr(value) if isinstance(value, str) else self.got(value)
+            self.fail(key, f"expected one of {', '.join(choices)}, got {shown}")
+        return value
+
+    def strings(
+        self, value: Any, key: str, *, nonempty: bool = False, item: Callable[[Any, str], str] | None = None
+    ) -> tuple[str, ...]:
+        if not isinstance(value, list):
+            self.fail(key, f"expected an array of strings, got {self.got(value)}")
+        if nonempty and not value:
+            self.fail(key, "expected a non-empty array of strings")
+        seen: set[str] = set()
+        for index, entry in enumerate(value):
+            entry_key = f"{key}[{index}]"
+            (item or self.string)(entry, entry_key)
+            if entry in seen:
+                self.fail(entry_key, f"duplicate entry {entry!r}")
+            seen.add(entry)
+        return tuple(value)
+
+    def source(self, table: Mapping[str, Any], key: str) -> None:
+        source = self.string(table["source"], _join(key, "source"))
+        if source not in self.sources:
+            self.fail(_join(key, "source"), f"{_short(source)!r} is not listed in target.sources (cite it there too)")
+
+    # -- item checks ---------------------------------------------------------------------------------------------------
+
+    def activation(self, value: Any, key: str) -> str:
+        self.string(value, key)
+        if value not in ACTIVATION_KINDS:
+            self.fail(
+                key, f"{value!r} is not an activation kind (expected one of: {', '.join(sorted(ACTIVATION_KINDS))})"
+            )
+        return value
+
+    def precision_name(self, value: Any, key: str) -> str:
+        self.string(value, key)
+        if not _PRECISION_NAME.fullmatch(value) or value == ALL_PRECISIONS:
+            self.fail(key, f"expected a lower-case precision name like 'a8' or 'fp16' (not 'all'), got {value!r}")
+        return value
+
+    def declared_precision(self, value: Any, key: str) -> str:
+        self.string(value, key)
+        if value not in self.precisions:
+            declared = ", ".join(self.precisions) or "none declared"
+            self.fail(key, f"{value!r} is not one of target.precisions ({declared})")
+        return value
+
+    def declared_chip(self, value: Any, key: str) -> str:
+        self.string(value, key)
+        if value not in self.chips:
+            self.fail(key, f"{value!r} is not one of target.chips ({', '.join(self.chips) or 'none declared'})")
+        return value
+
+    def op_type(self, value: Any, key: str) -> str:
+        self.string(value, key)
+        problem = op_type_problem(value)
+        if problem:
+            self.fail(key, problem)
+        return value
+
+    # -- sections ------------------------------------------------------------------------------------------------------
+
+    def document(self, data: Mapping[str, Any], builtin_name: str | None) -> None:
+        for name in data:
+            if name not in _SECTIONS:
+                self.fail(name, f"unknown section (expected one of: {', '.join(_SECTIONS)})")
+        if "target" not in data:
+            self.fail("target", "missing required [target] table")
+        for name in _SECTIONS:
+            if name in data:
+                self.table(data[name], name)
+        self.target(data["target"], builtin_name)
+        if "fusion" in data:
+            self.fusion(data["fusion"])
+        if "ops" in data:
+            self.ops(data["ops"])
+        if "layout" in data:
+            self.layout(data["layout"])
+        if "quantization" in data:
+            self.quantization(data["quantization"])
+        if "activations" in data:
+            self.activations(data["activations"])
+        if "data_movers" in data:
+            self.data_movers(data["data_movers"])
+
+    def target(self, table: Mapping[str, Any], builtin_name: str | None) -> None:
+        self.keys(table, "target", _SECTIONS["target"])
+        name = self.string(table["name"], "target.name")
+        if builtin_name is not None and name != builtin_name:
+            self.fail("target.name", f"a built-in target's name must equal its file name, expected {builtin_name!r}")
+        if "description" in table and not isinstance(table["description"], str):
+            self.fail("target.description", f"expected a string, got {self.got(table['description'])}")
+        if "kind" in table:
+            self.choice(table["kind"], "target.kind", KINDS)
+        self.sources = self.strings(table.get("sources", []), "target.sources")
+        self.precisions = self.strings(table.get("precisions", []), "target.precisions", item=self.precision_name)
+        if self.precisions and "default_precision" not in table:
+            self.fail("target.default_precision", "missing: required when target.precisions is not empty")
+        if "default_precision" in table:
+            if not self.precisions:
+                self.fail("target.default_precision", "set, but target.precisions is empty (declare the precisions)")
+            self.declared_precision(table["default_precision"], "target.default_precision")
+        self.chips = self.strings(table.get("chips", []), "target.chips")
+        if "default_chip" in table:
+            if not self.chips:
+                self.fail("target.default_chip", "set, but target.chips is empty (declare the chips)")
+            self.declared_chip(table["default_chip"], "target.default_chip")
+
+    def fusion(self, table: Mapping[str, Any]) -> None:
+        self.keys(table, "fusion", _SECTIONS["fusion"])
+        self.source(table, "fusion")
+        if "requires_lone_consumer" in table:
+            self.boolean(table["requires_lone_consumer"], "fusion.requires_lone_consumer")
+        per_precision = self.table(table["precision"], "fusion.precision")
+        expected = self.precisions or (ALL_PRECISIONS,)
+        for name in per_precision:
+            if name not in expected:
+                why = (
+                    f"not one of target.precisions ({', '.join(self.precisions)})"
+                    if self.precisions
+                    else "a target without precisions has a single [fusion.precision.all] table"
+                )
+                self.fail(f"fusion.precision.{name}", why)
+        for name in expected:
+            key = f"fusion.precision.{name}"
+            if name not in per_precision:
+                self.fail(key, "missing table: every precision needs its list of fusing activations")
+            entry = self.table(per_precision[name], key)
+            self.keys(entry, key, _PRECISION_TABLE_KEYS)
+            self.strings(entry["activations"], f"{key}.activations", item=self.activation)
+        conditional = table.get("conditional", [])
+        if not isinstance(conditional, list):
+            self.fail(
+                "fusion.conditional",
+                f"expected an array of tables ([[fusion.conditional]]), got {self.got(conditional)}",
+            )
+        for index, entry in enumerate(conditional):
+            key = f"fusion.conditional[{index}]"
+            entry = self.table(entry, key)
+            self.keys(entry, key, _CONDITIONAL_KEYS)
+            self.strings(entry["activations"], f"{key}.activations", nonempty=True, item=self.activation)
+            if "chips" in entry:
+                self.strings(entry["chips"], f"{key}.chips", nonempty=True, item=self.declared_chip)
+            if "precisions" in entry:
+                self.strings(entry["precisions"], f"{key}.precisions", nonempty=True, item=self.declared_precision)
+            self.source(entry, key)
+
+    def ops(self, table: Mapping[str, Any]) -> None:
+        self.keys(table, "ops", _SECTIONS["ops"])
+        supported = self.strings(table["supported"], "ops.supported", nonempty=True)
+        if WILDCARD_OP in supported:
+            if len(supported) > 1:
+                self.fail("ops.supported", f"{WILDCARD_OP!r} (every op) must be the only entry")
+        else:
+            for index, name in enumerate(supported):
+                self.op_type(name, f"ops.supported[{index}]")
+        self.choice(table["fallback"], "ops.fallback", FALLBACKS)
+        self.source(table, "ops")
+
+    def layout(self, table: Mapping[str, Any]) -> None:
+        self.keys(table, "layout", _SECTIONS["layout"])
+        self.integer(table["channel_alignment"], "layout.channel_alignment", 1)
+        self.source(table, "layout")
+
+    def quantization(self, table: Mapping[str, Any]) -> None:
+        self.keys(table, "quantization", _SECTIONS["quantization"])
+        self.strings(
+            table["schemes"], "quantization.schemes", nonempty=True, item=lambda v, k: self.choice(v, k, SCHEMES)
+        )
+        self.boolean(table["power_of_two_scales"], "quantization.power_of_two_scales")
+        self.choice(table["per_channel"], "quantization.per_channel", PER_CHANNEL)
+        self.source(table, "quantization")
+
+    def activations(self, table: Mapping[str, Any]) -> None:
+        self.keys(table, "activations", _SECTIONS["activations"])
+        self.choice(table["relu6_cost"], "activations.relu6_cost", RELU6_COSTS)
+        if "notes" in table and not isinstance(table["notes"], str):
+            self.fail("activations.notes", f"expected a string, got {self.got(table['notes'])}")
+        self.source(table, "activations")
+
+    def data_movers(self, table: Mapping[str, Any]) -> None:
+        self.keys(table, "data_movers", _SECTIONS["data_movers"])
+        self.strings(
+            table["same_cost_precisions"],
+            "data_movers.same_cost_precisions",
+            nonempty=True,
+            item=self.declared_precision,
+        )
+        self.source(table, "data_movers")
+
+
+def op_type_problem(name: str) -> str | None:
+    """Why `name` is not a plausible canonical (ONNX-vocabulary) op type, or None if it is."""
+    if name in _known_op_types():
+        return None
+    canonical = _tflite_to_canonical().get(name)
+    if canonical:
+        return f"{name!r} is a TFLite op name; use the canonical ONNX op type {canonical!r}"
+    if not _CAMEL_CASE.fullmatch(name) or (name.isupper() and len(name) > 1):
+        return f"expected a canonical ONNX op type in CamelCase (like 'Conv' or 'Relu'), got {name!r}"
+    return None  # an op type this onnx release does not know yet, written like one
+
+
+@cache
+def _known_op_types() -> frozenset[str]:
+    """ONNX default-domain op types plus the canonical names netlint's TFLite reader produces."""
+    import onnx.defs
+
+    names = {schema.name for schema in onnx.defs.get_all_schemas_with_history() if schema.domain in ("", "ai.onnx")}
+    return frozenset(names | set(_tflite_to_canonical().values()) | set(_custom_to_canonical().values()))
+
+
+@cache
+def _tflite_to_canonical() -> dict[str, str]:
+    from netlint.io.tflite_io import OP_MAP
+
+    return dict(OP_MAP)
+
+
+@cache
+def _custom_to_canonical() -> dict[str, str]:
+    from netlint.io.tflite_io import CUSTOM_MAP
+
+    return dict(CUSTOM_MAP)
+
+
+def _join(prefix: str, key: str) -> str:
+    return f"{prefix}.{key}" if prefix else key
+
+
+def _short(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,425 @@
+"""Hardware targets as data: the built-in target files, their schema validation, and the facts rules rely on."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from netlint.errors import UsageError
+from netlint.io.tflite_io import OP_MAP
+from netlint.targets import Target, list_targets, load_target
+from netlint.targets.schema import ACTIVATION_KINDS, validate_target
+
+BUILTIN = ("generic", "qualcomm-htp", "ti-tda4vm", "onednn-cpu", "ort-cpu", "ethos-u55")
+HARDWARE = tuple(name for name in BUILTIN if name != "generic")
+TARGETS_DIR = Path(__file__).resolve().parent.parent / "netlint" / "targets"
+MODEL = Path(__file__).resolve().parent / "data" / "facenet_mtcnn_pnet.onnx"
+
+
+def fuses(target: Target, kind: str, precision: str | None = None, chip: str | None = None) -> bool:
+    """Whether activation `kind` fuses into the preceding conv on `target` (defaults: its default precision/chip),
+    read the way the fusion rule reads [fusion]: the precision's table plus the conditional entries that apply."""
+    fusion = target.data["fusion"]
+    precision = precision or target.default_precision or "all"
+    chip = chip or target.default_chip
+    if kind in fusion["precision"][precision]["activations"]:
+        return True
+    for entry in fusion.get("conditional", []):
+        if kind not in entry["activations"]:
+            continue
+        if "chips" in entry and chip not in entry["chips"]:
+            continue
+        if "precisions" in entry and precision not in entry["precisions"]:
+            continue
+        return True
+    return False
+
+
+def cited_sources(data: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    """(key, source) for every fact that cites a source."""
+    for section, table in data.items():
+        if section == "target" or not isinstance(table, dict):
+            continue
+        if "source" in table:
+            yield f"{section}.source", table["source"]
+        for index, entry in enumerate(table.get("conditional", [])):
+            yield f"{section}.conditional[{index}].source", entry["source"]
+
+
+# --- the built-in targets ---------------------------------------------------------------------------------------
+
+
+def test_list_targets_has_all_six() -> None:
+    names = [target.name for target in list_targets()]
+    assert sorted(names) == sorted(BUILTIN)
+
+
+@pytest.mark.parametrize("name", BUILTIN)
+def test_builtin_target_loads_and_validates(name: str) -> None:
+    target = load_target(name)
+    assert target.name == name
+    assert target.description
+    validate_target(target.data, f"{name}.toml", builtin_name=name)  # also valid when checked directly
+
+
+@pytest.mark.parametrize("name", HARDWARE)
+def test_hardware_targets_state_every_fact_with_sources(name: str) -> None:
+    target = load_target(name)
+    for section in ("fusion", "ops", "layout", "quantization", "activations"):
+        assert section in target.data, f"{name} has no [{section}]"
+    assert target.kind in ("npu", "dsp", "cpu", "mcu")
+    assert target.sources
+    cited = dict(cited_sources(target.data))
+    assert cited
+    for key, source in cited.items():
+        assert source in target.sources, f"{name}: {key} cites a source missing from target.sources"
+    assert all(" — " in source for source in target.sources), "sources read 'Title — URL or document id'"
+
+
+def test_generic_stays_valid_without_precisions() -> None:
+    target = load_target("generic")
+    assert (target.precisions, target.default_precision, target.chips, target.sources) == ((), None, (), ())
+    assert load_target(None).name == "generic"
+
+
+@pytest.mark.parametrize("name", HARDWARE)
+def test_fusion_lists_only_canonical_activation_kinds(name: str) -> None:
+    fusion = load_target(name).data["fusion"]
+    tables = [table["activations"] for table in fusion["precision"].values()]
+    tables += [entry["activations"] for entry in fusion.get("conditional", [])]
+    for activations in tables:
+        assert set(activations) <= ACTIVATION_KINDS
+
+
+@pytest.mark.parametrize("name", HARDWARE)
+def test_supported_ops_use_the_canonical_vocabulary(name: str) -> None:
+    supported = load_target(name).data["ops"]["supported"]
+    assert supported == ["*"] or not set(supported) & (set(OP_MAP) - set(OP_MAP.values()))
+    assert supported == ["*"] or all("_" not in op for op in supported)
+
+
+# --- facts the rules rely on ------------------------------------------------------------------------------------
+
+
+def test_qualcomm_htp_fusion_facts() -> None:
+    htp = load_target("qualcomm-htp")
+    assert htp.precisions == ("a8", "a16", "fp16") and htp.default_precision == "a8"
+    assert htp.chips == ("8450", "8550", "8650") and htp.default_chip == "8450"
+    for precision in ("a8", "a16"):
+        for kind in ("Relu", "Relu6", "ReluN1To1", "Relu0To1", "Clip"):
+            assert fuses(htp, kind, precision)
+    for kind in ("Relu6", "ReluN1To1", "Clip"):
+        assert fuses(htp, kind, "fp16")
+    for precision in htp.precisions:
+        for chip in htp.chips:
+            for kind in ("Gelu", "Elu", "Sigmoid", "Tanh", "SiLU", "Mish"):
+                assert not fuses(htp, kind, precision, chip)
+    for kind in ("PRelu", "LeakyRelu", "HardSwish"):
+        for precision in htp.precisions:
+            assert not fuses(htp, kind, precision, "8450")
+            assert fuses(htp, kind, precision, "8550")
+            assert fuses(htp, kind, precision, "8650")
+        assert not fuses(htp, kind)  # the default chip is the conservative 8450
+    assert htp.data["fusion"]["requires_lone_consumer"] is True
+
+
+def test_qualcomm_htp_layout_quantization_and_data_movers() -> None:
+    data = load_target("qualcomm-htp").data
+    assert data["layout"]["channel_alignment"] == 32
+    assert data["quantization"]["power_of_two_scales"] is False
+    assert data["quantization"]["per_channel"] == "all"
+    assert data["activations"]["relu6_cost"] == "free"
+    assert data["data_movers"]["same_cost_precisions"] == ["a16", "fp16"]
+    assert data["ops"]["fallback"] == "cpu"
+    assert {"Conv", "ConvTranspose", "Gemm", "MatMul", "PRelu", "HardSwish", "Gelu"} <= set(data["ops"]["supported"])
+
+
+def test_ti_tda4vm_facts() -> None:
+    ti = load_target("ti-tda4vm")
+    assert ti.precisions == ("int8", "int16")
+    for precision in ti.precisions:
+        assert fuses(ti, "Relu", precision)
+        for kind in ("Relu6", "Clip", "PRelu", "LeakyRelu", "Sigmoid", "Tanh", "HardSwish"):
+            assert not fuses(ti, kind, precision)
+    quantization = ti.data["quantization"]
+    assert quantization["power_of_two_scales"] is True
+    assert quantization["per_channel"] == "depthwise-only"
+    assert quantization["schemes"] == ["int8", "int16"]
+    assert ti.data["activations"]["relu6_cost"] in ("lut", "float-path")
+    assert ti.data["layout"]["channel_alignment"] == 64
+    assert ti.data["ops"]["fallback"] == "cpu"
+
+
+def test_onednn_cpu_facts() -> None:
+    onednn = load_target("onednn-cpu")
+    assert onednn.precisions == ("fp32", "bf16", "int8")
+    for precision in onednn.precisions:
+        for kind in ("Relu", "Clip", "Gelu", "SiLU", "Sigmoid", "Tanh", "Elu", "HardSwish", "LeakyRelu", "PRelu"):
+            assert fuses(onednn, kind, precision)
+        for kind in ("Selu", "Softsign", "ThresholdedRelu"):
+            assert not fuses(onednn, kind, precision)
+    assert onednn.data["fusion"]["requires_lone_consumer"] is True
+    assert onednn.data["ops"] == {"supported": ["*"], "fallback": "none", "source": onednn.data["ops"]["source"]}
+
+
+def test_ort_cpu_facts() -> None:
+    ort = load_target("ort-cpu")
+    assert ort.precisions == () and ort.default_precision is None
+    assert set(ort.data["fusion"]["precision"]) == {"all"}
+    for kind in ("Relu", "Sigmoid", "Tanh", "LeakyRelu", "Clip", "Relu6", "HardSigmoid"):
+        assert fuses(ort, kind)
+    for kind in ("PRelu", "HardSwish", "Gelu", "SiLU", "Elu"):
+        assert not fuses(ort, kind)
+    assert ort.data["fusion"]["requires_lone_consumer"] is True
+    assert ort.data["ops"]["supported"] == ["*"] and ort.data["ops"]["fallback"] == "none"
+
+
+def test_ethos_u55_fuses_exactly_the_five_tflite_fused_activations() -> None:
+    ethos = load_target("ethos-u55")
+    five = {"Relu", "Relu6", "ReluN1To1", "Tanh", "Sigmoid"}
+    for precision in ethos.precisions:
+        assert set(ethos.data["fusion"]["precision"][precision]["activations"]) == five
+        assert {kind for kind in ACTIVATION_KINDS if fuses(ethos, kind, precision)} == five
+    assert ethos.data["ops"]["fallback"] == "cpu"
+    supported = set(ethos.data["ops"]["supported"])
+    assert {"Conv", "ConvTranspose", "Gemm", "Add", "Mul", "Softmax", "HardSwish", "LeakyRelu", "PRelu"} <= supported
+    assert not supported & {"Gelu", "Elu", "LSTM"}
+
+
+def test_ethos_u55_ops_are_the_mapped_vela_list() -> None:
+    # Vela 3.11.0 SUPPORTED_OPS.md, TFLite summary table
+    # fmt: off
+    vela = [
+        "ABS", "ADD", "ARG_MAX", "AVERAGE_POOL_2D", "CONCATENATION", "CONV_2D", "DEPTHWISE_CONV_2D", "EXP",
+        "EXPAND_DIMS", "FULLY_CONNECTED", "HARD_SWISH", "LEAKY_RELU", "LOGISTIC", "MAXIMUM", "MAX_POOL_2D", "MEAN",
+        "MINIMUM", "MIRROR_PAD", "MUL", "PACK", "PAD", "PRELU", "QUANTIZE", "RELU", "RELU6", "RELU_N1_TO_1",
+        "RESHAPE", "RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR", "RSQRT", "SHAPE", "SLICE", "SOFTMAX", "SPLIT",
+        "SPLIT_V", "SQUARED_DIFFERENCE", "SQUEEZE", "STRIDED_SLICE", "SUB", "TANH", "TRANSPOSE", "TRANSPOSE_CONV",
+        "UNIDIRECTIONAL_SEQUENCE_LSTM", "UNPACK",
+    ]
+    # fmt: on
+    mapped = {OP_MAP[name] for name in vela if name in OP_MAP}
+    assert set(load_target("ethos-u55").data["ops"]["supported"]) == mapped
+
+
+# --- broken target files ----------------------------------------------------------------------------------------
+
+VALID = """\
+[target]
+name = "own"
+description = "my board"
+kind = "npu"
+precisions = ["a8", "fp16"]
+default_precision = "a8"
+chips = ["v1", "v2"]
+default_chip = "v1"
+sources = ["Board manual — DOC-123"]
+
+[fusion]
+source = "Board manual — DOC-123"
+requires_lone_consumer = true
+[fusion.precision.a8]
+activations = ["Relu", "Relu6"]
+[fusion.precision.fp16]
+activations = ["Relu"]
+[[fusion.conditional]]
+activations = ["PRelu"]
+chips = ["v2"]
+precisions = ["a8"]
+source = "Board manual — DOC-123"
+
+[ops]
+supported = ["Conv", "Relu", "Add"]
+fallback = "cpu"
+source = "Board manual — DOC-123"
+
+[layout]
+channel_alignment = 16
+source = "Board manual — DOC-123"
+
+[quantization]
+schemes = ["int8"]
+power_of_two_scales = false
+per_channel = "all"
+source = "Board manual — DOC-123"
+
+[activations]
+relu6_cost = "free"
+source = "Board manual — DOC-123"
+
+[data_movers]
+same_cost_precisions = ["a8", "fp16"]
+source = "Board manual — DOC-123"
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "own.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_valid_own_target_loads(tmp_path: Path) -> None:
+    target = load_target(str(write(tmp_path, VALID)))
+    assert (target.name, target.kind, target.precisions, target.default_precision) == (
+        "own",
+        "npu",
+        ("a8", "fp16"),
+        "a8",
+    )
+    assert (target.chips, target.default_chip) == (("v1", "v2"), "v1")
+    assert fuses(target, "PRelu", "a8", "v2") and not fuses(target, "PRelu", "a8", "v1")
+
+
+def test_own_target_without_precisions_uses_one_all_table(tmp_path: Path) -> None:
+    text = """\
+[target]
+name = "mini"
+sources = ["Notes — internal wiki page 7"]
+[fusion]
+source = "Notes — internal wiki page 7"
+[fusion.precision.all]
+activations = ["Relu"]
+[ops]
+supported = ["*"]
+fallback = "none"
+source = "Notes — internal wiki page 7"
+"""
+    target = load_target(str(write(tmp_path, text)))
+    assert target.precisions == () and fuses(target, "Relu") and not fuses(target, "Gelu")
+
+
+BROKEN = [
+    # (what, old text, new text, key the message must name)
+    ("unknown key", 'kind = "npu"', 'kind = "npu"\ncolour = "blue"', "target.colour"),
+    ("unknown section", "[layout]", "[costs]\nx = 1\n[layout]", "costs"),
+    ("unknown key in a fact", 'per_channel = "all"', 'per_channel = "all"\nsymmetric = true', "quantization.symmetric"),
+    ("wrong type", "channel_alignment = 16", 'channel_alignment = "16"', "layout.channel_alignment"),
+    (
+        "wrong type (bool)",
+        "power_of_two_scales = false",
+        'power_of_two_scales = "no"',
+        "quantization.power_of_two_scales",
+    ),
+    ("wrong type (list)", 'precisions = ["a8", "fp16"]', 'precisions = "a8"', "target.precisions"),
+    ("alignment below 1", "channel_alignment = 16", "channel_alignment = 0", "layout.channel_alignment"),
+    (
+        "default_precision not in precisions",
+        'default_precision = "a8"',
+        'default_precision = "a16"',
+        "target.default_precision",
+    ),
+    ("default_precision missing", 'default_precision = "a8"\n', "", "target.default_precision"),
+    ("default_chip not in chips", 'default_chip = "v1"', 'default_chip = "v3"', "target.default_chip"),
+    (
+        "unknown activation kind",
+        'activations = ["Relu", "Relu6"]',
+        'activations = ["Relu", "Swish"]',
+        "fusion.precision.a8.activations[1]",
+    ),
+    ("TFLite op name", 'supported = ["Conv", "Relu", "Add"]', 'supported = ["CONV_2D", "Relu"]', "ops.supported[0]"),
+    (
+        "snake-case op name",
+        'supported = ["Conv", "Relu", "Add"]',
+        'supported = ["Conv", "depthwise_conv"]',
+        "ops.supported[1]",
+    ),
+    ("wildcard mixed with ops", 'supported = ["Conv", "Relu", "Add"]', 'supported = ["*", "Conv"]', "ops.supported"),
+    ("fallback not an enum value", 'fallback = "cpu"', 'fallback = "gpu"', "ops.fallback"),
+    ("relu6_cost not an enum value", 'relu6_cost = "free"', 'relu6_cost = "cheap"', "activations.relu6_cost"),
+    ("per_channel not an enum value", 'per_channel = "all"', 'per_channel = "some"', "quantization.per_channel"),
+    ("scheme unknown", 'schemes = ["int8"]', 'schemes = ["int7"]', "quantization.schemes[0]"),
+    ("precision table missing", '[fusion.precision.fp16]\nactivations = ["Relu"]\n', "", "fusion.precision.fp16"),
+    ("precision table not declared", "[fusion.precision.fp16]", "[fusion.precision.int4]", "fusion.precision.int4"),
+    ("conditional chip not declared", 'chips = ["v2"]', 'chips = ["v9"]', "fusion.conditional[0].chips[0]"),
+    (
+        "conditional precision not declared",
+        'precisions = ["a8"]\nsource',
+        'precisions = ["a16"]\nsource',
+        "fusion.conditional[0].precisions[0]",
+    ),
+    (
+        "source not listed",
+        'channel_alignment = 16\nsource = "Board manual — DOC-123"',
+        'channel_alignment = 16\nsource = "Some blog"',
+        "layout.source",
+    ),
+    ("missing required fact key", 'relu6_cost = "free"\n', "", "activations.relu6_cost"),
+    (
+        "data movers precision not declared",
+        'same_cost_precisions = ["a8", "fp16"]',
+        'same_cost_precisions = ["a16"]',
+        "data_movers.same_cost_precisions[0]",
+    ),
+]
+
+
+@pytest.mark.parametrize(("what", "old", "new", "key"), BROKEN, ids=[case[0] for case in BROKEN])
+def test_broken_target_file_names_the_file_and_the_key(tmp_path: Path, what: str, old: str, new: str, key: str) -> None:
+    assert old in VALID, what
+    path = write(tmp_path, VALID.replace(old, new, 1))
+    with pytest.raises(UsageError) as caught:
+        load_target(str(path))
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith(f"{path}: {key}: "), message
+
+
+def test_missing_target_table(tmp_path: Path) -> None:
+    path = write(tmp_path, "[fusion]" + VALID.split("[fusion]", 1)[1])
+    with pytest.raises(UsageError, match=r"own\.toml: target: missing required \[target\] table"):
+        load_target(str(path))
+
+
+def test_builtin_name_must_equal_the_file_stem() -> None:
+    data = load_target("ort-cpu").data
+    with pytest.raises(UsageError, match=r"ort-cpu\.toml: target\.name: .*'ort-cpu'"):
+        validate_target({**data, "target": {**data["target"], "name": "ort"}}, "ort-cpu.toml", builtin_name="ort-cpu")
+
+
+def test_invalid_toml_and_unreadable_file_are_usage_errors(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="invalid TOML"):
+        load_target(str(write(tmp_path, "[target\nname = 1")))
+    with pytest.raises(UsageError, match="cannot read target file"):
+        load_target(str(tmp_path / "absent.toml"))
+
+
+# --- the command line -------------------------------------------------------------------------------------------
+
+
+def test_cli_check_with_own_target_file(run_cli, tmp_path: Path) -> None:
+    path = write(tmp_path, VALID)
+    result = run_cli("check", MODEL, "--target", path, "--format", "json")
+    assert result.returncode in (0, 1), result.stderr
+    report = json.loads(result.stdout)
+    assert [model["target"] for model in report["models"]] == ["own"]
+
+
+def test_cli_check_with_invalid_target_file_exits_2_with_one_line(run_cli, tmp_path: Path) -> None:
+    path = write(tmp_path, VALID.replace('relu6_cost = "free"', 'relu6_cost = "cheap"'))
+    result = run_cli("check", MODEL, "--target", path, "--format", "json")
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"netlint: error: {path}: activations.relu6_cost: ")
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("name", HARDWARE)
+def test_cli_check_with_each_builtin_target(run_cli, name: str) -> None:
+    result = run_cli("check", MODEL, "--target", name, "--format", "json")
+    assert result.returncode in (0, 1), result.stderr
+    assert json.loads(result.stdout)["models"][0]["target"] == name
+
+
+def test_cli_targets_lists_every_target_and_its_sources(run_cli) -> None:
+    result = run_cli("targets")
+    assert result.returncode == 0, result.stderr
+    for target in list_targets():
+        assert target.name in result.stdout
+        for source in target.sources:
+            assert source in result.stdout
