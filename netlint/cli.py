@@ -77,7 +77,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return EXIT_CLEAN
     except Exception as exc:  # a bug in netlint: still one line, with what to report
-        print(f"netlint: internal error: {type(exc).__name__}: {exc} (please report this)", file=sys.stderr)
+        from netlint.report.text import safe
+
+        print(f"netlint: internal error: {type(exc).__name__}: {safe(str(exc))} (please report this)", file=sys.stderr)
         return EXIT_ERROR
 
 

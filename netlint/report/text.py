@@ -7,7 +7,7 @@ from collections import Counter, defaultdict
 
 from netlint.engine import ModelReport
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")  # C0/C1 controls, bidi overrides
 _COLOURS = {"error": "31", "warning": "33", "info": "36", "path": "1", "dim": "2"}
 
 

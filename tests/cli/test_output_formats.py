@@ -409,3 +409,12 @@ def test_tty_progress_never_shows_a_hostile_file_name_raw(tmp_path, two_models):
     assert "\x1b" not in re.sub(r"\r\x1b\[2K", "", output)
     assert "\x07" not in output
     assert "z\\x1b]0;pwned\\x07\\x1b[2J.onnx" in output
+
+
+def test_bidi_overrides_in_model_strings_are_escaped() -> None:
+    """U+202E and friends reorder what a terminal shows (Trojan Source): they are shown escaped, never raw."""
+    from netlint.report.text import safe
+
+    assert safe("conv\u202egnp.exe") == "conv\\u202egnp.exe"
+    assert safe("a\u2066b\u2069") == "a\\u2066b\\u2069"
+    assert safe("plain /layer1/0/conv1/Conv") == "plain /layer1/0/conv1/Conv"
