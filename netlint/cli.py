@@ -15,6 +15,7 @@ from pathlib import Path
 
 from netlint import __version__
 from netlint.errors import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, NetlintError, UsageError
+from netlint.terminal import safe  # messages may quote models or configuration files: no raw control characters
 
 
 def _split(values: list[str] | None) -> list[str] | None:
@@ -67,8 +68,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _rule(args.rule)
         return _targets()
     except NetlintError as exc:
-        from netlint.report.text import safe  # messages may quote configuration files: no raw control characters
-
         print(f"netlint: error: {safe(str(exc))}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
@@ -77,8 +76,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return EXIT_CLEAN
     except Exception as exc:  # a bug in netlint: still one line, with what to report
-        from netlint.report.text import safe
-
         print(f"netlint: internal error: {type(exc).__name__}: {safe(str(exc))} (please report this)", file=sys.stderr)
         return EXIT_ERROR
 
@@ -88,7 +85,6 @@ def _check(args: argparse.Namespace) -> int:
     from netlint.engine import ModelReport, lint_file
     from netlint.io import find_models
     from netlint.report import render_text, to_json
-    from netlint.report.text import safe
 
     overrides = Overrides(args.target, _split(args.select), _split(args.extend_select) or [], _split(args.ignore) or [])
     fixed_config = read_config_file(Path(args.config)) if args.config else FileConfig() if args.isolated else None

@@ -114,15 +114,13 @@ def read_config_file(path: Path) -> FileConfig:
         raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    values = document
     if path.name == "pyproject.toml":
         tool = document.get("tool", {})
         values = tool.get("netlint", {}) if isinstance(tool, dict) else {}
         if not isinstance(values, dict):
             raise ConfigError(f"{path}: [tool.netlint] must be a table")
-        where = f"{path} [tool.netlint]"
-    else:
-        values, where = document, str(path)
-    return FileConfig(path, validate(values, where))
+    return FileConfig(path, validate(values, _table_name(path)))
 
 
 @lru_cache(maxsize=256)
@@ -200,5 +198,9 @@ def _configured_target(name_or_path: str | None, config_path: Path | None) -> Ta
     try:
         return load_target(name_or_path)
     except UsageError as exc:
-        where = f"{config_path} [tool.netlint]" if config_path.name == "pyproject.toml" else str(config_path)
-        raise ConfigError(f"{where}: 'target': {exc}") from None
+        raise ConfigError(f"{_table_name(config_path)}: 'target': {exc}") from None
+
+
+def _table_name(path: Path) -> str:
+    """How errors name a configuration file: pyproject.toml's netlint settings live in its [tool.netlint] table."""
+    return f"{path} [tool.netlint]" if path.name == "pyproject.toml" else str(path)

@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from collections import Counter, defaultdict
 
 from netlint.engine import ModelReport
+from netlint.terminal import safe
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")  # C0/C1 controls, bidi overrides
 _COLOURS = {"error": "31", "warning": "33", "info": "36", "path": "1", "dim": "2"}
-
-
-def safe(text: str) -> str:
-    """Model-provided strings may hold terminal escape sequences: show control characters escaped, never raw."""
-    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
 def render_text(reports: list[ModelReport], colour: bool = False) -> str:

@@ -413,7 +413,7 @@ def test_tty_progress_never_shows_a_hostile_file_name_raw(tmp_path, two_models):
 
 def test_bidi_overrides_in_model_strings_are_escaped() -> None:
     """U+202E and friends reorder what a terminal shows (Trojan Source): they are shown escaped, never raw."""
-    from netlint.report.text import safe
+    from netlint.terminal import safe
 
     assert safe("conv\u202egnp.exe") == "conv\\u202egnp.exe"
     assert safe("a\u2066b\u2069") == "a\\u2066b\\u2069"
