@@ -35,6 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     check = commands.add_parser("check", help="lint model files or folders of them")
     check.add_argument("paths", nargs="+", metavar="PATH", help=".onnx/.tflite files, or folders searched recursively")
     check.add_argument("--target", help="hardware target name or .toml file (default: generic; see `netlint targets`)")
+    check.add_argument("--precision", help="the target's precision, e.g. a8, a16, fp16 (default: the target's default)")
+    check.add_argument("--chip", help="the target's chip generation, e.g. 8550 (default: the target's default)")
     check.add_argument("--select", action="append", metavar="RULES", help="only these rules: codes, prefixes, names")
     check.add_argument("--extend-select", action="append", metavar="RULES", help="add rules to the selection")
     check.add_argument("--ignore", action="append", metavar="RULES", help="turn these rules off")
@@ -86,7 +88,14 @@ def _check(args: argparse.Namespace) -> int:
     from netlint.io import find_models
     from netlint.report import render_text, to_json
 
-    overrides = Overrides(args.target, _split(args.select), _split(args.extend_select) or [], _split(args.ignore) or [])
+    overrides = Overrides(
+        args.target,
+        args.precision,
+        args.chip,
+        _split(args.select),
+        _split(args.extend_select) or [],
+        _split(args.ignore) or [],
+    )
     fixed_config = read_config_file(Path(args.config)) if args.config else FileConfig() if args.isolated else None
     paths = find_models(args.paths)
     if not paths:
@@ -187,6 +196,12 @@ def _targets() -> int:
 
     for target in list_targets():
         print(f"{target.name:<16} {target.description}")
+        if target.precisions:
+            shown = ", ".join(f"{p} (default)" if p == target.default_precision else p for p in target.precisions)
+            print(f"{'':<16}   --precision: {shown}")
+        if target.chips:
+            shown = ", ".join(f"{c} (default)" if c == target.default_chip else c for c in target.chips)
+            print(f"{'':<16}   --chip: {shown}")
         for source in target.sources:
             print(f"{'':<16}   source: {source}")
     return EXIT_CLEAN

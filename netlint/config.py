@@ -22,6 +22,8 @@ from netlint.targets import Target, load_target
 _LIST_OF_STR = "a list of strings"
 KEYS: dict[str, str] = {
     "target": "a string (a target name or a path to a .toml target file)",
+    "precision": "a string (one of the target's precisions, e.g. 'a16'; `netlint targets` lists them)",
+    "chip": "a string (one of the target's chips, e.g. '8550')",
     "select": _LIST_OF_STR,
     "extend-select": _LIST_OF_STR,
     "ignore": _LIST_OF_STR,
@@ -84,8 +86,8 @@ def validate(values: dict[str, Any], where: str) -> dict[str, Any]:
     for key, value in values.items():
         if key not in KEYS:
             raise ConfigError(f"{where}: unknown key '{key}' (known keys: {', '.join(KEYS)})")
-        if key == "target" and not isinstance(value, str):
-            raise ConfigError(f"{where}: 'target' must be {KEYS['target']}, got {_describe(value)}")
+        if key in ("target", "precision", "chip") and not isinstance(value, str):
+            raise ConfigError(f"{where}: '{key}' must be {KEYS[key]}, got {_describe(value)}")
         if key in ("select", "extend-select", "ignore"):
             for selector in _check_list(value, key, where):
                 resolve_selector(selector, f"{where}: '{key}'")
@@ -153,6 +155,8 @@ class Overrides:
     """Command-line flags; None means 'not given' so the file's value stands."""
 
     target: str | None = None
+    precision: str | None = None
+    chip: str | None = None
     select: list[str] | None = None
     extend_select: list[str] = field(default_factory=list)
     ignore: list[str] = field(default_factory=list)
@@ -181,11 +185,25 @@ def settings_for(file_config: FileConfig, overrides: Overrides) -> Settings:
     for selector, level in values.get("severity", {}).items():
         for code in resolve_selector(selector, where):
             severity[code] = level
-    if overrides.target is not None:
-        target = load_target(overrides.target)
+    if overrides.target is not None:  # a target named on the command line does not inherit the file's precision/chip
+        target = load_target(overrides.target, overrides.precision, overrides.chip)
     else:
         target = _configured_target(values.get("target"), file_config.path)
+        target = _select(target, overrides.precision or values.get("precision"), overrides, "precision", file_config)
+        target = _select(target, overrides.chip or values.get("chip"), overrides, "chip", file_config)
     return Settings([rules[code] for code in sorted(codes)], target, per_node, severity, file_config.path)
+
+
+def _select(target: Target, wanted: str | None, overrides: Overrides, key: str, config: FileConfig) -> Target:
+    """Choose a precision or chip on a configured target; an unknown one names the file's key unless it is a flag."""
+    if wanted is None:
+        return target
+    try:
+        return target.select(wanted, None) if key == "precision" else target.select(target.precision, wanted)
+    except UsageError as exc:
+        if getattr(overrides, key) is not None or config.path is None:
+            raise
+        raise ConfigError(f"{_table_name(config.path)}: '{key}': {exc}") from None
 
 
 def _configured_target(name_or_path: str | None, config_path: Path | None) -> Target:

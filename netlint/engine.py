@@ -24,6 +24,8 @@ class ModelReport:
     path: str
     format: str | None
     target: str
+    precision: str | None = None
+    chip: str | None = None
     findings: list[Finding] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     skipped: list[Skip] = field(default_factory=list)
@@ -35,12 +37,15 @@ def lint_file(path: Path, settings: Settings) -> ModelReport:
     try:
         model = load_model(path)
     except ModelLoadError as exc:
-        return ModelReport(str(path), None, settings.target.name, errors=[str(exc)])
+        return ModelReport(
+            str(path), None, settings.target.name, settings.target.precision, settings.target.chip, errors=[str(exc)]
+        )
     return lint_model(model, settings)
 
 
 def lint_model(model: Model, settings: Settings) -> ModelReport:
-    report = ModelReport(model.path, model.format, settings.target.name, notes=list(model.notes))
+    target = settings.target
+    report = ModelReport(model.path, model.format, target.name, target.precision, target.chip, notes=list(model.notes))
     ctx = Context(settings.target)
     rules = [cls() for cls in settings.rules]
     by_anchor: dict[str, list[Rule]] = defaultdict(list)

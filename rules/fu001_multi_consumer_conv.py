@@ -5,7 +5,7 @@ from __future__ import annotations
 from netlint.ir import Graph, Node
 from netlint.ir.ops import CONV_OPS
 from netlint.pattern import Match, Op
-from netlint.rule import Context, FixRef, Rule, register
+from netlint.rule import Context, FixRef, Rule, Severity, register
 
 
 @register
@@ -40,8 +40,10 @@ class MultiConsumerConv(Rule):
     conv's only use (e.g. take the residual branch after the activation).
 
     ## Targets
-    Qualcomm HTP (HMX activation fusion), TI TDA4 (MMA applies ReLU on the fly), oneDNN (post-ops), ONNX Runtime
-    (ConvActivationFusion), TensorRT (conv + activation layer fusion).
+    Qualcomm HTP (HMX activation fusion; its guide exempts simple activations such as Relu from the
+    lone-consumer condition, so there a multi-consumer conv + Relu is reported as info only), TI TDA4 (MMA applies
+    ReLU on the fly), oneDNN (post-ops), ONNX Runtime (ConvActivationFusion), TensorRT (conv + activation layer
+    fusion).
 
     ## References
     - Qualcomm AI Engine Direct SDK, HTP guidelines, "Choice of Activation functions" (80-63442-10):
@@ -93,6 +95,13 @@ class MultiConsumerConv(Rule):
             f"{match.anchor.label()} output '{match.anchor.output}' feeds {graph.activation(first)} '{first.id}' and "
             f"also {', '.join(also)}, so the activation cannot fuse into the conv"
         )
+
+    def severity_for(self, graph: Graph, match: Match, ctx: Context) -> Severity:
+        """Advice only (info) where the target fuses these activations even when the conv has other consumers
+        (Qualcomm HTP: simple Relu-family activations are not subject to the lone-consumer condition)."""
+        activations: list[Node] = match.data["activations"]  # type: ignore[assignment]
+        exempt = all(not ctx.target.needs_lone_consumer(graph.activation(node) or node.op) for node in activations)
+        return "info" if exempt else self.severity
 
     def help(self, graph: Graph, match: Match, ctx: Context) -> str:
         return "give the activation its own copy of the conv, or restructure so the activation is the conv's only use"

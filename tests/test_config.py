@@ -295,6 +295,28 @@ def test_target_flag_overrides_the_configured_target(check, tmp_path):
     assert json.loads(result.stdout)["models"][0]["target"] == "mine"
 
 
+def test_precision_and_chip_from_configuration_and_flags(check, tmp_path):
+    write(tmp_path / "netlint.toml", 'target = "qualcomm-htp"\nprecision = "a16"\nchip = "8550"\n')
+    model = prelu_model(tmp_path / "m.onnx")
+
+    def selection(*flags: str) -> tuple[str, str | None, str | None]:
+        entry = json.loads(check(model, *flags).stdout)["models"][0]
+        return entry["target"], entry["precision"], entry["chip"]
+
+    assert selection() == ("qualcomm-htp", "a16", "8550")
+    assert selection("--precision", "fp16") == ("qualcomm-htp", "fp16", "8550")
+    assert selection("--chip", "8650") == ("qualcomm-htp", "a16", "8650")
+    # a target named on the command line starts from its own defaults, not the file's precision for another target
+    assert selection("--target", "ti-tda4vm") == ("ti-tda4vm", "int8", None)
+    assert selection("--target", "ti-tda4vm", "--precision", "int16") == ("ti-tda4vm", "int16", None)
+
+
+def test_unknown_precision_flag_exits_2_listing_the_known_ones(check, tmp_path):
+    result = check(prelu_model(tmp_path / "m.onnx"), "--target", "qualcomm-htp", "--precision", "int8")
+    line = one_error_line(result)
+    assert "no precision 'int8' (a8, a16, fp16)" in line
+
+
 def test_config_flag_replaces_the_search(check, tmp_path):
     write(tmp_path / "repo" / "netlint.toml", 'ignore = ["FU004"]\n')
     explicit = write(tmp_path / "elsewhere" / "strict.toml", 'severity = { FU004 = "error" }\n')
@@ -338,10 +360,17 @@ CONFIG_ERRORS = [
     ('per-node-ignores = { "x" = "FU001" }\n', "per-node-ignores"),
     ('per-node-ignores = { "x" = ["FU999"] }\n', "per-node-ignores"),
     ("target = 3\n", "target"),
+    ("precision = 16\n", "precision"),
+    ('chip = ["8550"]\n', "chip"),
+]
+# valid types, but names the configured target does not declare: found when the target is loaded for a model
+SELECTION_ERRORS = [
+    ('precision = "a4"\n', "precision"),
+    ('target = "qualcomm-htp"\nchip = "8250"\n', "chip"),
 ]
 
 
-@pytest.mark.parametrize(("config", "key"), CONFIG_ERRORS)
+@pytest.mark.parametrize(("config", "key"), CONFIG_ERRORS + SELECTION_ERRORS)
 def test_configuration_errors_exit_2_naming_file_and_key(in_process, tmp_path, config, key):
     path = write(tmp_path / "repo" / "netlint.toml", config)
     line = one_error_line(in_process(prelu_model(tmp_path / "repo" / "m.onnx")))

@@ -11,7 +11,7 @@ import pytest
 
 from netlint.errors import UsageError
 from netlint.io.tflite_io import OP_MAP
-from netlint.targets import Target, list_targets, load_target
+from netlint.targets import Target, list_targets, load_target, precision_numeric
 from netlint.targets.schema import ACTIVATION_KINDS, validate_target
 
 BUILTIN = ("generic", "qualcomm-htp", "ti-tda4vm", "onednn-cpu", "ort-cpu", "ethos-u55")
@@ -21,22 +21,8 @@ MODEL = Path(__file__).resolve().parent / "data" / "facenet_mtcnn_pnet.onnx"
 
 
 def fuses(target: Target, kind: str, precision: str | None = None, chip: str | None = None) -> bool:
-    """Whether activation `kind` fuses into the preceding conv on `target` (defaults: its default precision/chip),
-    read the way the fusion rule reads [fusion]: the precision's table plus the conditional entries that apply."""
-    fusion = target.data["fusion"]
-    precision = precision or target.default_precision or "all"
-    chip = chip or target.default_chip
-    if kind in fusion["precision"][precision]["activations"]:
-        return True
-    for entry in fusion.get("conditional", []):
-        if kind not in entry["activations"]:
-            continue
-        if "chips" in entry and chip not in entry["chips"]:
-            continue
-        if "precisions" in entry and precision not in entry["precisions"]:
-            continue
-        return True
-    return False
+    """Whether activation `kind` fuses into the preceding conv on `target` (defaults: its default precision/chip)."""
+    return bool(target.select(precision, chip).fuses(kind))
 
 
 def cited_sources(data: dict[str, Any]) -> Iterator[tuple[str, str]]:
@@ -80,10 +66,80 @@ def test_hardware_targets_state_every_fact_with_sources(name: str) -> None:
     assert all(" — " in source for source in target.sources), "sources read 'Title — URL or document id'"
 
 
-def test_generic_stays_valid_without_precisions() -> None:
+def test_generic_states_only_the_portable_fusion_set() -> None:
     target = load_target("generic")
-    assert (target.precisions, target.default_precision, target.chips, target.sources) == ((), None, (), ())
     assert load_target(None).name == "generic"
+    assert target.precision == "fp32" and "fp16" in target.precisions and target.chips == ()
+    assert target.fused_activations() == {"Relu", "Relu6", "ReluN1To1", "Relu0To1", "Clip"}
+    assert target.supports_op("Conv") is None and target.channel_alignment is None and target.static_shapes is None
+
+
+# --- selection and the query API the rules use --------------------------------------------------------------------
+
+
+def test_select_precision_and_chip_changes_what_fuses() -> None:
+    old = load_target("qualcomm-htp")
+    new = load_target("qualcomm-htp", "a16", "8550")
+    assert (old.precision, old.chip, old.label) == ("a8", "8450", "qualcomm-htp (a8, chip 8450)")
+    assert (new.precision, new.chip, new.label) == ("a16", "8550", "qualcomm-htp (a16, chip 8550)")
+    assert old.fuses("PRelu") is False and new.fuses("PRelu") is True
+    assert old.fuses("Sigmoid") is False and new.fuses("Sigmoid") is False
+    assert old.fuses("Relu6") is True
+    assert load_target("ort-cpu").label == "ort-cpu"
+
+
+@pytest.mark.parametrize(
+    ("name", "precision", "chip", "expected"),
+    [
+        ("qualcomm-htp", "a4", None, "target 'qualcomm-htp' has no precision 'a4' (a8, a16, fp16)"),
+        ("qualcomm-htp", None, "8250", "target 'qualcomm-htp' has no chip '8250' (8450, 8550, 8650)"),
+        ("ort-cpu", "fp16", None, "target 'ort-cpu' has no precision 'fp16' (it declares no precisions)"),
+    ],
+)
+def test_unknown_precision_or_chip_is_a_usage_error(name: str, precision: str, chip: str, expected: str) -> None:
+    with pytest.raises(UsageError) as error:
+        load_target(name, precision, chip)
+    assert str(error.value) == expected
+
+
+def test_lone_consumer_exemption_is_per_activation() -> None:
+    htp, ort = load_target("qualcomm-htp"), load_target("ort-cpu")
+    assert htp.needs_lone_consumer("Relu") is False and htp.needs_lone_consumer("PRelu") is True
+    assert ort.needs_lone_consumer("Relu") is True
+
+
+def test_residual_fusion_facts() -> None:
+    ort, onednn = load_target("ort-cpu").residual_fusion(), load_target("onednn-cpu").residual_fusion()
+    assert ort is not None and ort["requires_bias"] and ort["requires_same_shape"] and "Relu" in ort["activations"]
+    assert onednn is not None and not onednn["requires_bias"] and onednn["requires_same_shape"]
+    assert load_target("qualcomm-htp").residual_fusion() is None
+
+
+def test_facts_read_through_the_api() -> None:
+    ti = load_target("ti-tda4vm", "int16")
+    assert ti.macs_per_cycle() == 1024 and ti.macs_per_cycle("int8") == 4096
+    assert ti.power_of_two_scales is True and ti.per_channel == "depthwise-only" and ti.relu6_cost == "lut"
+    assert ti.channel_alignment == 64 and ti.supports_op("Conv") and not ti.supports_op("LSTM")
+    assert load_target("ort-cpu").supports_op("AnythingAtAll") is True
+    assert ti.source("quantization") in ti.sources
+
+
+@pytest.mark.parametrize(
+    ("precision", "expected"),
+    [
+        ("a8", ("int", 8)),
+        ("a16", ("int", 16)),
+        ("int16x8", ("int", 16)),
+        ("uint8", ("int", 8)),
+        ("fp16", ("float", 16)),
+        ("bf16", ("float", 16)),
+        ("fp32", ("float", 32)),
+        ("all", None),
+        (None, None),
+    ],
+)
+def test_precision_numeric(precision: str | None, expected: tuple[str, int] | None) -> None:
+    assert precision_numeric(precision) == expected
 
 
 @pytest.mark.parametrize("name", HARDWARE)
@@ -222,6 +278,12 @@ sources = ["Board manual — DOC-123"]
 [fusion]
 source = "Board manual — DOC-123"
 requires_lone_consumer = true
+lone_consumer_exempt = ["Relu"]
+[fusion.residual]
+activations = ["Relu"]
+requires_bias = false
+requires_same_shape = true
+source = "Board manual — DOC-123"
 [fusion.precision.a8]
 activations = ["Relu", "Relu6"]
 [fusion.precision.fp16]
@@ -254,6 +316,14 @@ source = "Board manual — DOC-123"
 [data_movers]
 same_cost_precisions = ["a8", "fp16"]
 source = "Board manual — DOC-123"
+
+[shapes]
+static = true
+source = "Board manual — DOC-123"
+
+[throughput]
+macs_per_cycle = { a8 = 512, fp16 = 128 }
+source = "Board manual — DOC-123"
 """
 
 
@@ -273,6 +343,14 @@ def test_valid_own_target_loads(tmp_path: Path) -> None:
     )
     assert (target.chips, target.default_chip) == (("v1", "v2"), "v1")
     assert fuses(target, "PRelu", "a8", "v2") and not fuses(target, "PRelu", "a8", "v1")
+    assert target.static_shapes is True and target.macs_per_cycle("fp16") == 128
+    assert not target.needs_lone_consumer("Relu") and target.needs_lone_consumer("Relu6")
+    assert target.residual_fusion() == {
+        "activations": ["Relu"],
+        "requires_bias": False,
+        "requires_same_shape": True,
+        "source": "Board manual — DOC-123",
+    }
 
 
 def test_own_target_without_precisions_uses_one_all_table(tmp_path: Path) -> None:
@@ -349,6 +427,22 @@ BROKEN = [
         "layout.source",
     ),
     ("missing required fact key", 'relu6_cost = "free"\n', "", "activations.relu6_cost"),
+    (
+        "exempt not an activation",
+        'lone_consumer_exempt = ["Relu"]',
+        'lone_consumer_exempt = ["Foo"]',
+        "fusion.lone_consumer_exempt[0]",
+    ),
+    ("residual key missing", "requires_bias = false\n", "", "fusion.residual.requires_bias"),
+    (
+        "residual wrong type",
+        "requires_same_shape = true",
+        "requires_same_shape = 1",
+        "fusion.residual.requires_same_shape",
+    ),
+    ("shapes wrong type", "static = true", 'static = "yes"', "shapes.static"),
+    ("throughput precision not declared", "a8 = 512", "a4 = 512", "throughput.macs_per_cycle.a4"),
+    ("throughput not positive", "a8 = 512", "a8 = 0", "throughput.macs_per_cycle.a8"),
     (
         "data movers precision not declared",
         'same_cost_precisions = ["a8", "fp16"]',

@@ -11,7 +11,7 @@ from netlint import __version__
 from netlint.engine import ModelReport
 from netlint.rule import Finding
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"  # 1.1: model.precision and model.chip
 
 
 def finding_json(finding: Finding) -> dict[str, Any]:
@@ -32,6 +32,8 @@ def model_json(report: ModelReport) -> dict[str, Any]:
         "path": report.path,
         "format": report.format,
         "target": report.target,
+        "precision": report.precision,
+        "chip": report.chip,
         "findings": [finding_json(finding) for finding in report.findings],
         "errors": report.errors,
         "skipped": [asdict(skip) for skip in report.skipped],

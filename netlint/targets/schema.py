@@ -6,12 +6,15 @@ Unknown keys are errors, so a typo never silently turns a hardware fact off.
 Layout of a target document (every section but [target] is optional; `generic.toml` has only [target]):
 
     [target]        name, description, kind, precisions, default_precision, chips, default_chip, sources
-    [fusion]        source, requires_lone_consumer, precision.<p>.activations, [[fusion.conditional]]
+    [fusion]        source, requires_lone_consumer, lone_consumer_exempt, precision.<p>.activations,
+                    [[fusion.conditional]], [fusion.residual] (activations, requires_bias, requires_same_shape, source)
     [ops]           supported, fallback, source
     [layout]        channel_alignment, source
     [quantization]  schemes, power_of_two_scales, per_channel, source
     [activations]   relu6_cost, notes, source
     [data_movers]   same_cost_precisions, source
+    [shapes]        static, source
+    [throughput]    macs_per_cycle.<precision> (MACs per cycle of the conv/matmul engine), source
 
 Each fact's `source` must be one of the strings listed in `target.sources`.
 """
@@ -47,13 +50,19 @@ _SECTIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
         frozenset({"name"}),
         frozenset({"description", "kind", "precisions", "default_precision", "chips", "default_chip", "sources"}),
     ),
-    "fusion": (frozenset({"source", "precision"}), frozenset({"requires_lone_consumer", "conditional"})),
+    "fusion": (
+        frozenset({"source", "precision"}),
+        frozenset({"requires_lone_consumer", "lone_consumer_exempt", "conditional", "residual"}),
+    ),
     "ops": (frozenset({"supported", "fallback", "source"}), frozenset()),
     "layout": (frozenset({"channel_alignment", "source"}), frozenset()),
     "quantization": (frozenset({"schemes", "power_of_two_scales", "per_channel", "source"}), frozenset()),
     "activations": (frozenset({"relu6_cost", "source"}), frozenset({"notes"})),
     "data_movers": (frozenset({"same_cost_precisions", "source"}), frozenset()),
+    "shapes": (frozenset({"static", "source"}), frozenset()),
+    "throughput": (frozenset({"macs_per_cycle", "source"}), frozenset()),
 }
+_RESIDUAL_KEYS = (frozenset({"activations", "requires_bias", "requires_same_shape", "source"}), frozenset())
 _CONDITIONAL_KEYS = (frozenset({"activations", "source"}), frozenset({"chips", "precisions"}))
 _PRECISION_TABLE_KEYS = (frozenset({"activations"}), frozenset())
 
@@ -207,6 +216,10 @@ class _Validator:
             self.activations(data["activations"])
         if "data_movers" in data:
             self.data_movers(data["data_movers"])
+        if "shapes" in data:
+            self.shapes(data["shapes"])
+        if "throughput" in data:
+            self.throughput(data["throughput"])
 
     def target(self, table: Mapping[str, Any], builtin_name: str | None) -> None:
         self.keys(table, "target", _SECTIONS["target"])
@@ -236,6 +249,15 @@ class _Validator:
         self.source(table, "fusion")
         if "requires_lone_consumer" in table:
             self.boolean(table["requires_lone_consumer"], "fusion.requires_lone_consumer")
+        if "lone_consumer_exempt" in table:
+            self.strings(table["lone_consumer_exempt"], "fusion.lone_consumer_exempt", item=self.activation)
+        if "residual" in table:
+            residual = self.table(table["residual"], "fusion.residual")
+            self.keys(residual, "fusion.residual", _RESIDUAL_KEYS)
+            self.strings(residual["activations"], "fusion.residual.activations", item=self.activation)
+            self.boolean(residual["requires_bias"], "fusion.residual.requires_bias")
+            self.boolean(residual["requires_same_shape"], "fusion.residual.requires_same_shape")
+            self.source(residual, "fusion.residual")
         per_precision = self.table(table["precision"], "fusion.precision")
         expected = self.precisions or (ALL_PRECISIONS,)
         for name in per_precision:
@@ -312,6 +334,19 @@ class _Validator:
             item=self.declared_precision,
         )
         self.source(table, "data_movers")
+
+    def shapes(self, table: Mapping[str, Any]) -> None:
+        self.keys(table, "shapes", _SECTIONS["shapes"])
+        self.boolean(table["static"], "shapes.static")
+        self.source(table, "shapes")
+
+    def throughput(self, table: Mapping[str, Any]) -> None:
+        self.keys(table, "throughput", _SECTIONS["throughput"])
+        per_precision = self.table(table["macs_per_cycle"], "throughput.macs_per_cycle")
+        for name, value in per_precision.items():
+            self.declared_precision(name, f"throughput.macs_per_cycle.{name}")
+            self.integer(value, f"throughput.macs_per_cycle.{name}", 1)
+        self.source(table, "throughput")
 
 
 def op_type_problem(name: str) -> str | None:

@@ -205,20 +205,30 @@ def load(model: onnx.ModelProto | bytes | str | PathLike[str], base: str | PathL
 
 
 def lint(
-    model: onnx.ModelProto | bytes | str | PathLike[str], select: list[str] | None = None, target: str | None = None
+    model: onnx.ModelProto | bytes | str | PathLike[str],
+    select: list[str] | None = None,
+    target: str | None = None,
+    precision: str | None = None,
+    chip: str | None = None,
 ) -> Any:
-    """The ModelReport `netlint check` would produce for `model`, with the given rule selection and target."""
+    """The ModelReport `netlint check` would produce for `model`, with the given rule selection and target (and the
+    target's precision and chip; None: its defaults)."""
     from netlint.config import FileConfig, Overrides, settings_for
     from netlint.engine import lint_model
 
-    return lint_model(load(model), settings_for(FileConfig(), Overrides(target=target, select=select)))
+    overrides = Overrides(target=target, precision=precision, chip=chip, select=select)
+    return lint_model(load(model), settings_for(FileConfig(), overrides))
 
 
 def findings_of(
-    model: onnx.ModelProto | bytes | str | PathLike[str], select: list[str] | None = None, target: str | None = None
+    model: onnx.ModelProto | bytes | str | PathLike[str],
+    select: list[str] | None = None,
+    target: str | None = None,
+    precision: str | None = None,
+    chip: str | None = None,
 ) -> list[Any]:
     """The findings for `model` (see `lint`)."""
-    return lint(model, select, target).findings
+    return lint(model, select, target, precision, chip).findings
 
 
 def codes(findings: list[Any]) -> list[str]:

@@ -136,6 +136,14 @@ def test_targets_lists_generic(cli):
     assert "No particular hardware" in generic
 
 
+def test_targets_lists_precisions_and_chips(cli):
+    lines = cli("targets").stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("qualcomm-htp "))
+    block = "\n".join(lines[start : start + 4])
+    assert "--precision: a8 (default), a16, fp16" in block
+    assert "--chip: 8450 (default), 8550, 8650" in block
+
+
 def test_version(cli):
     result = cli("--version")
     assert result.returncode == 0

@@ -329,3 +329,20 @@ def test_tflite_two_non_activation_consumers_are_fine() -> None:
     tb.output(tb.add(y, x))
     tb.output(tb.mul(y, x))
     assert codes(fu001(tb.build())) == []
+
+
+def test_severity_follows_the_targets_lone_consumer_exemption() -> None:
+    """Qualcomm HTP fuses Relu even into a multi-consumer conv (info there); PRelu is not exempt (warning)."""
+    from netlint.testing import GraphBuilder, findings_of
+
+    b = GraphBuilder()
+    x = b.input("x", [1, 4, 8, 8])
+    relu_conv = b.conv(x, 4, name="relu_conv")
+    b.output(b.relu(relu_conv, name="relu"), b.add(relu_conv, x, name="add_relu"))
+    prelu_conv = b.conv(x, 4, name="prelu_conv")
+    b.output(b.prelu(prelu_conv, [0.1, 0.2, 0.3, 0.4], name="prelu"), b.add(prelu_conv, x, name="add_prelu"))
+    model = b.build()
+    on_htp = {f.nodes[0]: f.severity for f in findings_of(model, ["FU001"], "qualcomm-htp", "a8", "8550")}
+    on_ort = {f.nodes[0]: f.severity for f in findings_of(model, ["FU001"], "ort-cpu")}
+    assert on_htp == {"relu_conv": "info", "prelu_conv": "warning"}
+    assert on_ort == {"relu_conv": "warning", "prelu_conv": "warning"}
