@@ -29,6 +29,7 @@ KEYS: dict[str, str] = {
     "ignore": _LIST_OF_STR,
     "per-node-ignores": "a table of node-id glob = list of rule selectors",
     "severity": "a table of rule selector = 'error' | 'warning' | 'info'",
+    "rule-options": "a table of rule code or name = table of option = value (`netlint rule CODE` lists them)",
 }
 
 
@@ -49,6 +50,7 @@ class Settings:
     per_node_ignores: list[tuple[str, frozenset[str]]] = field(default_factory=list)
     severity: dict[str, Severity] = field(default_factory=dict)
     config_path: Path | None = None
+    rule_options: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def ignored(self, node_id: str, code: str) -> bool:
         return any(code in codes and fnmatch.fnmatchcase(node_id, glob) for glob, codes in self.per_node_ignores)
@@ -105,7 +107,37 @@ def validate(values: dict[str, Any], where: str) -> dict[str, Any]:
                             f"{where}: '{key}.{sub_key}' must be one of {', '.join(SEVERITIES)}, "
                             f"got {_describe(sub_value)}"
                         )
+        if key == "rule-options":
+            _rule_options(value, where)
     return values
+
+
+def _rule_options(value: Any, where: str) -> dict[str, dict[str, Any]]:
+    """Validate `rule-options` and key it by rule code: each rule's table may hold only that rule's options, each
+    of the option's type."""
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: 'rule-options' must be {KEYS['rule-options']}, got {_describe(value)}")
+    rules = all_rules()
+    by_name = {cls.name: code for code, cls in rules.items()}
+    resolved: dict[str, dict[str, Any]] = {}
+    for selector, table in value.items():
+        code = selector if selector in rules else by_name.get(selector)
+        if code is None:
+            raise ConfigError(f"{where}: 'rule-options.{selector}': not a rule code or name (`netlint rules`)")
+        rule = rules[code]
+        if not isinstance(table, dict):
+            raise ConfigError(f"{where}: 'rule-options.{selector}' must be a table, got {_describe(table)}")
+        for option, setting in table.items():
+            key = f"rule-options.{selector}.{option}"
+            if option not in rule.options:
+                known = ", ".join(rule.options) or "none"
+                raise ConfigError(f"{where}: '{key}': {code} has no such option (its options: {known})")
+            expected = type(rule.options[option].default)
+            accepted = (int, float) if expected is float else (expected,)
+            if isinstance(setting, bool) != (expected is bool) or not isinstance(setting, accepted):
+                raise ConfigError(f"{where}: '{key}' must be {expected.__name__}, got {_describe(setting)}")
+        resolved[code] = dict(table)
+    return resolved
 
 
 def read_config_file(path: Path) -> FileConfig:
@@ -191,7 +223,8 @@ def settings_for(file_config: FileConfig, overrides: Overrides) -> Settings:
         target = _configured_target(values.get("target"), file_config.path)
         target = _select(target, overrides.precision or values.get("precision"), overrides, "precision", file_config)
         target = _select(target, overrides.chip or values.get("chip"), overrides, "chip", file_config)
-    return Settings([rules[code] for code in sorted(codes)], target, per_node, severity, file_config.path)
+    options = _rule_options(values.get("rule-options", {}), where)
+    return Settings([rules[code] for code in sorted(codes)], target, per_node, severity, file_config.path, options)
 
 
 def _select(target: Target, wanted: str | None, overrides: Overrides, key: str, config: FileConfig) -> Target:

@@ -46,7 +46,7 @@ def lint_file(path: Path, settings: Settings) -> ModelReport:
 def lint_model(model: Model, settings: Settings) -> ModelReport:
     target = settings.target
     report = ModelReport(model.path, model.format, target.name, target.precision, target.chip, notes=list(model.notes))
-    ctx = Context(settings.target)
+    ctx = Context(settings.target, options=settings.rule_options)
     rules = [cls() for cls in settings.rules]
     by_anchor: dict[str, list[Rule]] = defaultdict(list)
     scanners: list[Rule] = []

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from netlint.ir import Graph, Node
 from netlint.pattern import Match, Op
@@ -37,6 +37,15 @@ class FixRef:
 
     name: str
     applicability: Applicability
+
+
+@dataclass(frozen=True)
+class Option:
+    """A documented, configurable threshold of a rule (`rule-options` in the configuration); the default's type is
+    the option's type (an integer is accepted for a float)."""
+
+    default: float | int | bool | str
+    help: str
 
 
 @dataclass
@@ -66,9 +75,14 @@ class Context:
 
     target: Target
     skipped: list[Skip] = field(default_factory=list)
+    options: dict[str, dict[str, Any]] = field(default_factory=dict)  # rule code -> configured option values
 
     def skip(self, rule: Rule, node: Node, reason: str) -> None:
         self.skipped.append(Skip(rule.code, node.id, reason))
+
+    def option(self, rule: Rule, key: str) -> Any:
+        """The configured value of one of `rule.options`, or its default."""
+        return self.options.get(rule.code, {}).get(key, rule.options[key].default)
 
 
 class Rule:
@@ -78,6 +92,7 @@ class Rule:
     severity: ClassVar[Severity] = "warning"
     fix: ClassVar[FixRef | None] = None
     pattern: ClassVar[Op | None] = None
+    options: ClassVar[dict[str, Option]] = {}
 
     # --- what a rule implements -------------------------------------------------------------------------------------
     def check(self, graph: Graph, match: Match, ctx: Context) -> str | None:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 
 from netlint.ir import Graph
 from netlint.pattern import Any, Match, Op
-from netlint.rule import Context, FixRef, Rule, Severity, register
+from netlint.rule import Context, FixRef, Option, Rule, Severity, register
 
-ATOL = 1e-6  # slopes within this of 0 (or 1, or each other) count as exactly that
 RTOL = 1e-5
 
 
@@ -18,7 +19,7 @@ class PreluAsRelu(Rule):
 
     ## What it does
     Reads the slopes of every PRelu (TFLite PRELU) and says what the PRelu really is:
-    all slopes ≈ 0 (|a| ≤ 1e-6): exactly Relu; all ≈ 1: the identity; all equal: exactly LeakyRelu(a).
+    all slopes ≈ 0 (|a| ≤ `atol`, default 1e-6): exactly Relu; all ≈ 1: the identity; all equal: exactly LeakyRelu(a).
     When the slopes vary per channel, the PRelu is reported as advice (severity info): on targets that fuse Relu
     best, it costs speed that a retrained Relu would not. Slopes in a missing external data file are reported as
     skipped; quantized slopes are dequantized first.
@@ -58,6 +59,9 @@ class PreluAsRelu(Rule):
     category = "fusion"
     fix = FixRef("prelu-to-relu", "safe")
     pattern = Op("PRelu", None, Any("slope"), name="prelu")
+    options: ClassVar[dict[str, Option]] = {
+        "atol": Option(1e-6, "slopes within this of 0 (or 1, or of each other) count as exactly that"),
+    }
 
     def check(self, graph: Graph, match: Match, ctx: Context) -> str | None:
         slope_name = match.values["slope"]
@@ -69,13 +73,14 @@ class PreluAsRelu(Rule):
             ctx.skip(self, match.anchor, f"slope '{slope_name}' is constant but its values cannot be computed")
             return "slope values not computable"
         slopes = np.asarray(values, dtype=np.float64).reshape(-1)
+        atol = float(ctx.option(self, "atol"))
         if slopes.size == 0:
             return "no slope values"
-        if np.all(np.abs(slopes) <= ATOL):
+        if np.all(np.abs(slopes) <= atol):
             kind = "Relu"
-        elif np.all(np.abs(slopes - 1.0) <= ATOL):
+        elif np.all(np.abs(slopes - 1.0) <= atol):
             kind = "Identity"
-        elif np.ptp(slopes) <= ATOL + RTOL * np.abs(slopes).max():
+        elif np.ptp(slopes) <= atol + RTOL * np.abs(slopes).max():
             kind = "LeakyRelu"
         else:
             kind = "varying"

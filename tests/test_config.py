@@ -439,3 +439,40 @@ def test_hostile_configuration_key_is_reported_safely(check, tmp_path):
     assert "\x1b" not in line
     assert "unknown key" in line
     assert "evil" in line
+
+
+# --- rule options ----------------------------------------------------------------------------------------------------
+def test_rule_option_changes_what_a_rule_reports(check, tmp_path):
+    """FU004's atol: slopes of 1e-4 are 'varying' (info) by default, exactly Relu (warning) with atol = 1e-3."""
+    b = GraphBuilder()
+    x = b.input("x", [1, 2, 4, 4])
+    b.output(b.prelu(x, [1e-4, -1e-4], name="p"))
+    model = b.save(tmp_path / "m.onnx")
+
+    def severities() -> list[str]:
+        return [f["severity"] for f in json.loads(check(model).stdout)["models"][0]["findings"]]
+
+    assert severities() == ["info"]
+    write(tmp_path / "netlint.toml", "rule-options = { prelu-as-relu = { atol = 1e-3 } }\n")
+    assert severities() == ["warning"]
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        (
+            "rule-options = { FU004 = { tol = 1 } }\n",
+            "'rule-options.FU004.tol': FU004 has no such option (its options: atol)",
+        ),
+        ('rule-options = { FU004 = { atol = "x" } }\n', "'rule-options.FU004.atol' must be float"),
+        ("rule-options = { FU004 = { atol = true } }\n", "'rule-options.FU004.atol' must be float"),
+        ("rule-options = { FU999 = { atol = 1 } }\n", "'rule-options.FU999': not a rule code or name"),
+        ("rule-options = { FU004 = 3 }\n", "'rule-options.FU004' must be a table"),
+        ("rule-options = 3\n", "'rule-options' must be"),
+    ],
+)
+def test_rule_option_errors_name_the_key(tmp_path, config, expected):
+    path = write(tmp_path / "netlint.toml", config)
+    with pytest.raises(ConfigError) as raised:
+        read_config_file(path)
+    assert expected in str(raised.value) and str(path) in str(raised.value)
