@@ -197,14 +197,18 @@ def test_selection_keys(in_process, tmp_path, config, expected):
 
 def test_per_node_ignores_on_a_real_model(check, tmp_path, data_dir):
     shutil.copy(data_dir / FACENET, tmp_path / FACENET)
-    write(tmp_path / "pyproject.toml", '[tool.netlint]\nper-node-ignores = { "/prelu1/*" = ["FU004"] }\n')
+    write(
+        tmp_path / "pyproject.toml",
+        '[tool.netlint]\nselect = ["FU003", "FU004"]\n'
+        'per-node-ignores = { "/prelu1/*" = ["FU004"], "/conv3/*" = ["FU"] }\n',
+    )
     nodes = [f["nodes"][0] for f in json.loads(check(tmp_path / FACENET).stdout)["models"][0]["findings"]]
-    assert nodes == ["/prelu2/PRelu", "/prelu3/PRelu"]
+    assert nodes == ["/conv1/Conv", "/conv2/Conv", "/prelu2/PRelu", "/prelu3/PRelu"]
 
 
 def test_severity_override_shows_in_text_output(run_cli, tmp_path, data_dir):
     shutil.copy(data_dir / FACENET, tmp_path / FACENET)
-    write(tmp_path / "netlint.toml", 'severity = { FU004 = "error" }\n')
+    write(tmp_path / "netlint.toml", 'select = ["FU004"]\nseverity = { FU004 = "error" }\n')
     result = run_cli("check", FACENET)
     assert result.returncode == 1
     lines = result.stdout.splitlines()

@@ -174,8 +174,8 @@ def test_installed_rules_command(venv, outside):
 def test_installed_check_command(venv, outside):
     result = run([venv / "bin" / "netlint", "check", FACENET], cwd=outside)
     assert result.returncode == 1, result.stderr
-    assert result.stdout.count(" FU004 [info] ") == 3
-    assert result.stdout.splitlines()[-1] == "Found 3 findings (3 info) in 1 model."
+    assert result.stdout.count(" FU004 [info] ") == 3 and result.stdout.count(" FU003 [warning] ") == 3
+    assert result.stdout.splitlines()[-1] == "Found 6 findings (3 warning, 3 info) in 1 model."
     assert "Traceback" not in result.stderr
 
 
@@ -212,4 +212,4 @@ print(json.dumps({{
     for path in state["files"]:
         assert Path(path).resolve().is_relative_to(venv.resolve()), path
     report = json.loads((outside / "report.json").read_text(encoding="utf-8"))
-    assert [f["code"] for f in report["models"][0]["findings"]] == ["FU004"] * 3
+    assert [f["code"] for f in report["models"][0]["findings"]] == ["FU003", "FU004"] * 3

@@ -151,6 +151,7 @@ def _convert_graph(graph: onnx.GraphProto, parent: Graph | None, prefix: str, re
     inputs = [i.name for i in graph.input if i.name not in initializers]
     # Subgraphs need their parent graph object for outer-scope lookups, so the graph is indexed after its nodes.
     ir_graph = Graph(graph.name, nodes, values, inputs, [o.name for o in graph.output], parent)
+    ir_graph.input_initializers = frozenset(i.name for i in graph.input if i.name in initializers)
     for index, proto_node in enumerate(graph.node):
         node_id = _unique_id(proto_node.name or f"{proto_node.op_type}_{index}", used_ids, prefix)
         attrs: dict[str, Any] = {}

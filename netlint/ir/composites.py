@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from netlint.ir.graph import Graph, Node
+from netlint.ir.graph import ConstantUnavailable, Graph, Node
 
 
 @dataclass(frozen=True, eq=False)
@@ -144,8 +144,12 @@ def _hard_swish_from_clip(graph: Graph, clip: Node) -> Composite | None:
     """x * relu6(x + 3) / 6, in any order of the Mul and the division by 6."""
     from netlint.ir.ops import clip_bounds
 
-    if clip.op == "Clip" and clip_bounds(graph, clip) != (0.0, 6.0):
-        return None
+    if clip.op == "Clip":
+        try:
+            if clip_bounds(graph, clip) != (0.0, 6.0):
+                return None
+        except ConstantUnavailable:  # bounds in a missing external file: not provably a HardSwish (and no crash)
+            return None
     add = _producer(graph, clip.inputs[0], "Add") if clip.inputs else None
     split = _split_const(graph, add) if add is not None else None
     if split is None or not _close(split[1], 3.0):

@@ -124,6 +124,9 @@ class Node:
 class Graph:
     """A (sub)graph: nodes in file order, values by name, and the indexes rules query."""
 
+    # ONNX initializers also listed as graph inputs (overridable defaults; `inputs` leaves them out).
+    input_initializers: frozenset[str] = frozenset()
+
     def __init__(
         self,
         name: str,

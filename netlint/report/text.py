@@ -41,6 +41,9 @@ def render_text(reports: list[ModelReport], colour: bool = False) -> str:
         lines.extend(f"{paint(path, 'path')}: note: {safe(note)}" for note in report.notes)
     total = sum(severities.values())
     models = f"{len(reports)} model{'s' if len(reports) != 1 else ''}"
+    targets = sorted({_target_label(report) for report in reports} - {"generic"})
+    if targets:
+        models += f" for {', '.join(safe(label) for label in targets)}"
     if total:
         counts = ", ".join(f"{severities[s]} {s}" for s in ("error", "warning", "info") if severities[s])
         lines.append(f"Found {total} finding{'s' if total != 1 else ''} ({counts}) in {models}.")
@@ -49,3 +52,11 @@ def render_text(reports: list[ModelReport], colour: bool = False) -> str:
     if unreadable:
         lines.append(f"{unreadable} model{'s' if unreadable != 1 else ''} could not be read.")
     return "\n".join(lines) + "\n"
+
+
+def _target_label(report: ModelReport) -> str:
+    """`qualcomm-htp (a16, chip 8550)`; the default target's own precision is not worth a mention."""
+    parts = [part for part in (report.precision, f"chip {report.chip}" if report.chip else None) if part]
+    if report.target == "generic" and report.chip is None and report.precision in (None, "fp32"):
+        return "generic"
+    return f"{report.target} ({', '.join(parts)})" if parts else report.target

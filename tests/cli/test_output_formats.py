@@ -97,7 +97,7 @@ def assert_valid_document(document: dict) -> None:
 
 # --- JSON ------------------------------------------------------------------------------------------------------------
 def test_json_contract_on_a_real_model(check, facenet):
-    result = check(facenet, "--format", "json")
+    result = check(facenet, "--format", "json", "--select", "FU004")
     assert result.returncode == 1
     document = json.loads(result.stdout)
     assert_valid_document(document)
@@ -168,7 +168,7 @@ def test_json_skipped_node_when_weights_are_missing(check, tmp_path):
 
 def test_json_unreadable_model(check, tmp_path, facenet):
     (tmp_path / "broken.onnx").write_bytes(b"\x08\x07garbage that is not onnx")
-    result = check("broken.onnx", facenet, "--format", "json")
+    result = check("broken.onnx", facenet, "--format", "json", "--select", "FU004")
     assert result.returncode == 2
     document = json.loads(result.stdout)  # stdout stays valid JSON
     assert_valid_document(document)
@@ -196,7 +196,7 @@ def test_json_tflite_model(check, tmp_path, data_dir):
 # --- text ------------------------------------------------------------------------------------------------------------
 def test_text_finding_lines_each_followed_by_help(check, tmp_path, facenet):
     prelu_model(tmp_path / "second.onnx")
-    result = check(facenet, "second.onnx")
+    result = check(facenet, "second.onnx", "--select", "FU004")
     assert result.returncode == 1
     lines = result.stdout.splitlines()
     findings = [i for i, line in enumerate(lines) if FINDING_LINE.match(line)]
@@ -215,11 +215,19 @@ def test_text_finding_lines_each_followed_by_help(check, tmp_path, facenet):
 
 def test_text_summary_counts_severities(check, tmp_path, facenet):
     prelu_model(tmp_path / "relu_like.onnx", slopes=(0.0, 0.0, 0.0))  # exactly Relu: a warning
-    result = check(facenet, "relu_like.onnx")
+    result = check(facenet, "relu_like.onnx", "--select", "FU004")
     assert result.stdout.splitlines()[-1] == "Found 4 findings (1 warning, 3 info) in 2 models."
-    single = check("relu_like.onnx")
+    single = check("relu_like.onnx", "--select", "FU004")
     assert single.stdout.splitlines()[-1] == "Found 1 finding (1 warning) in 1 model."
     assert re.match(r"^relu_like\.onnx:prelu: FU004 \[warning\] .* exactly Relu", single.stdout)
+
+
+def test_text_summary_names_a_chosen_target(check, tmp_path):
+    prelu_model(tmp_path / "m.onnx", slopes=(0.0, 0.0, 0.0))
+    last = check("m.onnx", "--select", "FU004", "--target", "qualcomm-htp", "--chip", "8550").stdout.splitlines()[-1]
+    assert last == "Found 1 finding (1 warning) in 1 model for qualcomm-htp (a8, chip 8550)."
+    generic_fp16 = check("m.onnx", "--select", "FU004", "--precision", "fp16").stdout.splitlines()[-1]
+    assert generic_fp16 == "Found 1 finding (1 warning) in 1 model for generic (fp16)."
 
 
 def test_text_clean_and_unreadable_summaries(check, tmp_path):
@@ -370,7 +378,7 @@ def two_models(tmp_path, data_dir) -> Path:
 
 
 def test_tty_auto_colours_and_shows_progress(tmp_path, two_models):
-    code, output = on_tty(["check", "models"], tmp_path)
+    code, output = on_tty(["check", "models", "--select", "FU004"], tmp_path)
     assert code == 1
     assert "[1/2] models/facenet_mtcnn_pnet.onnx" in output
     assert "[2/2] models/second.onnx" in output
@@ -392,7 +400,7 @@ def test_tty_auto_colours_and_shows_progress(tmp_path, two_models):
     ],
 )
 def test_tty_no_color_ci_and_quiet(tmp_path, two_models, flags, env, colour, progress):
-    code, output = on_tty(["check", "models", *flags], tmp_path, env)
+    code, output = on_tty(["check", "models", "--select", "FU004", *flags], tmp_path, env)
     assert code == 1
     assert ("[1/2] " in output) is progress
     report = PROGRESS.sub("", output)

@@ -1,0 +1,331 @@
+"""DM001 data-mover-heavy."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import ClassVar
+
+import numpy as np
+
+from netlint.ir import Graph, Node
+from netlint.ir.graph import PASS_THROUGH_OPS
+from netlint.ir.ops import ACTIVATION_OPS
+from netlint.rule import Context, Finding, Option, Rule, register
+
+# Ops that only move or copy data (TFLite's RESHAPE, TRANSPOSE, CONCATENATION, PACK, SPLIT(_V), UNPACK, SLICE,
+# STRIDED_SLICE, GATHER, SQUEEZE, EXPAND_DIMS, PAD(V2), MIRROR_PAD, TILE, DEPTH_TO_SPACE, SPACE_TO_DEPTH arrive under
+# these canonical names, see netlint/io/tflite_io.py OP_MAP).
+DATA_MOVERS = frozenset(
+    {
+        "Reshape",
+        "Transpose",
+        "DepthToSpace",
+        "SpaceToDepth",
+        "Concat",
+        "Split",
+        "Slice",
+        "Gather",
+        "GatherND",
+        "GatherElements",
+        "Squeeze",
+        "Unsqueeze",
+        "Flatten",
+        "Pad",
+        "Tile",
+    }
+)
+GATHERS = frozenset({"Gather", "GatherND", "GatherElements"})
+# Ops whose output 0 holds exactly as many elements as their input 0: sizing one side sizes the other.
+SAME_COUNT = frozenset(
+    {
+        "Reshape",
+        "Flatten",
+        "Squeeze",
+        "Unsqueeze",
+        "Transpose",
+        "DepthToSpace",
+        "SpaceToDepth",
+        "Softmax",
+        "LogSoftmax",
+        "LayerNormalization",
+        "BatchNormalization",
+        "InstanceNormalization",
+        "Abs",
+        "Neg",
+        "Exp",
+        "Log",
+        "Sqrt",
+        "Rsqrt",
+        "Reciprocal",
+        "Erf",
+        "Floor",
+        "Ceil",
+        "Round",
+        "Sign",
+        "Not",
+        *PASS_THROUGH_OPS,
+        *ACTIVATION_OPS,
+    }
+)
+SHAPE_OPS = frozenset({"Shape", "Size"})
+TOP = 5
+
+
+def static_values(graph: Graph) -> set[str]:
+    """Values known before the model runs: constants, Shape/Size outputs, and whatever is computed from those only
+    (the Shape -> Gather -> Unsqueeze -> Concat arithmetic of dynamic-shape exports, constant folding). One pass in
+    node order, which ONNX (topologically sorted) and TFLite (execution order) both guarantee."""
+    static: set[str] = set()
+    for node in graph.nodes:
+        inputs = [name for name in node.inputs if name]
+        if node.op in SHAPE_OPS or node.op == "Constant" or all(_is_static(graph, n, static) for n in inputs):
+            static.update(out for out in node.outputs if out)
+    return static
+
+
+def _is_static(graph: Graph, name: str, static: set[str]) -> bool:
+    return name in static or graph.is_const(name)
+
+
+class _Classes:
+    """Union-find over value names, each class holding one known property (an element count, a dtype)."""
+
+    def __init__(self) -> None:
+        self.parent: dict[str, str] = {}
+        self.known: dict[str, object] = {}
+
+    def find(self, name: str) -> str:
+        root = name
+        while self.parent.get(root, root) != root:
+            root = self.parent[root]
+        while name != root:  # path compression
+            self.parent[name], name = root, self.parent[name]
+        return root
+
+    def union(self, a: str, b: str) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[rb] = ra
+            if rb in self.known:
+                self.known.setdefault(ra, self.known.pop(rb))
+
+    def learn(self, name: str, fact: object) -> None:
+        self.known.setdefault(self.find(name), fact)
+
+    def get(self, name: str) -> object | None:
+        return self.known.get(self.find(name))
+
+
+class _Sizer:
+    """Byte counts of values from their shapes and dtypes. A value whose shape or dtype is unknown still gets a size
+    when an element-preserving op (Reshape, Transpose, Relu, ...) links it to a value whose shape (dtype) is known,
+    or when it is a Concat of sized inputs. Union-find over values: linear in the graph size."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.axes = dynamic_axes(graph)
+        self.counts = _Classes()
+        self.dtypes = _Classes()
+        for node in graph.nodes:
+            if node.op in SAME_COUNT and node.inputs and node.inputs[0] and node.outputs and node.outputs[0]:
+                self.counts.union(node.inputs[0], node.outputs[0])
+                if node.op not in PASS_THROUGH_OPS:  # Cast and Q/DQ change the dtype
+                    self.dtypes.union(node.inputs[0], node.outputs[0])
+        learned: set[str] = set()
+        for node in graph.nodes:
+            for name in (*node.inputs, *node.outputs):
+                if name and name not in learned:
+                    learned.add(name)
+                    self._learn(name)
+            if node.op == "Concat" and node.outputs and node.outputs[0]:
+                parts = [self.counts.get(name) for name in node.inputs if name]
+                if parts and all(isinstance(part, int) for part in parts):
+                    self.counts.learn(node.outputs[0], sum(parts))  # type: ignore[arg-type]
+
+    def _learn(self, name: str) -> None:
+        value = self.graph.value(name)
+        if value is None:
+            return
+        if value.dtype is not None:
+            self.dtypes.learn(name, value.dtype)
+        if value.shape is not None:
+            dims = [d if isinstance(d, int) else 1 if d in self.axes else None for d in value.shape]
+            if all(d is not None for d in dims):
+                self.counts.learn(name, math.prod(dims))  # type: ignore[arg-type]
+
+    def bytes(self, name: str) -> int | None:
+        count, dtype = self.counts.get(name), self.dtypes.get(name)
+        if not isinstance(count, int) or not isinstance(dtype, str):
+            return None
+        try:
+            return count * np.dtype(dtype).itemsize
+        except TypeError:
+            return None
+
+
+def dynamic_axes(graph: Graph) -> frozenset[str]:
+    """The named dimensions the model's inputs declare (e.g. 'batch'): traffic is counted per unit of them."""
+    names: set[str] = set()
+    scope: Graph | None = graph
+    while scope is not None:
+        for name in scope.inputs:
+            value = scope.value(name)
+            if value is not None and value.shape is not None:
+                names.update(d for d in value.shape if isinstance(d, str))
+        scope = scope.parent
+    return frozenset(names)
+
+
+def node_traffic(graph: Graph, node: Node, sizer: _Sizer, static: set[str]) -> int | None:
+    """Bytes `node` reads and writes per inference (None: some tensor cannot be sized). Shape tensors are not data
+    traffic; constants (weights) are; a gather reads only the rows it writes."""
+    total = 0
+    written = 0
+    for out in node.outputs:
+        if out and (graph.consumers(out) or graph.is_graph_output(out)):  # unused outputs are not made
+            size = sizer.bytes(out)
+            if size is None:
+                return None
+            written += size
+    total += written
+    for index, name in enumerate(node.inputs):
+        if not name or (name in static and not graph.is_const(name)):
+            continue
+        size = sizer.bytes(name)
+        if size is None:
+            return None
+        total += min(size, written) if node.op in GATHERS and index == 0 else size
+    return total
+
+
+def _mb(size: int) -> str:
+    return f"{size / 1e6:.3g} MB" if size >= 100_000 else f"{size / 1e3:.3g} kB"
+
+
+@register
+class DataMoverHeavy(Rule):
+    """Data movers (Reshape, Transpose, Concat, Slice, ...) carry a large share of the model's tensor traffic.
+
+    ## What it does
+    Once per graph, adds up the bytes every node reads and writes per inference, from the shapes and dtypes in the
+    model (weights included, a gather counted for the rows it reads), and the share of it that data movers carry:
+    Reshape, Transpose, DepthToSpace, SpaceToDepth, Concat, Split, Slice, Gather (and GatherND/GatherElements),
+    Squeeze, Unsqueeze, Flatten, Pad and Tile; in TFLite their equivalents (RESHAPE, TRANSPOSE, CONCATENATION, PACK,
+    SPLIT, UNPACK, STRIDED_SLICE, EXPAND_DIMS, PAD, MIRROR_PAD, TILE, ...). When the share is above `max-share`
+    (default 0.25), it reports one finding that lists the five movers that move the most bytes. The default is set
+    from measured shares: networks whose only mover is a final Flatten carry ~0%, Concat-heavy ones 11-19%
+    (DenseNet-121, SqueezeNet), MixNet-S's Split/Concat 24%, while channel shuffle (ShuffleNet 26-39%) and
+    attention's head reshapes and transposes (a 6-layer torch TransformerEncoder, 29%) go above it.
+    Shape arithmetic (Shape → Gather → Unsqueeze → Concat → Reshape's shape input in dynamic-shape exports) and
+    anything computed only from constants are not counted: runtimes fold them, and they move a few int64s.
+    A dimension the model's inputs name (e.g. `batch`) counts as 1, so the traffic is per unit of it. A tensor whose
+    shape is unknown is sized through ops that keep the element count (Reshape, Transpose, elementwise ops, Concat)
+    when it can be; a node that still cannot be sized is left out of both sums, counted in the message, and listed
+    as skipped, never counted as zero.
+
+    ## Why is this bad?
+    Data movers compute nothing: they read a tensor and write it back in another order, so they cost memory
+    bandwidth and time without using the MAC arrays that make an accelerator fast. Qualcomm's HTP guide says these
+    operations (Reshape, Transpose, DepthToSpace, SpaceToDepth, Concat) run about as fast in 16-bit quantized (A16)
+    as in FP16, because the data size is the same, so a network dominated by them gains little from quantization,
+    and recommends avoiding them where feasible. The byte share is a proxy for time until the cost model gives it.
+
+    ## Example
+    ```
+    BEFORE (ShuffleNet channel shuffle, per block)       AFTER
+      Concat ─► Reshape ─► Transpose ─► Reshape ─► Slice×2   fixed channel permutation folded into the next
+                                                           conv's weights (or grouped convs without shuffle)
+    ```
+
+    ## Fix
+    None automatic (manual): fold fixed permutations into neighbouring weights, keep one layout end to end (no
+    NCHW/NHWC round trips, see DM002), merge reshape chains (DM003), split and concat along the channel axis of the
+    target's layout, and prefer architectures that do not shuffle data every block.
+
+    ## Targets
+    Every target at severity warning: moving bytes costs bandwidth everywhere. On Qualcomm HTP in A16 or FP16
+    (its [data_movers] section) the message adds that these ops cost the same in both precisions, so moving to A16
+    will not speed them up.
+
+    ## References
+    - Qualcomm AI Engine Direct HTP guide, "Quantized 16 bit activations (A16) vs FP16 and Activation Fusion",
+      section "Minimize data movement operations" (80-63442-10):
+      https://docs.qualcomm.com/bundle/publicresource/80-63442-10/topics/htp_guidelines_a16_vs_fp16.md
+    - Ma et al., "ShuffleNet V2: Practical Guidelines for Efficient CNN Architecture Design", arXiv:1807.11164
+      (memory access cost, not FLOPs, decides speed)
+    """
+
+    code = "DM001"
+    name = "data-mover-heavy"
+    category = "data-movement"
+    fix = None
+    options: ClassVar[dict[str, Option]] = {
+        "max-share": Option(0.25, "report when data movers carry more than this share (0..1) of the tensor traffic"),
+    }
+
+    def scan(self, graph: Graph, ctx: Context) -> Iterator[Finding]:
+        static = static_values(graph)
+        sizer = _Sizer(graph)
+        movers: list[tuple[int, Node]] = []
+        total = moved = 0
+        unsized: list[Node] = []
+        for node in graph.nodes:
+            outputs = [out for out in node.outputs if out]
+            if node.op == "Constant" or not outputs or all(out in static for out in outputs):
+                continue  # folded before the model runs, or shape arithmetic
+            size = node_traffic(graph, node, sizer, static)
+            if size is None:
+                unsized.append(node)
+                continue
+            total += size
+            if node.op in DATA_MOVERS:
+                moved += size
+                movers.append((size, node))
+        for node in unsized:
+            ctx.skip(self, node, "tensor shapes unknown statically: its bytes are left out of the data-mover share")
+        limit = float(ctx.option(self, "max-share"))
+        if total == 0 or moved / total <= limit:
+            return
+        yield self._finding(graph, ctx, movers, moved, total, unsized, limit)
+
+    def _finding(
+        self,
+        graph: Graph,
+        ctx: Context,
+        movers: list[tuple[int, Node]],
+        moved: int,
+        total: int,
+        unsized: list[Node],
+        limit: float,
+    ) -> Finding:
+        worst = sorted(movers, key=lambda item: -item[0])[:TOP]
+        listed = ", ".join(f"{node.label()} {_mb(size)}" for size, node in worst)
+        axes = dynamic_axes(graph)
+        per = f" per unit of {', '.join(repr(a) for a in sorted(axes))}" if axes else ""
+        message = (
+            f"data movers carry {moved / total:.0%} of the tensor traffic ({_mb(moved)} of {_mb(total)}{per}, "
+            f"{len(movers)} movers; limit {limit:.0%}); the largest: {listed}"
+        )
+        if unsized:
+            movers_unsized = sum(node.op in DATA_MOVERS for node in unsized)
+            message += (
+                f"; {len(unsized)} nodes ({movers_unsized} of them movers) could not be sized (shapes unknown) "
+                f"and are left out"
+            )
+        section = ctx.target.section("data_movers")
+        if section is not None and ctx.target.precision in section.get("same_cost_precisions", []):
+            same = " and ".join(section["same_cost_precisions"])
+            message += f"; on {ctx.target.label} they cost the same in {same}, so A16 will not speed them up"
+        outputs = [out for _, node in worst for out in node.outputs if out]
+        return Finding(
+            self.code,
+            self.name,
+            self.severity,
+            message,
+            [node.id for _, node in worst],
+            outputs,
+            None,
+            "fold fixed permutations into neighbouring weights, keep one layout end to end, merge reshapes, "
+            "and avoid per-block shuffles",
+        )

@@ -1,0 +1,319 @@
+"""FU002 eltwise-activation."""
+
+from __future__ import annotations
+
+from functools import cache
+
+import numpy as np
+
+from netlint.ir import Graph, Node
+from netlint.ir.ops import CONV_OPS
+from netlint.pattern import Match, Op
+from netlint.rule import Context, FixRef, Rule, Severity, register
+from netlint.targets import DEFAULT_TARGET, Target, list_targets
+
+ELTWISE_OPS = frozenset({"Add", "Sub", "Mul", "Sum"})  # Sum of two inputs (TFLite ADD_N) is an Add
+# Relu and clips: TFLite fuses them into ADD/SUB/MUL (fused_activation_function), Vela into any elementwise NPU op, and
+# the issue scopes this rule to non-trivial activations; they are never reported.
+TRIVIAL = frozenset({"Relu", "Relu6", "ReluN1To1", "Relu0To1", "Clip"})
+# Targets whose compiler also fuses the activations of its conv table into an elementwise op, so converting the op to
+# a conv gains nothing. Not (yet) a fact of the target schema, hence a constant here: Arm Vela's
+# fuse_activation_function_with_prev moves a standalone activation onto any preceding NPU operation whose block type
+# is not Default (ElementWise included), and SUPPORTED_OPS lists the fused activation constraint for every operator.
+FUSES_AFTER_ELTWISE = frozenset({"ethos-u55"})
+# netlint's own measurement of the rewrite on ONNX Runtime's CPU provider (slower in every case measured).
+CPU_MEASUREMENT = "0.40-0.94x on ONNX Runtime CPU"
+# FU004's tolerance on PRelu slopes (its `atol` option), so both rules agree on what a PRelu really is.
+PRELU_ATOL = 1e-6
+PRELU_RTOL = 1e-5
+
+
+@register
+class EltwiseActivation(Rule):
+    """An Add/Sub/Mul followed by a non-trivial activation that the target fuses only into convolutions.
+
+    ## What it does
+    Flags an Add, Sub or Mul (TFLite ADD, SUB, MUL; a two-input Sum counts as an Add) whose only use is a
+    non-trivial activation (PRelu, LeakyRelu, HardSwish, Sigmoid, Tanh, SiLU, ...: anything but Relu and clips),
+    seen through Identity, Cast and Quantize/Dequantize, with composite activations counted once; or a TFLite
+    ADD/SUB/MUL whose fused activation is non-trivial. Only elementwise ops a convolution can compute are reported:
+    an Add/Sub/Mul of a tensor and a per-channel (or scalar) constant, which is a 1x1 depthwise conv, or an Add/Sub
+    of two tensors of the same shape, which is a 1x1 conv over their concatenated channels. A PRelu is judged by its
+    slopes as FU004 does (all ≈ 0 is a Relu and is not reported).
+
+    Not reported: an elementwise op whose output has another consumer or is a graph output (the activation could
+    not fuse into a conv either); a Mul of two tensors (no conv computes it); an Add of two tensors that broadcasts;
+    a constant Add/Sub/Mul directly on a conv's only output (it folds into the conv: FU003 looks at the activation
+    after it); a Conv → Add → activation the target fuses as a residual block (ONNX Runtime, oneDNN).
+
+    ## Why is this bad?
+    NPUs that fuse non-trivial activations do it into the convolution kernel: after an elementwise op the activation
+    is a separate pass that reads and writes the whole tensor again. Qualcomm's HTP guide ("Quantized 16 bit
+    activations (A16) vs FP16 and Activation Fusion") says the latest hardware fuses non-trivial activations (PRelu,
+    HardSwish) "into the previous convolution", and its figures 2 and 3 contrast an Add followed by PReLU with a 1x1
+    conv followed by PReLU. Rewriting the elementwise op as a 1x1 convolution is exact, and the activation then fuses
+    into it.
+
+    ## Example
+    ```
+    BEFORE                                AFTER (eltwise-as-conv)
+      a ──┐                                 a ──┐
+          ├──► Add ──► PRelu ──►                ├──► Concat ──► Conv1x1[I I]+PRelu ──►
+      b ──┘                                 b ──┘
+      x ──► Mul(per-channel s) ──► PRelu    x ──► DepthwiseConv1x1(w=s)+PRelu
+    ```
+
+    ## Fix
+    `eltwise-as-conv` (safe: exact): an Add/Sub/Mul with a per-channel constant becomes a 1x1 depthwise Conv (the
+    constant as weight or bias); an Add/Sub of two tensors becomes a 1x1 Conv over the concatenated channels with
+    identity weights ([I, I], or [I, -I] for Sub). It adds MACs and, for two tensors, a Concat: it pays only where the
+    fused activation saves more (NPUs); on ONNX Runtime CPU it measured 0.40-0.94x (slower).
+
+    ## Targets
+    - qualcomm-htp, ti-tda4vm and other accelerator targets: warning when the target fuses the activation into a
+      conv in the selected precision on the selected chip (qualcomm-htp: PRelu, LeakyRelu, HardSwish on chips 8550
+      and 8650). ti-tda4vm fuses only Relu into convs, so nothing non-trivial is reported there.
+    - ethos-u55: nothing; Vela fuses the activations it fuses into convs (Relu family, Tanh, Sigmoid) into elementwise
+      operations too, and the others (PRelu, LeakyRelu, HardSwish) into neither.
+    - ort-cpu, onednn-cpu (target kind cpu): info when the activation fuses into a conv there, saying the rewrite is
+      not expected to pay on a CPU; nothing when it would not fuse into a conv either, or when the target fuses
+      Conv → Add → activation as a residual block.
+    - generic, or a target file without [fusion]: info naming the built-in accelerator targets where the finding
+      would be a warning; nothing when there are none (e.g. Sigmoid or Gelu after an Add).
+    - An activation the selected target does not fuse into convs either: nothing (the rewrite would not help).
+
+    ## References
+    - Qualcomm AI Engine Direct SDK, HTP guidelines, "Quantized 16 bit activations (A16) vs FP16 and Activation
+      Fusion" (80-63442-10):
+      https://docs.qualcomm.com/bundle/publicresource/80-63442-10/topics/htp_guidelines_a16_vs_fp16.md
+    - Qualcomm AI Engine Direct SDK, HTP guidelines, "Choice of Activation functions" (80-63442-10):
+      https://docs.qualcomm.com/bundle/publicresource/80-63442-10/topics/htp_guidelines_activation_functions.md
+    - Arm Ethos-U Vela, Supported Ops (the fused activation constraint applies to every operator, ADD/SUB/MUL too):
+      https://review.mlplatform.org/plugins/gitiles/ml/ethos-u/ethos-u-vela/+/HEAD/SUPPORTED_OPS.md
+    - Arm Ethos-U Vela, ethosu/vela/tflite_graph_optimiser.py (fuse_activation_function_with_prev: any preceding NPU
+      op whose block type is not Default, NpuBlockType.ElementWise included):
+      https://review.mlplatform.org/plugins/gitiles/ml/ethos-u/ethos-u-vela
+    - ONNX Runtime, ConvAddActivationFusion:
+      https://github.com/microsoft/onnxruntime/blob/main/onnxruntime/core/optimizer/conv_add_act_fusion.cc
+    """
+
+    code = "FU002"
+    name = "eltwise-activation"
+    category = "fusion"
+    fix = FixRef("eltwise-as-conv", "safe")
+    pattern = Op(ELTWISE_OPS, name="eltwise")
+
+    def check(self, graph: Graph, match: Match, ctx: Context) -> str | None:
+        node = match.anchor
+        if graph.composite(node) is not None:
+            return "the op is part of a composite activation"
+        found = _activation_after(graph, node)
+        if found is None:
+            return "no activation is the op's only use"
+        act, kind = found
+        if kind in TRIVIAL:
+            return "Relu and clips fuse after elementwise ops"
+        form = _conv_form(graph, node)
+        if form is None:
+            return "no convolution computes this elementwise op"
+        if _residual_fuses(graph, node, kind, ctx.target):
+            return "the target fuses Conv -> Add -> activation as one kernel"
+        verdict = _verdict(ctx.target, kind)
+        if verdict is not None and kind == "PRelu" and act is not node:
+            atol = float(ctx.options.get("FU004", {}).get("atol", PRELU_ATOL))
+            real = _prelu_kind(graph, act, atol)
+            if real != kind:
+                kind = real
+                verdict = None if real is None or real in TRIVIAL else _verdict(ctx.target, real)
+        if verdict is None:
+            return "the rewrite would not let this activation fuse on the target"
+        if act is not node:
+            match.nodes["activation"] = act
+        match.data.update(kind=kind, form=form, verdict=verdict, fused=act is node)
+        return None
+
+    def message(self, graph: Graph, match: Match, ctx: Context) -> str:
+        node, data = match.anchor, match.data
+        kind = str(data["kind"])
+        severity, reason, where = data["verdict"]  # type: ignore[misc]
+        head = (
+            f"{node.label()} has a fused {kind}"
+            if data["fused"]
+            else f"{node.label()} feeds {kind} '{match['activation'].id}' (its only use)"
+        )
+        rewrite = (
+            "as a 1x1 depthwise Conv with the constant as weights or bias"
+            if data["form"] == "depthwise"
+            else "as a 1x1 Conv over the concatenated inputs with identity weights"
+        )
+        if severity == "warning":
+            return (
+                f"{head}: {ctx.target.label} fuses {kind} into a convolution but not after an {node.op}, so it runs "
+                f"as a separate pass; {rewrite}, the {node.op} would let it fuse"
+            )
+        if reason == "cpu":
+            accelerators = _accelerators_fusing(kind)
+            matters = f"; it matters on {accelerators}" if accelerators else ""
+            return (
+                f"{head}: on {ctx.target.label}, a CPU, rewriting the {node.op} {rewrite} is not expected to pay "
+                f"(it measured {CPU_MEASUREMENT}){matters}"
+            )
+        return (
+            f"{head}: on {where} {kind} fuses into a convolution but not after an {node.op}; {rewrite}, the "
+            f"{node.op} would let it fuse (select that target to check)"
+        )
+
+    def severity_for(self, graph: Graph, match: Match, ctx: Context) -> Severity:
+        severity, _, _ = match.data["verdict"]  # type: ignore[misc]
+        return severity  # type: ignore[no-any-return]
+
+    def help(self, graph: Graph, match: Match, ctx: Context) -> str:
+        if match.data["form"] == "depthwise":
+            return "replace the op with a 1x1 depthwise Conv (exact), so the activation fuses into it"
+        return "replace the op with a 1x1 Conv over the concatenated inputs (identity weights, exact)"
+
+
+def _activation_after(graph: Graph, node: Node) -> tuple[Node, str] | None:
+    """The activation applied to `node`'s output when it is the only use (the node itself for a TFLite fused
+    activation), and its kind."""
+    if node.fused_activation is not None:
+        return node, node.fused_activation
+    uses, reaches_output = graph.uses(node.output)
+    if len(uses) != 1 or reaches_output:
+        return None
+    act = uses[0]
+    kind = graph.activation(act)
+    if kind is None:
+        return None
+    composite = graph.composite(act)
+    data = composite.input if composite is not None else (act.inputs[0] if act.inputs else "")
+    if graph.source(data) != graph.source(node.output):
+        return None  # e.g. the op computes a PRelu's slope or a Clip's bound
+    return act, kind
+
+
+def _conv_form(graph: Graph, node: Node) -> str | None:
+    """ "depthwise" (tensor with a per-channel constant), "concat" (two same-shape tensors), or None when no 1x1
+    convolution computes the op (or when a conv computes it already)."""
+    if len(node.inputs) != 2 or not all(node.inputs):
+        return None
+    consts = [graph.is_const(name) for name in node.inputs]
+    if all(consts):
+        return None
+    if any(consts):
+        tensor = node.inputs[consts.index(False)]
+        const = node.inputs[consts.index(True)]
+        if _folds_into_conv(graph, node, tensor) or not _per_channel(graph, const, node.output):
+            return None
+        return "depthwise"
+    if node.op == "Mul":
+        return None  # no convolution multiplies two tensors
+    shapes = [_shape(graph, name) for name in node.inputs]
+    if all(shape is not None for shape in shapes) and shapes[0] != shapes[1]:
+        return None
+    return "concat"
+
+
+def _folds_into_conv(graph: Graph, node: Node, tensor: str) -> bool:
+    """`tensor` is a conv's only output use: a constant op on it folds into the conv's weights or bias."""
+    producer = graph.effective_producer(tensor)
+    if producer is None or producer.op not in CONV_OPS or producer.fused_activation is not None:
+        return False
+    uses, reaches_output = graph.uses(producer.output)
+    return not reaches_output and [use.id for use in uses] == [node.id]
+
+
+def _shape(graph: Graph, name: str) -> tuple[int | str | None, ...] | None:
+    value = graph.value(name)
+    return value.shape if value is not None else None
+
+
+def _per_channel(graph: Graph, const: str, output: str) -> bool:
+    """The constant is a scalar or varies only along the output's channel axis (what a depthwise 1x1 conv's weight
+    or bias can hold)."""
+    shape = _shape(graph, const)
+    if shape is None:
+        array = graph.const(const)  # raises ConstantUnavailable when the data is missing: the node is skipped
+        if array is None:
+            return False
+        shape = tuple(np.shape(array))
+    varying = [axis for axis, dim in enumerate(shape) if dim != 1]
+    if not varying:
+        return True
+    if len(varying) > 1:
+        return False
+    out = graph.value(output)
+    if out is None or out.shape is None or out.channel_axis is None:
+        return True
+    axis = varying[0] + len(out.shape) - len(shape)  # broadcasting aligns shapes from the right
+    return axis == out.channel_axis and shape[varying[0]] == out.shape[out.channel_axis]
+
+
+def _residual_fuses(graph: Graph, node: Node, kind: str, target: Target) -> bool:
+    """Conv -> Add -> activation that the target runs as one kernel ([fusion.residual]: ONNX Runtime's
+    ConvAddActivationFusion, oneDNN's sum post-op)."""
+    residual = target.residual_fusion()
+    if residual is None or node.op != "Add" or kind not in residual["activations"] or node.fused_activation:
+        return False
+    shapes = [_shape(graph, name) for name in node.inputs]
+    if residual["requires_same_shape"] and (None in shapes or shapes[0] != shapes[1]):
+        return False
+    for name in node.inputs:
+        conv = graph.effective_producer(name)
+        if conv is None or conv.op != "Conv":
+            continue
+        if residual["requires_bias"] and (len(conv.inputs) < 3 or not conv.inputs[2]):
+            continue
+        uses, reaches_output = graph.uses(conv.output)
+        if not reaches_output and [use.id for use in uses] == [node.id]:
+            return True
+    return False
+
+
+def _verdict(target: Target, kind: str) -> tuple[Severity, str, str] | None:
+    """(severity, why: "accelerator" | "cpu" | "unstated", where it matters) for a non-trivial `kind` after an
+    elementwise op on `target`, or None when the eltwise-as-conv rewrite would not let the activation fuse there."""
+    fused = target.fused_activations()
+    if target.name == DEFAULT_TARGET or fused is None:
+        where = _accelerators_fusing(kind)
+        return ("info", "unstated", where) if where else None
+    if kind not in fused or target.name in FUSES_AFTER_ELTWISE:
+        return None
+    if target.kind == "cpu":
+        return "info", "cpu", target.label
+    return "warning", "accelerator", target.label
+
+
+@cache
+def _accelerators_fusing(kind: str) -> str:
+    """The built-in accelerator targets (and their chips) where `kind` fuses into convs but not after an elementwise
+    op: where FU002 would be a warning."""
+    found = []
+    for target in list_targets():
+        if target.kind == "cpu" or target.name in (DEFAULT_TARGET, *FUSES_AFTER_ELTWISE):
+            continue
+        selections = [target.select(p, c) for p in target.precisions or (None,) for c in target.chips or (None,)]
+        chips = [s.chip for s in selections if s.fuses(kind)]
+        if chips:
+            named = sorted({chip for chip in chips if chip})
+            found.append(f"{target.name} (chip {' or '.join(named)})" if named else target.name)
+    return ", ".join(found)
+
+
+def _prelu_kind(graph: Graph, node: Node, atol: float) -> str | None:
+    """What a PRelu with constant slopes really is (as FU004 judges it): Relu, LeakyRelu, PRelu, or None for the
+    identity. Raises ConstantUnavailable when the slopes are in a missing file (the node is reported as skipped)."""
+    slope = node.inputs[1] if len(node.inputs) > 1 else ""
+    values = graph.const(slope) if slope and graph.is_const(slope) else None
+    if values is None:
+        return "PRelu"
+    slopes = np.asarray(values, dtype=np.float64).reshape(-1)
+    if slopes.size == 0:
+        return "PRelu"
+    if np.all(np.abs(slopes) <= atol):
+        return "Relu"
+    if np.all(np.abs(slopes - 1.0) <= atol):
+        return None
+    if np.ptp(slopes) <= atol + PRELU_RTOL * np.abs(slopes).max():
+        return "LeakyRelu"
+    return "PRelu"

@@ -1,0 +1,230 @@
+"""HW001 unsupported-op."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from netlint.ir import Graph, Node
+from netlint.rule import Context, Finding, Rule, Severity, register
+
+# ONNX's QDQ format annotates tensors with QuantizeLinear/DequantizeLinear pairs; QDQ-aware compilers (QNN, TIDL)
+# fold each pair into the quantized op it wraps, so in ONNX these nodes (and Identity) take no side: edges pass through
+# them. TFLite's QUANTIZE/DEQUANTIZE are real kernels (requantize, int8 <-> float), so there they count like any op.
+TRANSPARENT_OPS = frozenset({"Identity", "QuantizeLinear", "DequantizeLinear"})
+TFLITE_KERNELS = frozenset({"QUANTIZE", "DEQUANTIZE"})
+# Ops whose output is static once the input shapes are: shape arithmetic starts here.
+SHAPE_OPS = frozenset({"Shape", "Size"})
+FALLBACK_NAMES = {"cpu": "the CPU", "dsp": "the DSP"}
+
+
+@register
+class UnsupportedOp(Rule):
+    """An op the selected target cannot run on its accelerator, so the graph splits into CPU and accelerator parts.
+
+    ## What it does
+    Checks every node against the selected target's op list (`[ops].supported` of the target file) and reports each
+    node the target does not support, plus one model-level finding with the number of partitions the graph splits
+    into: connected runs of supported (accelerator) and unsupported (fallback) nodes along the dataflow, found with a
+    union-find over the edges whose two ends are on the same side (linear in the graph size).
+
+    What counts:
+    - Graph inputs and constants are not nodes and split nothing.
+    - Constant nodes, Shape/Size, and every node that computes only from constants and Shape/Size outputs (the shape
+      arithmetic of a dynamic-shape export, weight re-layouts) are neutral: a static-shape compiler folds them away,
+      so they are neither reported nor counted. (If the input shapes are dynamic, fix them first, see HW003.)
+    - In ONNX, Identity, QuantizeLinear and DequantizeLinear take no side: a QDQ-aware compiler fuses each Q/DQ pair
+      into the op it wraps, so edges pass through them. In TFLite, QUANTIZE and DEQUANTIZE are real kernels and are
+      checked like any op.
+    - A TFLite custom op is supported only when the target lists its name; Select-TF ops that have a canonical name
+      (FlexFusedBatchNormV3 as BatchNormalization) are checked by that name.
+
+    ## Why is this bad?
+    An NPU or DSP compiler offloads the largest supported subgraphs and hands every other node back to the host: "If
+    the constraints are not met, then that operator will be scheduled on the CPU instead" (Arm Vela); ONNX Runtime's
+    QNN and TIDL execution providers likewise give unsupported nodes to the CPU execution provider. Each boundary
+    between an accelerator partition and a CPU partition copies the tensors that cross it (and, for quantized
+    accelerators, converts them), synchronises two processors, and runs the CPU part far slower. A single unsupported
+    op in the middle of a network turns one accelerator partition into three.
+
+    ## Example
+    ```
+    BEFORE (ti-tda4vm: Erf is not in TIDL's op list)      AFTER
+      Conv ──► Erf ──► Mul ──► Conv                         Conv ──► Gelu ──► Conv
+      [NPU]    [CPU]   [NPU]   (3 partitions)               [NPU] (1 partition)
+    ```
+
+    ## Fix
+    None automatic (manual): replace the op with an equivalent the target supports (e.g. Erf-based GELU written as
+    the Gelu op, a custom op as builtin ops), move it to the start or end of the graph so the accelerator part stays
+    in one piece, or accept the fallback. Check the target's per-op constraints too: a listed op can still fall back
+    when its parameters are outside what the accelerator implements.
+
+    ## Targets
+    Reported only on targets with an op list: qualcomm-htp (ONNX Runtime QNN EP op builders), ti-tda4vm (TIDL-RT's
+    operator mapping), ethos-u55 (Vela's supported TFLite ops). Severity warning; error when the target has no
+    fallback (`fallback = "none"`), because the model cannot run there at all. CPU targets (onednn-cpu, ort-cpu)
+    support every op (`supported = ["*"]`) and report only TFLite custom ops they do not list. The generic target
+    has no op list: no findings.
+
+    ## References
+    - Arm Ethos-U Vela, Supported Ops (SUPPORTED_OPS.md, as mirrored by NXP, Vela 3.6.1: "If the constraints are not
+      met, then that operator will be scheduled on the CPU instead"):
+      https://github.com/nxp-imx/ethos-u-vela/blob/090f18a55fcd4f7ae8ca1ae633418d05c62cbb6e/SUPPORTED_OPS.md
+    - ONNX Runtime QNN EP, supported ONNX ops: onnxruntime/core/providers/qnn/builder/op_builder_factory.cc
+    - TI edgeai-tidl-tools, Supported Operators & Runtimes (docs/supported_ops_rts_versions.md):
+      https://github.com/TexasInstruments/edgeai-tidl-tools
+    """
+
+    code = "HW001"
+    name = "unsupported-op"
+    category = "target"
+    fix = None
+
+    def scan(self, graph: Graph, ctx: Context) -> Iterator[Finding]:
+        ops = ctx.target.section("ops")
+        if ops is None:
+            return
+        listed = frozenset(ops["supported"])
+        fallback = str(ops["fallback"])
+        split = _Split(graph, lambda node: _supports(ctx, listed, node))
+        if not split.unsupported:
+            return
+        severity: Severity = "error" if fallback == "none" else self.severity
+        label = ctx.target.label
+        for node in split.unsupported:
+            yield Finding(
+                self.code,
+                self.name,
+                severity,
+                self._node_message(node, label, fallback),
+                [node.id],
+                [out for out in node.outputs if out],
+                None,
+                "replace it with an op the target supports, or move it out of the accelerated part of the graph",
+            )
+        yield self._partition_finding(graph, split, label, fallback, severity)
+
+    @staticmethod
+    def _node_message(node: Node, label: str, fallback: str) -> str:
+        what = f"TFLite custom op {node.label()}" if node.domain == "custom" else node.label()
+        if fallback == "none":
+            return f"{what} is not supported by {label}, which has no fallback: the model cannot run there"
+        return f"{what} is not supported by {label}: it falls back to {FALLBACK_NAMES.get(fallback, fallback)}"
+
+    def _partition_finding(self, graph: Graph, split: _Split, label: str, fallback: str, severity: Severity) -> Finding:
+        accelerated, fallen = split.partitions()
+        where = f"on {FALLBACK_NAMES[fallback]}" if fallback in FALLBACK_NAMES else "with no fallback"
+        count = accelerated + fallen
+        message = (
+            f"on {label}, graph '{graph.name}' splits into {count} partition{'s' if count != 1 else ''}: "
+            f"{accelerated} on the accelerator and {fallen} {where} ({len(split.unsupported)} unsupported of "
+            f"{split.counted} nodes); {len(split.crossing)} tensor{'s' if len(split.crossing) != 1 else ''} cross "
+            "between them"
+        )
+        return Finding(
+            self.code,
+            self.name,
+            severity,
+            message,
+            split.fallback_heads(),
+            split.crossing,
+            None,
+            "replace the unsupported ops so the accelerator runs the graph in one piece",
+        )
+
+
+def _supports(ctx: Context, listed: frozenset[str], node: Node) -> bool:
+    """Custom TFLite ops only by their listed name (a wildcard op list does not cover them)."""
+    if node.domain == "custom":
+        return node.op in listed
+    return bool(ctx.target.supports_op(node.op))
+
+
+def _transparent(node: Node) -> bool:
+    return node.op in TRANSPARENT_OPS and node.source_op not in TFLITE_KERNELS and bool(node.inputs)
+
+
+class _Split:
+    """The side of every node (supported / unsupported / none) and the connected runs of each side, built once."""
+
+    def __init__(self, graph: Graph, supports: Callable[[Node], bool]) -> None:
+        self.graph = graph
+        self.side: dict[str, bool] = {}  # counted node id -> supported
+        self.unsupported: list[Node] = []
+        self._through: dict[str, Node] = {}  # output of a transparent node -> the node it passes through to
+        static: set[str] = set()
+        for node in graph.nodes:  # file order is topological in ONNX and TFLite
+            if self._neutral(node, static):
+                static.update(out for out in node.outputs if out)
+            elif _transparent(node):
+                source = self._counted_producer(node.inputs[0])
+                for out in node.outputs:
+                    if out and source is not None:
+                        self._through[out] = source
+            else:
+                ok = supports(node)
+                self.side[node.id] = ok
+                if not ok:
+                    self.unsupported.append(node)
+        self.counted = len(self.side)
+        self._parent = {node_id: node_id for node_id in self.side}
+        self.crossing: list[str] = []
+        self._join()
+
+    def _neutral(self, node: Node, static: set[str]) -> bool:
+        if node.op == "Constant" or node.op in SHAPE_OPS:
+            return True
+        if node.subgraphs:  # a body may read run-time values that are not among the node's inputs
+            return False
+        return all(self._static(name, static) for name in node.inputs if name)
+
+    def _static(self, name: str, static: set[str]) -> bool:
+        if name in static:
+            return True
+        value = self.graph.value(name)
+        return value is not None and value.is_const
+
+    def _counted_producer(self, name: str) -> Node | None:
+        if name in self._through:
+            return self._through[name]
+        producer = self.graph.producer(name)
+        return producer if producer is not None and producer.id in self.side else None
+
+    def _find(self, node_id: str) -> str:
+        parent = self._parent
+        root = node_id
+        while parent[root] != root:
+            root = parent[root]
+        while parent[node_id] != root:  # path compression keeps the whole pass near-linear
+            parent[node_id], node_id = root, parent[node_id]
+        return root
+
+    def _join(self) -> None:
+        crossing: dict[str, None] = {}
+        for node in self.graph.nodes:
+            if node.id not in self.side:
+                continue
+            for name in dict.fromkeys(node.inputs):
+                producer = self._counted_producer(name) if name else None
+                if producer is None or producer is node:
+                    continue
+                if self.side[producer.id] == self.side[node.id]:
+                    a, b = self._find(producer.id), self._find(node.id)
+                    if a != b:
+                        self._parent[a] = b
+                else:
+                    crossing.setdefault(name)
+        self.crossing = list(crossing)
+
+    def partitions(self) -> tuple[int, int]:
+        """(accelerator partitions, fallback partitions)."""
+        roots = {self._find(node_id) for node_id in self.side}
+        fallen = sum(not self.side[root] for root in roots)
+        return len(roots) - fallen, fallen
+
+    def fallback_heads(self) -> list[str]:
+        """The first node (file order) of each fallback partition: where the graph leaves the accelerator."""
+        heads: dict[str, str] = {}
+        for node in self.unsupported:
+            heads.setdefault(self._find(node.id), node.id)
+        return list(heads.values())

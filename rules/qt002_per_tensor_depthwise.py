@@ -1,0 +1,269 @@
+"""QT002 per-tensor-depthwise."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from netlint.ir import ConstantUnavailable, Graph, Node
+from netlint.pattern import Match, Op
+from netlint.rule import Context, Option, Rule, Severity, register
+
+INT_TYPES = frozenset({"int4", "uint4", "int8", "uint8", "int16", "uint16", "int32", "uint32"})
+# Ops a weight passes through unchanged on its way from the stored constant to the conv (TFLite's one-input
+# DEQUANTIZE of float16 weights included); a two-input DequantizeLinear carries the quantization itself.
+WEIGHT_PASS_THROUGH = frozenset({"Identity", "Cast", "DequantizeLinear"})
+
+
+@dataclass(frozen=True)
+class WeightQuant:
+    """How a conv's weights are stored: integer type, and whether one scale covers every channel."""
+
+    dtype: str
+    per_tensor: bool
+
+    @property
+    def levels(self) -> int:
+        """Positive levels of a symmetric grid: 127 for int8 (the widest channel's max maps to it)."""
+        bits = int("".join(ch for ch in self.dtype if ch.isdigit()) or 8)
+        return 2 ** (bits - 1) - 1
+
+
+@register
+class PerTensorDepthwise(Rule):
+    """A depthwise convolution whose weights are, or would be, quantized with one scale for all channels.
+
+    ## What it does
+    Finds depthwise convolutions (ONNX Conv or QLinearConv with `group` = input channels > 1 and one input channel
+    per group; TFLite DEPTHWISE_CONV_2D) and reports two cases:
+
+    1. The weights are quantized **per tensor**: a TFLite int8 weight tensor with one scale, an ONNX QDQ weight whose
+       DequantizeLinear has a scalar scale, or a QLinearConv with a scalar `w_scale`. Reported on every target
+       (the model already made the choice); the message gives the channels' range ratio when the weights are readable.
+    2. The weights are float, the model is checked for an integer precision (`--precision int8`, `a8`, `int16`...),
+       and the per-channel weight ranges differ so much that one 8-bit scale would waste most levels of the typical
+       channel: max over channels of max|w_c| divided by the median channel's max|w_c| above `max-range-ratio`
+       (default 8). Float weights in a missing external data file are reported as skipped.
+
+    Per-channel quantized weights are never reported, and float weights are not when the selected precision is a
+    float one (nothing will be quantized).
+
+    ## Why is this bad?
+    A depthwise filter sees a single channel, so nothing averages out across channels: each output channel is
+    exactly as good as its own weights' grid. With one scale for the whole tensor, the grid is set by the widest
+    channel: a channel whose range is R times smaller keeps about 127/R of the 127 positive int8 levels (at the
+    default R = 8, under 16 levels, i.e. less than 4 bits of its 8). Nagel et al. (2019, section 3.1) note that
+    "per-channel quantization yields much better performance on MobileNetV2 than per-tensor quantization", which
+    suggests that "the weight distributions differ so strongly between output channels that the same set of
+    quantization parameters cannot be used to quantize the full weight tensor effectively". Krishnamoorthi (2018)
+    finds per-channel 8-bit weights keep classification accuracy within 2% of float across common CNNs and
+    recommends per-channel weight quantization as the preferred scheme for accelerators.
+
+    ## Example
+    ```
+    BEFORE                                      AFTER (re-quantized per channel)
+      DEPTHWISE_CONV_2D  w: int8, scale=[0.02]     DEPTHWISE_CONV_2D  w: int8, scale=[0.002, 0.019, ...] (axis 3)
+      DequantizeLinear(w_q, scale=0.02) -> Conv    DequantizeLinear(w_q, scale=[...], axis=0) -> Conv(group=C)
+    ```
+
+    ## Fix
+    None automatic (manual): quantize the depthwise weights per channel (TFLite: the converter's default, i.e. do
+    not set `_experimental_disable_per_channel`; ONNX Runtime: `quantize_static(..., per_channel=True)`; TIDL: enable
+    per-channel weights for depthwise layers). Where the target allows only per-tensor weights, equalize the channel
+    ranges first (cross-layer equalization, Nagel et al. 2019) or use quantization-aware training.
+
+    ## Targets
+    - Targets that accept per-channel weights (qualcomm-htp, ethos-u55, onednn-cpu, ort-cpu: `per_channel = "all"`):
+      warning.
+    - ti-tda4vm (`per_channel = "depthwise-only"`): warning: TIDL offers per-channel weights for depthwise layers
+      only, so this is exactly the layer where the option pays.
+    - Targets that quantize per tensor only (`per_channel = "none"`): per-tensor weights are info (nothing else is
+      possible; equalize ranges), a wide float range ratio is a warning (it will be quantized per tensor).
+    - Targets that state nothing about quantization (generic, user files without `[quantization]`): info, "matters on
+      targets that quantize weights per channel".
+    - Float weights are only checked when the selected precision is an integer one (e.g. generic `--precision int8`,
+      ti-tda4vm `int8`/`int16`, qualcomm-htp `a8`/`a16`).
+
+    ## References
+    - Nagel, van Baalen, Blankevoort, Welling, "Data-Free Quantization Through Weight Equalization and Bias
+      Correction", ICCV 2019, arXiv:1906.04721 (section 3.1, weight tensor channel ranges)
+    - Krishnamoorthi, "Quantizing deep convolutional networks for efficient inference: A whitepaper",
+      arXiv:1806.08342 (per-channel vs per-layer weight quantization)
+    - TI edgeai-tensorlab, Quantization (docs/pixel2pixel/Quantization.md: per-channel weight quantization for
+      depthwise convolution layers) — https://github.com/TexasInstruments/edgeai-tensorlab
+    """
+
+    code = "QT002"
+    name = "per-tensor-depthwise"
+    category = "quantization"
+    fix = None  # manual: re-quantize per channel (the help line says how for the selected target)
+    pattern = Op({"Conv", "QLinearConv"}, name="conv")
+    options: ClassVar[dict[str, Option]] = {
+        "max-range-ratio": Option(
+            8.0,
+            "float depthwise weights are reported when the widest channel's max|w| exceeds the median channel's by "
+            "more than this factor (per-tensor int8 then leaves the median channel under 127/ratio levels)",
+        ),
+    }
+
+    def check(self, graph: Graph, match: Match, ctx: Context) -> str | None:
+        conv = match.anchor
+        weight = conv.inputs[3] if conv.op == "QLinearConv" else conv.inputs[1] if len(conv.inputs) > 1 else ""
+        if not weight or not _is_depthwise(graph, conv, weight):
+            return "not a depthwise convolution"
+        quant = _weight_quant(graph, conv, weight)
+        if quant is not None and not quant.per_tensor:
+            return "weights are quantized per channel"
+        if quant is None and not _checks_integer(ctx):
+            return "float weights and a float precision: nothing will be quantized"
+        channel_axis = -1 if conv.source_op == "DEPTHWISE_CONV_2D" else 0
+        # Quantized weights: the per-tensor fact is known from the scale's shape, the ratio is extra information.
+        # Float weights: the ratio is the finding, so unreadable data raises ConstantUnavailable (-> skipped).
+        ratio = _range_ratio(graph, weight, channel_axis, required=quant is None)
+        if quant is None:
+            limit = float(ctx.option(self, "max-range-ratio"))
+            if ratio is None or ratio[0] <= limit:
+                return f"channel range ratio within {limit:g}"
+        match.data.update(quant=quant, ratio=ratio, channels=_channels(graph, weight, channel_axis))
+        return None
+
+    def message(self, graph: Graph, match: Match, ctx: Context) -> str:
+        conv, data = match.anchor, match.data
+        quant: WeightQuant | None = data["quant"]  # type: ignore[assignment]
+        ratio: tuple[float, float] | None = data["ratio"]  # type: ignore[assignment]
+        channels = data["channels"]
+        spread = ""
+        if ratio is not None:
+            levels = 127 if quant is None else quant.levels
+            median_levels = levels / ratio[0] if math.isfinite(ratio[0]) else 0.0
+            spread = (
+                f"; its channels' weight ranges differ by max/median {_fmt(ratio[0])} "
+                f"(max/min {_fmt(ratio[1])}), so one scale leaves the median channel about {median_levels:.0f} of "
+                f"{levels} levels"
+            )
+        name = conv.label() if conv.source_op == "DEPTHWISE_CONV_2D" else f"depthwise {conv.label()}"
+        if quant is not None:
+            scope = f"all {channels}" if channels else "all"
+            head = f"{name} has {quant.dtype} weights quantized per tensor (one scale for {scope} channels)"
+        else:
+            head = f"{name} has float weights whose channel ranges one 8-bit scale cannot resolve"
+        return head + spread + _target_clause(ctx, quant is not None)
+
+    def help(self, graph: Graph, match: Match, ctx: Context) -> str:
+        if ctx.target.per_channel == "none":
+            return (
+                "the target quantizes weights per tensor only: equalize channel ranges (cross-layer equalization) or "
+                "use quantization-aware training"
+            )
+        if ctx.target.per_channel == "depthwise-only":
+            return "enable per-channel weight quantization for depthwise layers (the one place the target allows it)"
+        return "re-quantize the depthwise weights per channel (one scale per output channel)"
+
+    def severity_for(self, graph: Graph, match: Match, ctx: Context) -> Severity:
+        per_channel = ctx.target.per_channel
+        if per_channel is None:
+            return "info"
+        if per_channel == "none" and match.data["quant"] is not None:
+            return "info"
+        return self.severity
+
+
+def _is_depthwise(graph: Graph, conv: Node, weight: str) -> bool:
+    """group == input channels > 1 with one input channel per group (any channel multiplier)."""
+    if conv.source_op == "DEPTHWISE_CONV_2D":
+        return True
+    group = conv.attrs.get("group", 1) or 1
+    shape = _shape(graph, weight)
+    if group <= 1 or shape is None or len(shape) < 2 or shape[1] != 1:
+        return False
+    data = graph.value(conv.inputs[0]) if conv.inputs else None
+    channels = data.channels if data is not None else None
+    return channels is None or channels == group
+
+
+def _shape(graph: Graph, name: str) -> tuple[int | str | None, ...] | None:
+    value = graph.value(name)
+    if value is not None and value.shape is not None:
+        return value.shape
+    source = graph.value(graph.source(name))
+    return source.shape if source is not None else None
+
+
+def _weight_quant(graph: Graph, conv: Node, weight: str) -> WeightQuant | None:
+    """The weights' integer storage, looking back through pass-through ops; None for float weights."""
+    if conv.op == "QLinearConv":
+        stored = graph.value(weight)
+        return WeightQuant(stored.dtype if stored and stored.dtype else "int8", _size(graph, conv.inputs[4]) == 1)
+    name, seen = weight, set()
+    while name and name not in seen:
+        seen.add(name)
+        value = graph.value(name)
+        if value is not None and value.quant is not None and value.dtype in INT_TYPES:
+            return WeightQuant(value.dtype, not value.quant.per_axis)
+        node = graph.producer(name)
+        if node is None or node.op not in WEIGHT_PASS_THROUGH or not node.inputs:
+            return None
+        if node.op == "DequantizeLinear" and len(node.inputs) >= 2:
+            stored = graph.value(node.inputs[0])
+            dtype = stored.dtype if stored is not None and stored.dtype else "int8"
+            return WeightQuant(dtype, _size(graph, node.inputs[1]) == 1)
+        name = node.inputs[0]
+    return None
+
+
+def _size(graph: Graph, name: str) -> int:
+    """Element count of a (scale) tensor, from its declared shape when known, else from its data."""
+    value = graph.value(name)
+    if value is not None and value.shape is not None and all(isinstance(d, int) for d in value.shape):
+        return math.prod(value.shape)  # type: ignore[arg-type]
+    data = graph.const(name)
+    return int(np.asarray(data).size) if data is not None else 1
+
+
+def _channels(graph: Graph, weight: str, axis: int) -> int | None:
+    shape = _shape(graph, weight)
+    dim = shape[axis] if shape else None
+    return dim if isinstance(dim, int) else None
+
+
+def _range_ratio(graph: Graph, weight: str, axis: int, required: bool) -> tuple[float, float] | None:
+    """(max/median, max/min) of the channels' max|w|; None when the values are not readable (and not required)."""
+    try:
+        values = graph.const(weight)
+    except ConstantUnavailable:
+        if required:
+            raise
+        return None
+    if values is None or np.ndim(values) < 2:
+        return None
+    array = np.abs(np.asarray(values, dtype=np.float64))
+    peaks = np.moveaxis(array, axis, 0).reshape(array.shape[axis], -1).max(axis=1)
+    top = float(peaks.max())
+    if top == 0.0:
+        return None
+    median, low = float(np.median(peaks)), float(peaks.min())
+    return (top / median if median > 0 else math.inf, top / low if low > 0 else math.inf)
+
+
+def _checks_integer(ctx: Context) -> bool:
+    """Whether the selected precision quantizes weights (unknown precision names count as maybe)."""
+    numeric = ctx.target.numeric()
+    return numeric is None or numeric[0] == "int"
+
+
+def _target_clause(ctx: Context, quantized: bool) -> str:
+    per_channel, label = ctx.target.per_channel, ctx.target.label
+    if per_channel == "depthwise-only":
+        return f"; {label} allows per-channel weights for depthwise layers only, so this is where they pay"
+    if per_channel == "all":
+        return f"; {label} accepts per-channel weights"
+    if per_channel == "none":
+        return f"; {label} quantizes weights per tensor only" + ("" if quantized else ": equalize the ranges first")
+    return "; this matters on targets that quantize weights per channel (most NPUs, TFLite, ONNX Runtime)"
+
+
+def _fmt(ratio: float) -> str:
+    return f"{ratio:.3g}" if math.isfinite(ratio) else "inf"

@@ -1,0 +1,275 @@
+"""QT003 signed-nonnegative."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from netlint.ir import ConstantUnavailable, Graph, Node
+from netlint.ir.ops import activation_kind, clip_bounds
+from netlint.rule import Context, Finding, Rule, Severity, register
+
+# Ops whose output is ≥ 0 whatever their input.
+NONNEGATIVE_OPS = frozenset(
+    {"Relu", "Sigmoid", "HardSigmoid", "Softmax", "Softplus", "Exp", "Abs", "Sqrt", "ReduceL1", "ReduceL2"}
+    | {"ReduceSumSquare"}
+)
+# Ops whose output is ≥ 0 when their data input (input 0) is: they select, move or average values.
+FIRST_INPUT_PRESERVES = frozenset(
+    {
+        "MaxPool",
+        "AveragePool",
+        "GlobalAveragePool",
+        "GlobalMaxPool",
+        "ReduceMean",
+        "ReduceMax",
+        "ReduceMin",
+        "ReduceSum",
+        "Reshape",
+        "Flatten",
+        "Squeeze",
+        "Unsqueeze",
+        "Transpose",
+        "Slice",
+        "Gather",
+        "Split",
+        "DepthToSpace",
+        "SpaceToDepth",
+        "Tile",
+        "Expand",
+        "Identity",
+        "Cast",
+        "QuantizeLinear",
+        "DequantizeLinear",
+        "Dropout",
+        "Upsample",
+    }
+)
+# Ops whose output is ≥ 0 when every input is (a constant input counts when all its values are ≥ 0).
+ALL_INPUTS_PRESERVE = frozenset({"Concat", "Add", "Mul", "Div", "Sum", "Mean", "Min"})
+SIGNED = {"int8": 8, "int16": 16}
+ONNX_SIGNED = {3: "int8", 5: "int16"}  # TensorProto.INT8, TensorProto.INT16 (QuantizeLinear output_dtype)
+
+
+@dataclass(frozen=True)
+class _Wasted:
+    """One tensor that is ≥ 0 but quantized signed and symmetric."""
+
+    node: Node  # where the quantization is set: the TFLite op writing the tensor, or the ONNX QuantizeLinear
+    tensor: str
+    why: str  # what makes it ≥ 0, for the message
+
+
+@register
+class SignedNonnegative(Rule):
+    """A tensor that can only be ≥ 0 is quantized signed and symmetric, so half of its integer codes are never used.
+
+    ## What it does
+    Works out which tensors can only hold values ≥ 0, in one pass in graph order: outputs of Relu, ReLU6 and any
+    clip with min ≥ 0, Sigmoid, HardSigmoid, Softmax, Softplus, Exp, Abs, Sqrt, a TFLite op with a fused RELU or
+    RELU6, and what pooling, reductions, reshapes, slices, Concat, Add/Mul/Div/Min of such tensors (with constants
+    ≥ 0) and Max with one such input compute from them. Then it reports those quantized as *signed* integers
+    (int8, int16) with zero point 0, i.e. a symmetric range:
+    - ONNX QDQ: a QuantizeLinear of such a tensor whose zero point is int8/int16 and 0 (a missing zero point means
+      uint8, which is fine);
+    - TFLite: the tensor's own quantization (int8 with zero point -128, the converter's choice for a ReLU output,
+      uses the full range and is fine).
+
+    The tensors are aggregated: one finding per graph and integer type (int8, int16), listing how many tensors,
+    what makes them ≥ 0, and a few names; `nodes` and `tensors` list every one. One cause (a symmetric-activation
+    setting of the quantizer, or TFLite's int16 scheme) produces all of them, so one finding is the actionable
+    unit; the anchor is the first node.
+
+    ## Why is this bad?
+    With real = scale·(q − zero_point) and zero point 0, a signed tensor's negative codes (−128..−1 for int8) stand
+    for negative values the tensor never holds: half the codes are wasted, so the step between representable values
+    is twice what an unsigned or asymmetric encoding of the same range would give — 7 effective bits instead of 8
+    (15 instead of 16). TensorFlow Lite's 8-bit spec makes activations asymmetric for this reason: a zero point is a
+    cheap way to get up to one extra bit of precision ("Symmetric vs asymmetric"). A symmetric scheme
+    (TI's is "Power-Of-2, Symmetric, Per-Tensor") can only give a ≥ 0 tensor its whole range with an unsigned type.
+
+    ## Example
+    ```
+    BEFORE                                               AFTER
+      Conv ─► Relu ─► QuantizeLinear(scale, zp=int8 0)     Conv ─► Relu ─► QuantizeLinear(scale/2, zp=uint8 0)
+      int16x8 TFLite: CONV_2D+RELU6 ─► int16, zp 0         (TFLite int16x8: no change possible, see Fix)
+    ```
+
+    ## Fix
+    Manual. ONNX: quantize these activations as unsigned (uint8/uint16) or asymmetrically (onnxruntime
+    `quantize_static(..., extra_options={"ActivationSymmetric": False})`, the default, which also folds a Relu into
+    the range). TFLite int16x8: TFLite's int16 kernels require zero point 0 ("In case of int16, quantization is
+    symmetic and zero point should be zero", tensorflow/lite/kernels/add.cc), so the converter cannot do otherwise;
+    the finding is advice (severity info) on how much resolution the 16-bit tensors really have.
+
+    ## Targets
+    Independent of the target: the file's own quantization is checked (int8 → warning, 7 of 8 bits used; int16 →
+    info, 15 of 16 bits). Float models have no quantized tensors and get no finding. Toolchains that re-quantize a
+    float model themselves (TIDL's own calibration) are not affected; pre-quantized models are imported as they are.
+
+    ## References
+    - TensorFlow Lite 8-bit quantization specification, "Symmetric vs asymmetric":
+      https://www.tensorflow.org/lite/performance/quantization_spec
+    - TensorFlow Lite ADD kernel, int16 zero point check: https://github.com/tensorflow/tensorflow/blob/master/tensorflow/lite/kernels/add.cc
+    - ONNX Runtime quantization (symmetric and asymmetric activations):
+      https://onnxruntime.ai/docs/performance/model-optimizations/quantization.html
+    - TI edgeai-tensorlab, Quantization ("Power-Of-2, Symmetric, Per-Tensor Quantization"):
+      docs/pixel2pixel/Quantization.md in https://github.com/TexasInstruments/edgeai-tensorlab
+    """
+
+    code = "QT003"
+    name = "signed-nonnegative"
+    category = "quantization"
+    fix = None
+
+    def scan(self, graph: Graph, ctx: Context) -> Iterator[Finding]:
+        nonnegative = _nonnegative_values(graph)
+        if not nonnegative:
+            return
+        groups: dict[str, list[_Wasted]] = defaultdict(list)
+        for node in graph.nodes:
+            try:
+                for dtype, wasted in _wasted_outputs(graph, node, nonnegative):
+                    groups[dtype].append(wasted)
+            except ConstantUnavailable as exc:
+                ctx.skip(self, node, f"needs the zero point values: {exc}")
+        for dtype in sorted(groups, key=SIGNED.__getitem__):
+            yield self._finding(graph, dtype, groups[dtype])
+
+    def _finding(self, graph: Graph, dtype: str, wasted: list[_Wasted]) -> Finding:
+        bits = SIGNED[dtype]
+        whys = ", ".join(f"{why} ×{count}" for why, count in Counter(w.why for w in wasted).most_common())
+        examples = ", ".join(f"'{_short(w.tensor)}'" for w in wasted[:3]) + (", ..." if len(wasted) > 3 else "")
+        count = len(wasted)
+        message = (
+            f"{count} tensor{'s' if count != 1 else ''} that can only be ≥ 0 ({whys}) "
+            f"{'are' if count != 1 else 'is'} quantized as signed {dtype} with zero point 0: the negative half of the "
+            f"range is never used, {bits - 1} of {bits} bits of resolution (e.g. {examples})"
+        )
+        tflite_int16 = dtype == "int16" and all(w.node.op != "QuantizeLinear" for w in wasted)
+        if tflite_int16:
+            help_text = (
+                "TFLite's int16x8 scheme requires zero point 0 for int16 activations: nothing to change in the "
+                "converter; use it knowing these tensors have 15 bits"
+            )
+        else:
+            help_text = (
+                "quantize them as unsigned or asymmetric (onnxruntime: ActivationSymmetric=False, the default) so "
+                "values ≥ 0 use the whole range"
+            )
+        severity: Severity = "warning" if bits == 8 else "info"
+        return Finding(
+            self.code,
+            self.name,
+            severity,
+            message,
+            list(dict.fromkeys(w.node.id for w in wasted)),
+            list(dict.fromkeys(w.tensor for w in wasted)),
+            self.fix,
+            help_text,
+        )
+
+
+def _short(name: str) -> str:
+    """A tensor name for a message: TFLite joins the names of fused ops with ';', the first one is enough."""
+    first = name.split(";")[0]
+    return first if len(first) <= 80 else first[:77] + "..."
+
+
+def _wasted_outputs(graph: Graph, node: Node, nonnegative: dict[str, str]) -> Iterator[tuple[str, _Wasted]]:
+    """The ≥ 0 tensors `node` quantizes signed with zero point 0: TFLite outputs carrying their quantization, or
+    the input of an ONNX QuantizeLinear with a signed zero point of 0."""
+    if node.op == "QuantizeLinear" and len(node.inputs) >= 2:
+        source = node.inputs[0]
+        if source in nonnegative and not graph.is_const(source):
+            dtype = _onnx_zero_point_dtype(graph, node)
+            if dtype in SIGNED:
+                yield dtype, _Wasted(node, source, nonnegative[source])
+    for out in node.outputs:
+        value = graph.value(out) if out else None
+        if value is None or value.quant is None or value.dtype not in SIGNED or out not in nonnegative:
+            continue
+        if not np.any(value.quant.zero_point):
+            yield value.dtype, _Wasted(node, out, nonnegative[out])
+
+
+def _onnx_zero_point_dtype(graph: Graph, node: Node) -> str | None:
+    """The signed integer type of an ONNX QuantizeLinear whose zero point is 0: the zero point's dtype, or (no zero
+    point) the `output_dtype` attribute (opset 21); None for unsigned output (the default, uint8) or a non-zero or
+    non-constant zero point."""
+    if len(node.inputs) >= 3 and node.inputs[2]:
+        zero = graph.const(node.inputs[2], dequantize=False)
+        return zero.dtype.name if zero is not None and not np.any(zero) else None
+    output_dtype = int(node.attrs.get("output_dtype", 0) or 0)
+    return ONNX_SIGNED.get(output_dtype) if node.domain in ("", "ai.onnx") else None
+
+
+def _nonnegative_values(graph: Graph) -> dict[str, str]:
+    """Every value of `graph` that can only be ≥ 0, with what makes it so; one pass in graph order."""
+    found: dict[str, str] = {}
+    for node in graph.nodes:
+        why = _why_nonnegative(graph, node, found)
+        if why is not None:
+            found.update((out, why) for out in node.outputs[:1] if out)
+            if node.op == "Split":
+                found.update((out, why) for out in node.outputs if out)
+    return found
+
+
+def _why_nonnegative(graph: Graph, node: Node, found: dict[str, str]) -> str | None:
+    if node.fused_activation in ("Relu", "Relu6"):
+        return f"fused {node.fused_activation}"
+    kind = _activation(graph, node)
+    if kind is not None:
+        return kind
+    data = [name for name in node.inputs if name]
+    if not data:
+        return None
+    if node.op in FIRST_INPUT_PRESERVES:
+        return f"{node.op} of ≥ 0" if data[0] in found and _first_input_op_keeps_sign(graph, node) else None
+    if node.op in ALL_INPUTS_PRESERVE and all(name in found or _const_nonnegative(graph, name) for name in data):
+        return f"{node.op} of ≥ 0" if any(name in found for name in data) else None
+    if node.op == "Max" and any(name in found for name in data):
+        return "Max with ≥ 0"
+    if node.op in ("Pad", "Resize") and data[0] in found and _first_input_op_keeps_sign(graph, node):
+        return f"{node.op} of ≥ 0"
+    return None
+
+
+def _activation(graph: Graph, node: Node) -> str | None:
+    """The name of an activation whose output is ≥ 0 whatever its input, else None."""
+    if node.op == "Clip":
+        try:
+            bounds = clip_bounds(graph, node)
+        except ConstantUnavailable:
+            return None
+        if bounds is None or bounds[0] is None or bounds[0] < 0:
+            return None
+        return activation_kind(graph, node) if activation_kind(graph, node) != "Clip" else "Clip(min ≥ 0)"
+    if node.op == "ThresholdedRelu" and float(node.attrs.get("alpha", 1.0)) >= 0:
+        return "ThresholdedRelu"
+    return node.op if node.op in NONNEGATIVE_OPS else None
+
+
+def _first_input_op_keeps_sign(graph: Graph, node: Node) -> bool:
+    """Pad with a constant ≥ 0 (or reflect/edge), Resize without cubic overshoot; everything else in the list."""
+    if node.op == "Pad":
+        mode = node.attrs.get("mode", "constant")
+        pad_value = node.inputs[2] if len(node.inputs) > 2 else ""
+        return mode != "constant" or not pad_value or _const_nonnegative(graph, pad_value)
+    if node.op == "Resize":
+        return node.attrs.get("mode", "nearest") != "cubic"
+    return True
+
+
+def _const_nonnegative(graph: Graph, name: str) -> bool:
+    if not graph.is_const(name):
+        return False
+    try:
+        array = graph.const(name)
+    except ConstantUnavailable:
+        return False
+    return array is not None and array.size > 0 and bool(np.all(np.asarray(array) >= 0))

@@ -1,0 +1,267 @@
+"""QT005 fp16-unsafe."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from netlint.ir import ConstantUnavailable, Graph, Node
+from netlint.rule import Context, Finding, FixRef, Rule, Severity, register
+
+FP16_MAX = 65504.0  # largest finite float16
+FP16_TINY = 2.0**-24  # smallest positive (subnormal) float16, about 5.96e-8
+FP16_EPS = 2.0**-11  # float16 relative rounding error (half an ulp at 1.0: 10 fraction bits)
+
+TVM = "TVM never-fp16 list"
+TF = "TensorFlow auto-mixed-precision deny list"
+# Canonical op -> (what goes wrong in fp16, which published list puts it there). The TVM list is
+# python/tvm/relay/transform/mixed_precision.py DEFAULT_NEVER_LIST; the TensorFlow list is the BlackList (renamed
+# DenyList) of tensorflow/core/grappler/optimizers/auto_mixed_precision_lists.h. Ops that are these computations by
+# definition (ReduceL2 is a sum of squares, LRN a sum of squares raised to a power) carry the listed op's reason.
+UNSAFE_OPS: dict[str, tuple[str, str]] = {
+    "Exp": ("exp overflows fp16 for inputs above about 11.1 (e^11.1 > 65504)", f"{TVM}: exp; {TF}: Exp"),
+    "Pow": ("powers overflow fp16 quickly (x² above |x| = 256)", f"{TVM}: power; {TF}: Pow"),
+    "Softmax": ("exp of the logits and a sum over the axis", f"{TVM}: nn.softmax"),
+    "SoftmaxCrossEntropyLoss": (
+        "exp, log and a sum over the classes",
+        f"{TVM}: nn.cross_entropy; {TF}: SoftmaxCrossEntropyWithLogits",
+    ),
+    "Erf": ("erf has no fp16 lowering in TVM's LLVM backend", f"{TVM}: erf"),
+    "LpNormalization": ("a sum of squares over the axis", f"{TVM}: nn.l2_normalize"),
+    "ReduceSum": ("a large summation overflows or loses the small terms", f"{TVM}: sum; {TF}: Sum"),
+    "ReduceMean": ("a large summation overflows or loses the small terms", f"{TVM}: mean; {TF}: Mean"),
+    "ReduceSumSquare": ("a sum of squares over the axes", f"{TVM}: sum; {TF}: Sum"),
+    "ReduceL1": ("a large summation over the axes", f"{TVM}: sum; {TF}: Sum"),
+    "ReduceL2": ("a sum of squares over the axes", f"{TVM}: sum; {TF}: Sum"),
+    "ReduceLogSumExp": ("exp and a sum over the axes", f"{TVM}: exp, sum; {TF}: Exp, Sum"),
+    "GlobalAveragePool": ("a sum over every spatial position", f"{TVM}: nn.global_avg_pool2d"),
+    "LayerNormalization": ("mean and variance over the normalized axes", f"{TVM}: nn.layer_norm, variance"),
+    "RMSNormalization": ("a mean of squares over the normalized axes", f"{TVM}: mean, variance"),
+    "GroupNormalization": ("mean and variance over each group", f"{TVM}: mean, variance"),
+    "InstanceNormalization": ("mean and variance over the spatial axes", f"{TVM}: mean, variance"),
+    "LRN": ("a sum of squares raised to a power", f"{TVM}: power, sum; {TF}: Pow, Sum"),
+    "LOCAL_RESPONSE_NORMALIZATION": ("a sum of squares raised to a power", f"{TVM}: power, sum; {TF}: Pow, Sum"),
+    "Range": ("its bounds may exceed what fp16 represents exactly", f"{TVM}: arange"),
+}
+# The ONNX spec computes these ops' statistics in `stash_type` precision (1 = float32, the default) whatever the input
+# type, so a conforming fp16 kernel is safe.
+STASHED_OPS = frozenset({"LayerNormalization", "RMSNormalization"})
+FLOAT_TYPES = frozenset({"float32", "float64", "float16", "bfloat16"})
+
+
+@dataclass(frozen=True)
+class Mode:
+    """Why the graph is checked for fp16: which activation dtype runs in fp16, and how it is phrased."""
+
+    dtypes: frozenset[str]
+    context: str
+    severity: Severity
+    constants: bool  # whether float32 constants will be converted (an fp32 model checked for fp16)
+
+
+@register
+class Fp16Unsafe(Rule):
+    """An op or constant that overflows or loses accuracy when the model runs in float16.
+
+    ## What it does
+    Runs when the model computes in float16 or is checked for fp16 conversion:
+
+    - **fp16 model**: some op outputs are float16 (an ONNX model converted to fp16). Ops whose data is float16 are
+      checked; ops a mixed-precision model already keeps in float32 are not.
+    - **fp32 model checked for fp16**: the selected precision is fp16 (`--precision fp16` on generic or
+      qualcomm-htp). Every float32 op is checked, and every float32 constant.
+    - **TFLite float16-weight model**: weights stored as float16 behind DEQUANTIZE, made for fp16 GPU delegates.
+      Float32 ops are checked, at severity info (on the CPU they run in float32).
+
+    In a float32 model not checked for fp16 there is no finding.
+
+    Ops reported: those on TVM's never-fp16 list (exp, power, softmax, cross entropy, erf, l2 normalize, sum, mean,
+    variance, global average pool, layer norm, arange) and TensorFlow's auto-mixed-precision deny list (Exp, Pow,
+    Mean, Sum, softmax cross entropy), mapped onto ONNX ops, plus the ONNX reductions and normalizations that are
+    those computations by definition (ReduceL2, ReduceLogSumExp, LpNormalization, InstanceNormalization, LRN, ...).
+    LayerNormalization and RMSNormalization are not reported: ONNX defines them to compute their statistics in
+    `stash_type` precision, float32 by default, whatever the input type.
+
+    Constants reported (fp32 model checked for fp16): finite values above 65504, the largest finite float16 (they
+    become inf), and nonzero values that round to zero in float16 (the smallest float16 is 2^-24 ≈ 5.96e-8) when
+    they are not negligible next to the tensor's largest value: a flushed value matters if it exceeds that largest
+    value times 2^-11 (fp16's own rounding error at that scale). A weight tensor whose few tiny entries vanish below
+    the rounding error of its large entries is therefore not reported; an epsilon of 1e-12 is. The bounds of a Clip
+    are exempt from the overflow check (a bound of ±inf clips like a huge one). Constants in a missing external data
+    file are reported as skipped.
+
+    ## Why is this bad?
+    float16 has a 5-bit exponent: its largest finite value is 65504 and its resolution is about 3 decimal digits.
+    Ops whose output is much larger than their input (exp, powers) overflow to inf, and long sums (softmax
+    denominators, means, variances, global pooling) overflow or lose the small terms; inf and NaN then spread through
+    the rest of the network. TVM's mixed-precision pass keeps these ops in float32 by default ("if |f(x)| >> |x| for
+    expected inputs then put the op here"; "ops that could involve a large summation are not allowed in fp16"), and
+    TensorFlow's automatic mixed precision never converts its deny-listed ops. A constant above 65504 becomes inf,
+    and an epsilon below 2^-25 becomes 0 (a division by zero where the epsilon guarded one).
+
+    ## Example
+    ```
+    BEFORE (all fp16)                         AFTER (keep-fp32)
+      MatMul ──► Softmax ──► MatMul             MatMul ──► Cast(f32) ──► Softmax ──► Cast(f16) ──► MatMul
+      Add(var, 1e-12)   (1e-12 → 0 in fp16)     Add(var, 1e-12) kept in float32
+    ```
+
+    ## Fix
+    `keep-fp32` (safe): run the reported op in float32 (Cast its inputs to float32 and its output back, or list it in
+    the converter's block list, e.g. onnxconverter-common `convert_float_to_float16(..., op_block_list=[...])`), and
+    keep reported constants and their consumers in float32. It only adds precision, so the model's function is kept.
+
+    ## Targets
+    - generic `--precision fp16`, qualcomm-htp `fp16`: every float32 op and constant is checked (warning).
+    - A model that is already fp16 is checked on every target (warning): the model computes in fp16 wherever it runs.
+    - TFLite float16-weight models: info unless the selected precision is fp16 (the LiteRT GPU delegate can run them
+      in float16; the CPU upsamples the weights to float32).
+    - Integer or fp32 precisions (ti-tda4vm, ethos-u55, generic fp32, ...) on a float32 model: no finding.
+
+    ## References
+    - TVM, python/tvm/relay/transform/mixed_precision.py (DEFAULT_NEVER_LIST) — https://github.com/apache/tvm
+    - TensorFlow, tensorflow/core/grappler/optimizers/auto_mixed_precision_lists.h (deny list, formerly BlackList) —
+      https://github.com/tensorflow/tensorflow
+    - ONNX operator LayerNormalization (stash_type): https://onnx.ai/onnx/operators/onnx__LayerNormalization.html
+    - LiteRT, Post-training float16 quantization: https://tensorflow.org/lite/performance/post_training_float16_quant
+    - onnxconverter-common, onnxconverter_common/float16.py (op_block_list) —
+      https://github.com/microsoft/onnxconverter-common
+    """
+
+    code = "QT005"
+    name = "fp16-unsafe"
+    category = "quantization"
+    fix = FixRef("keep-fp32", "safe")
+
+    def scan(self, graph: Graph, ctx: Context) -> Iterator[Finding]:
+        mode = _mode(graph, ctx)
+        if mode is None:
+            return
+        checked: set[tuple[str, bool]] = set()  # (constant, read as a Clip bound): a bound is exempt from overflow
+        skipped: set[str] = set()
+        for node in graph.nodes:
+            if node.op in UNSAFE_OPS and _compute_dtype(graph, node) in mode.dtypes and not _stashed(node):
+                yield self._op_finding(node, mode)
+            if not mode.constants:
+                continue
+            for position, name in enumerate(node.inputs):
+                key = (name, node.op == "Clip" and position in (1, 2))
+                if not name or key in checked:
+                    continue
+                checked.add(key)
+                try:
+                    problem = _constant_problem(graph, node, position, name)
+                except ConstantUnavailable as exc:
+                    if node.id not in skipped:
+                        skipped.add(node.id)
+                        ctx.skip(self, node, f"needs constant values: {exc}")
+                    continue
+                if problem is not None:
+                    yield self._constant_finding(node, name, problem, mode)
+
+    def _op_finding(self, node: Node, mode: Mode) -> Finding:
+        reason, source = UNSAFE_OPS[node.op]
+        return Finding(
+            self.code,
+            self.name,
+            mode.severity,
+            f"{node.label()} runs in float16 {mode.context}: {reason} ({source})",
+            [node.id],
+            [out for out in node.outputs[:1] if out],
+            self.fix,
+            "keep it in float32: Cast its inputs to float32 and its output back, or block it in the fp16 converter",
+        )
+
+    def _constant_finding(self, node: Node, name: str, problem: str, mode: Mode) -> Finding:
+        return Finding(
+            self.code,
+            self.name,
+            mode.severity,
+            f"constant '{name}' read by {node.label()} {problem} {mode.context}",
+            [node.id],
+            [name],
+            self.fix,
+            "keep the constant and the op that reads it in float32",
+        )
+
+
+def _mode(graph: Graph, ctx: Context) -> Mode | None:
+    """How (and whether) the graph is checked, from one pass over its values."""
+    activations = {
+        value.dtype
+        for node in graph.nodes
+        if node.op not in ("Constant", "ConstantOfShape")
+        for out in node.outputs
+        if out and (value := graph.value(out)) is not None and value.dtype
+    }
+    if "float16" in activations:
+        return Mode(frozenset({"float16"}), "in this float16 model", "warning", False)
+    if ctx.target.numeric() == ("float", 16):
+        return Mode(frozenset({"float32", "float16"}), f"when converted for {ctx.target.label}", "warning", True)
+    fp16_weights = any(value.is_const and value.dtype == "float16" for value in graph.values.values())
+    if fp16_weights and "float32" in activations:
+        context = "on fp16 GPU delegates (this model stores float16 weights for them)"
+        return Mode(frozenset({"float32"}), context, "info", False)
+    return None
+
+
+def _compute_dtype(graph: Graph, node: Node) -> str | None:
+    """The type an op computes in: its data input's, else its output's."""
+    for name in (*node.inputs[:1], *node.outputs[:1]):
+        value = graph.value(name) if name else None
+        if value is not None and value.dtype:
+            return value.dtype
+    return None
+
+
+def _stashed(node: Node) -> bool:
+    return node.op in STASHED_OPS and int(node.attrs.get("stash_type", 1)) == 1
+
+
+def _constant_problem(graph: Graph, node: Node, position: int, name: str) -> str | None:
+    """What float16 does to constant `name`, or None. Raises ConstantUnavailable when its data is missing."""
+    values = _constant_values(graph, name)
+    if values is None or values.size == 0:
+        return None
+    magnitude = np.abs(values.astype(np.float64, copy=False).reshape(-1))
+    finite = magnitude[np.isfinite(magnitude)]
+    if finite.size == 0:
+        return None
+    peak = float(finite.max())
+    clip_bound = node.op == "Clip" and position in (1, 2)
+    if peak > FP16_MAX and not clip_bound:
+        big = finite[finite > FP16_MAX]
+        with np.errstate(over="ignore"):  # the overflow is what is being counted
+            count = int(np.isinf(big.astype(np.float16)).sum())
+        if count:
+            what = "is" if finite.size == 1 else f"has {count} of its {finite.size} values"
+            return (
+                f"{what} above float16's largest finite value {FP16_MAX:g} (max |x| = {peak:.4g}): "
+                f"{'it becomes' if finite.size == 1 else 'they become'} inf"
+            )
+    tiny = finite[(finite > 0) & (finite < FP16_TINY)]
+    flushed = tiny[tiny.astype(np.float16) == 0]
+    if flushed.size and float(flushed.max()) > peak * FP16_EPS:
+        what = "rounds" if finite.size == 1 else f"has {flushed.size} of its {finite.size} values that round"
+        return (
+            f"{what} to 0 in float16 (|x| = {float(flushed.max()):.3g}; the smallest float16 is 2^-24 ≈ "
+            f"{FP16_TINY:.3g})"
+        )
+    return None
+
+
+def _constant_values(graph: Graph, name: str) -> np.ndarray | None:
+    """A float32/float64 constant's values; only the fill value of a ConstantOfShape (never the full tensor)."""
+    value = graph.value(name)
+    if value is not None and value.data is not None:
+        if value.dtype not in ("float32", "float64"):
+            return None
+        return np.asarray(value.data.array())
+    producer = graph.producer(name)
+    if producer is not None and producer.op == "ConstantOfShape":
+        fill = producer.attrs.get("value")
+        array = np.asarray(fill if fill is not None else np.zeros(1, np.float32))
+        return array if array.dtype in (np.float32, np.float64) else None
+    return None
