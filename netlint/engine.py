@@ -15,6 +15,7 @@ from netlint.errors import ModelLoadError
 from netlint.io import load_model
 from netlint.ir import ConstantUnavailable, Graph, Model
 from netlint.rule import Context, Finding, Rule, Skip
+from netlint.targets import Target
 
 
 @dataclass
@@ -64,7 +65,7 @@ def lint_model(model: Model, settings: Settings) -> ModelReport:
             except Exception as exc:
                 report.errors.append(_internal_error(rule, graph.name, exc))
     report.findings = [
-        _with_severity(finding, settings)
+        _with_severity(_priced_by_runtime(finding, settings.target), settings)
         for finding in report.findings
         if not settings.ignored(finding.nodes[0] if finding.nodes else "", finding.code)
     ]
@@ -87,6 +88,14 @@ def _run_patterns(graph: Graph, by_anchor: dict[str, list[Rule]], ctx: Context, 
             except Exception as exc:
                 report.errors.append(_internal_error(rule, node.id, exc))
     return found
+
+
+def _priced_by_runtime(finding: Finding, target: Target) -> Finding:
+    """A finding whose fix the target's runtime applies by itself (ONNX Runtime folds BN on load) is advice only."""
+    if finding.fix is not None and finding.severity != "info" and target.applies_fix(finding.fix.name):
+        finding.severity = "info"
+        finding.message += f"; {target.label} applies {finding.fix.name} itself when it loads the model"
+    return finding
 
 
 def _with_severity(finding: Finding, settings: Settings) -> Finding:

@@ -8,12 +8,7 @@ from netlint.ir import Graph, Node
 from netlint.ir.graph import PASS_THROUGH_OPS
 from netlint.ir.ops import ACTIVATION_OPS
 from netlint.pattern import Match, Op
-from netlint.rule import Context, FixRef, Rule, Severity, register
-
-# Targets whose runtime cancels and merges transposes itself when it loads the model: ONNX Runtime's
-# TransposeOptimizer (a Level 1 graph transformer, on by default). No target file states this fact yet, so it lives
-# here; a [transpose] section in the target schema would be its home.
-CANCELS_TRANSPOSES = frozenset({"ort-cpu"})
+from netlint.rule import Context, FixRef, Rule, register
 
 # Ops that compute each output element from the same element of their input(s): a transpose commutes with them.
 UNARY_ELEMENTWISE = frozenset(
@@ -125,9 +120,10 @@ class RedundantTranspose(Rule):
     target wants so the converter inserts none.
 
     ## Targets
-    warning on every target, except ONNX Runtime CPU (`ort-cpu`), where it is info: ONNX Runtime's
-    TransposeOptimizer pushes transposes through such ops and cancels them when the session loads the model, so the
-    model only pays on the other runtimes and NPU compilers it is deployed to.
+    warning on every target, except those whose runtime applies `cancel-transposes` itself (the target's
+    `[[runtime.rewrites]]`), where it is info: on ONNX Runtime CPU (`ort-cpu`) the TransposeOptimizer pushes
+    transposes through such ops and cancels them when the session loads the model, so the model only pays on the
+    other runtimes and NPU compilers it is deployed to.
 
     ## References
     - ONNX Runtime TransposeOptimizer, "Push transposes through ops and eliminate them":
@@ -201,10 +197,6 @@ class RedundantTranspose(Rule):
                     f"{first.label()} and {node.label()} ({perms}, inverses) bracket only layout-agnostic ops "
                     f"({ops}): a layout round trip that does nothing"
                 )
-        if ctx.target.name in CANCELS_TRANSPOSES:
-            text += (
-                f"; {ctx.target.label} removes it itself (ONNX Runtime's TransposeOptimizer), other runtimes may not"
-            )
         return text
 
     def help(self, graph: Graph, match: Match, ctx: Context) -> str:
@@ -216,9 +208,6 @@ class RedundantTranspose(Rule):
             "cancel": "remove both transposes (use the first one's input)",
             "bracket": "apply the layout-agnostic ops to the first transpose's input and remove both transposes",
         }[str(kind)]
-
-    def severity_for(self, graph: Graph, match: Match, ctx: Context) -> Severity:
-        return "info" if ctx.target.name in CANCELS_TRANSPOSES else self.severity
 
     def tensors(self, graph: Graph, match: Match) -> list[str]:
         first = match.nodes.get("first")

@@ -115,6 +115,16 @@ def test_residual_fusion_facts() -> None:
     assert load_target("qualcomm-htp").residual_fusion() is None
 
 
+def test_ort_cpu_states_the_rewrites_onnx_runtime_applies_itself() -> None:
+    ort = load_target("ort-cpu")
+    assert {"fold-batchnorm", "fold-affine", "remove-dead-code", "cancel-transposes"} == {
+        fix
+        for fix in ("fold-batchnorm", "fold-affine", "remove-dead-code", "cancel-transposes", "duplicate-conv")
+        if ort.applies_fix(fix)
+    }
+    assert not load_target("qualcomm-htp").applies_fix("fold-batchnorm")
+
+
 def test_facts_read_through_the_api() -> None:
     ti = load_target("ti-tda4vm", "int16")
     assert ti.macs_per_cycle() == 1024 and ti.macs_per_cycle("int8") == 4096
@@ -324,6 +334,10 @@ source = "Board manual — DOC-123"
 [throughput]
 macs_per_cycle = { a8 = 512, fp16 = 128 }
 source = "Board manual — DOC-123"
+
+[[runtime.rewrites]]
+fix = "fold-batchnorm"
+source = "Board manual — DOC-123"
 """
 
 
@@ -344,6 +358,7 @@ def test_valid_own_target_loads(tmp_path: Path) -> None:
     assert (target.chips, target.default_chip) == (("v1", "v2"), "v1")
     assert fuses(target, "PRelu", "a8", "v2") and not fuses(target, "PRelu", "a8", "v1")
     assert target.static_shapes is True and target.macs_per_cycle("fp16") == 128
+    assert target.applies_fix("fold-batchnorm") and not target.applies_fix("cancel-transposes")
     assert not target.needs_lone_consumer("Relu") and target.needs_lone_consumer("Relu6")
     assert target.residual_fusion() == {
         "activations": ["Relu"],
@@ -443,6 +458,13 @@ BROKEN = [
     ("shapes wrong type", "static = true", 'static = "yes"', "shapes.static"),
     ("throughput precision not declared", "a8 = 512", "a4 = 512", "throughput.macs_per_cycle.a4"),
     ("throughput not positive", "a8 = 512", "a8 = 0", "throughput.macs_per_cycle.a8"),
+    ("rewrite not a fix name", 'fix = "fold-batchnorm"', 'fix = "Fold BN"', "runtime.rewrites[0].fix"),
+    (
+        "rewrite without source",
+        'fix = "fold-batchnorm"\nsource = "Board manual — DOC-123"',
+        'fix = "fold-batchnorm"',
+        "runtime.rewrites[0].source",
+    ),
     (
         "data movers precision not declared",
         'same_cost_precisions = ["a8", "fp16"]',

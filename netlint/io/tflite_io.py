@@ -67,6 +67,7 @@ OP_MAP = {
     "SQUEEZE": "Squeeze",
     "EXPAND_DIMS": "Unsqueeze",
     "GATHER": "Gather",
+    "GATHER_ND": "GatherND",
     "SLICE": "Slice",
     "STRIDED_SLICE": "Slice",
     "PACK": "Concat",

@@ -136,6 +136,12 @@ class Target:
         shapes = self.section("shapes")
         return bool(shapes["static"]) if shapes else None
 
+    def applies_fix(self, fix: str) -> bool:
+        """Whether the target's runtime applies fix pass `fix` by itself when it loads a model ([[runtime.rewrites]]),
+        so a finding that links to it costs nothing there."""
+        runtime = self.section("runtime")
+        return runtime is not None and any(entry["fix"] == fix for entry in runtime["rewrites"])
+
     def numeric(self, precision: str | None = None) -> tuple[str, int] | None:
         """("int" | "float", bits) of a precision name (default: the selected one): a8/int8/uint8 -> ("int", 8),
         a16/int16/int16x8 -> ("int", 16) (activation bits), fp16/bf16 -> ("float", 16), fp32 -> ("float", 32)."""

@@ -15,6 +15,7 @@ Layout of a target document (every section but [target] is optional; `generic.to
     [data_movers]   same_cost_precisions, source
     [shapes]        static, source
     [throughput]    macs_per_cycle.<precision> (MACs per cycle of the conv/matmul engine), source
+    [[runtime.rewrites]]  fix, source: a netlint fix pass the target's runtime applies by itself when it loads a model
 
 Each fact's `source` must be one of the strings listed in `target.sources`.
 """
@@ -43,6 +44,7 @@ WILDCARD_OP = "*"  # ops.supported = ["*"]: the target runs every op
 
 _PRECISION_NAME = re.compile(r"[a-z0-9][a-z0-9_-]*")
 _CAMEL_CASE = re.compile(r"[A-Z][A-Za-z0-9]*")
+_FIX_NAME = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)*")
 
 _SECTIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     # section: (required keys, optional keys)
@@ -61,7 +63,9 @@ _SECTIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "data_movers": (frozenset({"same_cost_precisions", "source"}), frozenset()),
     "shapes": (frozenset({"static", "source"}), frozenset()),
     "throughput": (frozenset({"macs_per_cycle", "source"}), frozenset()),
+    "runtime": (frozenset({"rewrites"}), frozenset()),
 }
+_REWRITE_KEYS = (frozenset({"fix", "source"}), frozenset())
 _RESIDUAL_KEYS = (frozenset({"activations", "requires_bias", "requires_same_shape", "source"}), frozenset())
 _CONDITIONAL_KEYS = (frozenset({"activations", "source"}), frozenset({"chips", "precisions"}))
 _PRECISION_TABLE_KEYS = (frozenset({"activations"}), frozenset())
@@ -220,6 +224,8 @@ class _Validator:
             self.shapes(data["shapes"])
         if "throughput" in data:
             self.throughput(data["throughput"])
+        if "runtime" in data:
+            self.runtime(data["runtime"])
 
     def target(self, table: Mapping[str, Any], builtin_name: str | None) -> None:
         self.keys(table, "target", _SECTIONS["target"])
@@ -347,6 +353,22 @@ class _Validator:
             self.declared_precision(name, f"throughput.macs_per_cycle.{name}")
             self.integer(value, f"throughput.macs_per_cycle.{name}", 1)
         self.source(table, "throughput")
+
+    def runtime(self, table: Mapping[str, Any]) -> None:
+        self.keys(table, "runtime", _SECTIONS["runtime"])
+        rewrites = table["rewrites"]
+        if not isinstance(rewrites, list):
+            self.fail(
+                "runtime.rewrites", f"expected an array of tables ([[runtime.rewrites]]), got {self.got(rewrites)}"
+            )
+        for index, entry in enumerate(rewrites):
+            key = f"runtime.rewrites[{index}]"
+            entry = self.table(entry, key)
+            self.keys(entry, key, _REWRITE_KEYS)
+            name = self.string(entry["fix"], f"{key}.fix")
+            if not _FIX_NAME.fullmatch(name):
+                self.fail(f"{key}.fix", f"expected a fix pass name like 'fold-batchnorm', got {name!r}")
+            self.source(entry, key)
 
 
 def op_type_problem(name: str) -> str | None:

@@ -269,3 +269,18 @@ def test_topology_only_model_is_checked_without_weights(data_dir: Path) -> None:
     assert all(producers[n.input[0]].input[1] in external for n in bns)  # no conv weight is readable
     assert sum(all(p in external for p in n.input[1:]) for n in bns) == 22  # nor are these BNs' parameters
     assert sorted(f.nodes[0] for f in report.findings) == sorted(n.name for n in bns)
+
+
+def test_onnx_runtime_folds_batchnorm_itself_so_it_is_info_there() -> None:
+    """ort-cpu's [[runtime.rewrites]] lists fold-batchnorm: the engine downgrades the finding and says why."""
+    from netlint.testing import GraphBuilder, findings_of
+
+    b = GraphBuilder()
+    x = b.input("x", [1, 3, 8, 8])
+    b.output(b.batchnorm(b.conv(x, 4, name="conv"), name="bn"))
+    model = b.build()
+    [on_ort] = findings_of(model, ["FU006"], "ort-cpu")
+    [on_htp] = findings_of(model, ["FU006"], "qualcomm-htp")
+    assert on_ort.severity == "info"
+    assert on_ort.message.endswith("; ort-cpu applies fold-batchnorm itself when it loads the model")
+    assert on_htp.severity == "warning" and "itself" not in on_htp.message
