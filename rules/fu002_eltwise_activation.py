@@ -7,7 +7,7 @@ from functools import cache
 import numpy as np
 
 from netlint.ir import Graph, Node
-from netlint.ir.ops import CONV_OPS
+from netlint.ir.ops import CONV_OPS, prelu_kind
 from netlint.pattern import Match, Op
 from netlint.rule import Context, FixRef, Rule, Severity, register
 from netlint.targets import DEFAULT_TARGET, Target, list_targets
@@ -25,7 +25,6 @@ FUSES_AFTER_ELTWISE = frozenset({"ethos-u55"})
 CPU_MEASUREMENT = "0.40-0.94x on ONNX Runtime CPU"
 # FU004's tolerance on PRelu slopes (its `atol` option), so both rules agree on what a PRelu really is.
 PRELU_ATOL = 1e-6
-PRELU_RTOL = 1e-5
 
 
 @register
@@ -121,7 +120,7 @@ class EltwiseActivation(Rule):
         verdict = _verdict(ctx.target, kind)
         if verdict is not None and kind == "PRelu" and act is not node:
             atol = float(ctx.options.get("FU004", {}).get("atol", PRELU_ATOL))
-            real = _prelu_kind(graph, act, atol)
+            real = prelu_kind(graph, act, atol)
             if real != kind:
                 kind = real
                 verdict = None if real is None or real in TRIVIAL else _verdict(ctx.target, real)
@@ -298,22 +297,3 @@ def _accelerators_fusing(kind: str) -> str:
             named = sorted({chip for chip in chips if chip})
             found.append(f"{target.name} (chip {' or '.join(named)})" if named else target.name)
     return ", ".join(found)
-
-
-def _prelu_kind(graph: Graph, node: Node, atol: float) -> str | None:
-    """What a PRelu with constant slopes really is (as FU004 judges it): Relu, LeakyRelu, PRelu, or None for the
-    identity. Raises ConstantUnavailable when the slopes are in a missing file (the node is reported as skipped)."""
-    slope = node.inputs[1] if len(node.inputs) > 1 else ""
-    values = graph.const(slope) if slope and graph.is_const(slope) else None
-    if values is None:
-        return "PRelu"
-    slopes = np.asarray(values, dtype=np.float64).reshape(-1)
-    if slopes.size == 0:
-        return "PRelu"
-    if np.all(np.abs(slopes) <= atol):
-        return "Relu"
-    if np.all(np.abs(slopes - 1.0) <= atol):
-        return None
-    if np.ptp(slopes) <= atol + PRELU_RTOL * np.abs(slopes).max():
-        return "LeakyRelu"
-    return "PRelu"

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from netlint.ir import Graph, Node
-from netlint.ir.ops import CONV_OPS
+from netlint.ir.ops import CONV_OPS, prelu_kind
 from netlint.pattern import Match, Op
 from netlint.rule import Context, FixRef, Rule, register
 from netlint.targets import Target
@@ -20,7 +18,6 @@ ORDER = ("Relu", "Relu6", "ReluN1To1", "Relu0To1", "Clip", "LeakyRelu", "PRelu",
 # FU004's tolerance (its `atol` option): a PRelu whose slopes are all within it of 0 is Relu, of 1 the identity, of
 # each other a LeakyRelu. Reading FU004's setting keeps the two rules from disagreeing about what a PRelu is.
 PRELU_ATOL = 1e-6
-PRELU_RTOL = 1e-5
 
 
 @dataclass(frozen=True)
@@ -206,25 +203,6 @@ def _unfusable(
             return None
         return _Activation(act.node, kind, act.fused)
     return act
-
-
-def prelu_kind(graph: Graph, node: Node, atol: float) -> str | None:
-    """What a PRelu with constant slopes really is: Relu, LeakyRelu, PRelu, or None for the identity. Raises
-    ConstantUnavailable when the slopes are in a missing file (the engine reports the node as skipped)."""
-    slope = node.inputs[1] if len(node.inputs) > 1 else ""
-    values = graph.const(slope) if slope and graph.is_const(slope) else None
-    if values is None:
-        return "PRelu"
-    slopes = np.asarray(values, dtype=np.float64).reshape(-1)
-    if slopes.size == 0:
-        return "PRelu"
-    if np.all(np.abs(slopes) <= atol):
-        return "Relu"
-    if np.all(np.abs(slopes - 1.0) <= atol):
-        return None
-    if np.ptp(slopes) <= atol + PRELU_RTOL * np.abs(slopes).max():
-        return "LeakyRelu"
-    return "PRelu"
 
 
 def _listing(kinds: frozenset[str]) -> str:

@@ -7,10 +7,9 @@ from typing import ClassVar
 import numpy as np
 
 from netlint.ir import Graph
+from netlint.ir.ops import slope_kind
 from netlint.pattern import Any, Match, Op
 from netlint.rule import Context, FixRef, Option, Rule, Severity, register
-
-RTOL = 1e-5
 
 
 @register
@@ -73,17 +72,10 @@ class PreluAsRelu(Rule):
             ctx.skip(self, match.anchor, f"slope '{slope_name}' is constant but its values cannot be computed")
             return "slope values not computable"
         slopes = np.asarray(values, dtype=np.float64).reshape(-1)
-        atol = float(ctx.option(self, "atol"))
         if slopes.size == 0:
             return "no slope values"
-        if np.all(np.abs(slopes) <= atol):
-            kind = "Relu"
-        elif np.all(np.abs(slopes - 1.0) <= atol):
-            kind = "Identity"
-        elif np.ptp(slopes) <= atol + RTOL * np.abs(slopes).max():
-            kind = "LeakyRelu"
-        else:
-            kind = "varying"
+        kind = slope_kind(slopes, float(ctx.option(self, "atol")))
+        kind = "varying" if kind == "PRelu" else kind
         match.data.update(kind=kind, count=slopes.size, low=float(slopes.min()), high=float(slopes.max()))
         return None
 

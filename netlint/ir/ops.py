@@ -83,3 +83,32 @@ def activation_kind(graph: Graph, node: Node) -> str | None:
     return {(0.0, 6.0): "Relu6", (-1.0, 1.0): "ReluN1To1", (0.0, None): "Relu", (0.0, 1.0): "Relu0To1"}.get(
         bounds, "Clip"
     )
+
+
+PRELU_RTOL = 1e-5  # slopes equal within this relative tolerance (plus the absolute one) count as one LeakyRelu alpha
+
+
+def slope_kind(slopes: np.ndarray, atol: float) -> str:
+    """What a PRelu with these slopes computes exactly: "Relu" (all ≈ 0), "Identity" (all ≈ 1), "LeakyRelu" (all
+    equal), or "PRelu" (they vary). One judgement shared by every rule that looks at PRelu slopes."""
+    slopes = np.asarray(slopes, dtype=np.float64).reshape(-1)
+    if slopes.size == 0:
+        return "PRelu"
+    if np.all(np.abs(slopes) <= atol):
+        return "Relu"
+    if np.all(np.abs(slopes - 1.0) <= atol):
+        return "Identity"
+    if np.ptp(slopes) <= atol + PRELU_RTOL * np.abs(slopes).max():
+        return "LeakyRelu"
+    return "PRelu"
+
+
+def prelu_kind(graph: Graph, node: Node, atol: float) -> str | None:
+    """What a PRelu node computes (see `slope_kind`), None for the identity, "PRelu" when its slopes are computed at
+    run time. Raises ConstantUnavailable when the slopes are in a missing external file."""
+    slope = node.inputs[1] if len(node.inputs) > 1 else ""
+    values = graph.const(slope) if slope and graph.is_const(slope) else None
+    if values is None:
+        return "PRelu"
+    kind = slope_kind(values, atol)
+    return None if kind == "Identity" else kind
