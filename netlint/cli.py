@@ -1,7 +1,10 @@
-"""The `netlint` command: check, rules, rule, targets.
+"""The `netlint` command: check, fix, rules, rule, targets.
 
-Exit codes: 0 no findings, 1 findings (0 with --exit-zero), 2 a usage or configuration error or a model that cannot be
-read (the other models of the run are still linted and reported). Errors are one line on stderr, never a traceback.
+Exit codes of `check`: 0 no findings, 1 findings (0 with --exit-zero), 2 a usage or configuration error or a model
+that cannot be read (the other models of the run are still linted and reported). Exit codes of `fix` (ruff's
+convention): 0 when the fixes were applied and written, or there was nothing to fix (findings without an applied fix
+are listed but do not change the exit code); 2 on any error (a model that cannot be read, a TFLite model, a fix that
+broke the graph or failed verification: then nothing is written). Errors are one line on stderr, never a traceback.
 """
 
 from __future__ import annotations
@@ -50,6 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--color", choices=("auto", "always", "never"), default="auto", help="colour text output (auto: on a TTY)"
     )
 
+    _add_fix_parser(commands)
+
     rules = commands.add_parser("rules", help="list every rule")
     rules.add_argument("--format", choices=("text", "json"), default="text")
     rule = commands.add_parser("rule", help="print the documentation of one rule")
@@ -58,12 +63,60 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+FIX_HELP = """Apply the fixes of findings to an ONNX model and write the result; the input is never modified
+(except with --in-place, and then only after every fix succeeded). Safe fixes keep the model's function (up to
+float rounding); --unsafe-fixes also applies fixes that change it. The fixed graph is re-linted after every round
+until nothing more applies. With onnxruntime installed (pip install 'netlint[verify]') the original and the fixed
+model are run on the same seeded random inputs: safe fixes must match every output within rtol 1e-4 / atol 1e-5,
+else nothing is written; for unsafe fixes the error of every output is reported.
+
+Exit codes: 0 the fixes were written, or there was nothing to fix (findings that remain are listed, they do not
+change the exit code); 2 an error (unreadable model, TFLite input, a fix that broke the graph or failed
+verification), with nothing written."""
+
+
+def _add_fix_parser(commands: argparse._SubParsersAction) -> None:
+    fix = commands.add_parser(
+        "fix",
+        help="apply the fixes of findings to an ONNX model",
+        description=FIX_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    fix.add_argument("path", metavar="PATH", help="the .onnx model to fix")
+    fix.add_argument("-o", "--output", metavar="FILE", help="write the fixed model to FILE (atomically)")
+    fix.add_argument("--in-place", action="store_true", help="replace PATH with the fixed model after success")
+    fix.add_argument("--diff", action="store_true", help="print what would change, per rule, and write nothing")
+    fix.add_argument("--unsafe-fixes", action="store_true", help="also apply fixes that change the model's outputs")
+    fix.add_argument("--select", action="append", metavar="RULES", help="only fix findings of these rules")
+    fix.add_argument("--extend-select", action="append", metavar="RULES", help="add rules to the selection")
+    fix.add_argument("--ignore", action="append", metavar="RULES", help="do not fix findings of these rules")
+    fix.add_argument("--target", help="hardware target name or .toml file (default: generic)")
+    fix.add_argument("--precision", help="the target's precision")
+    fix.add_argument("--chip", help="the target's chip generation")
+    fix.add_argument("--config", metavar="FILE", help="use this netlint.toml/pyproject.toml, do not search")
+    fix.add_argument("--isolated", action="store_true", help="ignore all configuration files")
+    verify = fix.add_mutually_exclusive_group()
+    verify.add_argument(
+        "--verify",
+        dest="verify",
+        action="store_const",
+        const=True,
+        default=None,
+        help="run both models with onnxruntime and compare (default: on when onnxruntime is installed)",
+    )
+    verify.add_argument("--no-verify", dest="verify", action="store_const", const=False, help="do not verify")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         if args.command == "check":
             return _check(args)
+        if args.command == "fix":
+            from netlint.fixes.command import run_fix
+
+            return run_fix(args)
         if args.command == "rules":
             return _rules(args.format)
         if args.command == "rule":
@@ -173,10 +226,13 @@ def _rules(fmt: str) -> int:
         ]
         print(json.dumps(rows, indent=2))
         return EXIT_CLEAN
-    print(f"{'code':<7} {'name':<24} {'category':<12} {'fix':<28} summary")
+    table = [("code", "name", "category", "fix", "summary")]
     for cls in rules.values():
         fix = f"{cls.fix.name} ({cls.fix.applicability})" if cls.fix else "-"
-        print(f"{cls.code:<7} {cls.name:<24} {cls.category:<12} {fix:<28} {cls.summary()}")
+        table.append((cls.code, cls.name, cls.category, fix, cls.summary()))
+    widths = [max(len(row[column]) for row in table) for column in range(4)]
+    for row in table:
+        print(" ".join(f"{cell:<{width}}" for cell, width in zip(row[:4], widths, strict=True)), row[4])
     return EXIT_CLEAN
 
 

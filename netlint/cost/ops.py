@@ -1,0 +1,520 @@
+"""Per-op costs: MACs, other arithmetic, bytes moved and parameter bytes, from IR shapes and dtypes.
+
+One function per op class, all reading the IR only (`Value.shape`, `Value.dtype`, `Value.layout`), so an ONNX layer
+and the same TFLite layer (canonical op names, NHWC, weights in TFLite's own layout) cost the same. Output shapes are
+taken from the IR, never recomputed: strides, padding and dilation are already in them.
+
+Conventions (they are what the numbers mean; change them here and nowhere else):
+- `macs`: multiply-accumulates of conv / matmul-like ops (Conv, ConvTranspose, Gemm, MatMul, their Integer/QLinear
+  variants, RNN/GRU/LSTM). A bias add is folded into the accumulator and not counted.
+- `ops`: every other arithmetic operation, per element: elementwise ops and activations 1 per output element (a
+  variadic Sum/Max/Min/Mean n-1 per element), BatchNormalization 2, pooling one per window element, reductions and
+  global pooling one per input element, Softmax/LogSoftmax 4 (max, exp, sum, divide), LayerNormalization and the
+  other normalizations 5 (mean, variance, subtract, scale, shift), LRN `size` + 2, linear Resize 2 per resized axis,
+  cubic 8 per resized axis, nearest 0. A TFLite fused activation adds 1 op per output element to its node.
+- bytes: `bytes_read` are the non-constant inputs a node reads, `bytes_written` its outputs; `param_bytes` are the
+  constant data inputs (weights, biases, BN statistics, embedding tables) at their stored width (int8 weights behind
+  a DequantizeLinear count as int8). Control inputs (shapes, axes, pads, indices, quantization scales and zero points,
+  Clip bounds) are neither. Slice and Gather read what they copy (their output). A value between a QuantizeLinear and
+  DequantizeLinear pair of a QDQ model is stored at the quantized width.
+- dynamic dimensions (a string or None in `Value.shape`) count as 1, or as the value given for that name in `dims`;
+  the node says so in `assumed`. A value without any shape, or without a dtype, is unknown: the node is a coverage gap,
+  never costed as zero.
+- free: Constant, Shape, Size, and every node whose inputs are all constants or shape arithmetic (a runtime folds them
+  at load time), and the Quantize/Dequantize markers of a QDQ model (folded into the quantized kernels).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from netlint.ir import Graph, Node, Value
+from netlint.ir.ops import ACTIVATION_OPS
+
+# --- op classes ----------------------------------------------------------------------------------------------------
+CONV = "conv"  # Conv, ConvTranspose, their Integer/QLinear variants
+MATMUL = "matmul"  # Gemm, MatMul and variants, RNN/GRU/LSTM
+POOL = "pool"
+ELTWISE = "eltwise"  # elementwise arithmetic, activations, BatchNormalization, Cast, activation Q/DQ
+REDUCE = "reduce"
+SOFTMAX = "softmax"
+NORM = "norm"
+RESIZE = "resize"
+MOVER = "mover"  # copies data: Transpose, Concat, Split, Slice, Gather, Pad, Tile, Expand, ...
+VIEW = "view"  # Reshape, Flatten, Squeeze, Unsqueeze, Identity, Dropout: a copy only when the runtime cannot alias
+FREE = "free"  # folded away at load time: constants, shape arithmetic, QDQ markers
+
+COMPUTE_CLASSES = frozenset({CONV, MATMUL})
+
+CONV_LIKE = {"Conv": (0, 1, 2), "ConvInteger": (0, 1, None), "QLinearConv": (0, 3, 8)}  # x, w, bias positions
+MATMUL_LIKE = {"MatMul": (0, 1), "MatMulInteger": (0, 1), "QLinearMatMul": (0, 3)}  # a, b positions
+GEMM_OPS = frozenset({"Gemm"})
+RNN_GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
+
+ELTWISE_OPS = frozenset(
+    {
+        *ACTIVATION_OPS,
+        "Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "Min", "Sum", "Mean", "SquaredDifference",
+        "Abs", "Neg", "Exp", "Log", "Sqrt", "Rsqrt", "Reciprocal", "Erf", "Floor", "Ceil", "Round", "Sign",
+        "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh",
+        "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Xor", "Not", "Where",
+        "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot", "IsNaN", "IsInf", "Trilu", "CumSum",
+        "Cast", "CastLike", "QuantizeLinear", "DequantizeLinear",
+        "QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu",
+    }
+)  # fmt: skip
+VARIADIC_OPS = frozenset({"Sum", "Max", "Min", "Mean"})
+OPS_PER_ELEMENT = {"BatchNormalization": 2}
+POOL_OPS = frozenset({"MaxPool", "AveragePool", "LpPool", "QLinearAveragePool"})
+GLOBAL_POOL_OPS = frozenset({"GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool", "QLinearGlobalAveragePool"})
+REDUCE_OPS = frozenset(
+    {
+        "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+        "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "ArgMax", "ArgMin", "TopK",
+    }
+)  # fmt: skip
+SOFTMAX_OPS = frozenset({"Softmax", "LogSoftmax", "Hardmax"})
+SOFTMAX_OPS_PER_ELEMENT = 4
+NORM_OPS = frozenset(
+    {"LayerNormalization", "InstanceNormalization", "GroupNormalization", "RMSNormalization", "LpNormalization"}
+)
+NORM_OPS_PER_ELEMENT = 5
+RESIZE_OPS = frozenset({"Resize", "Upsample"})
+MOVER_OPS = frozenset(
+    {
+        "Transpose", "Concat", "Split", "Slice", "Gather", "GatherND", "GatherElements", "Pad", "Tile", "Expand",
+        "DepthToSpace", "SpaceToDepth", "ScatterND", "ScatterElements", "ConstantOfShape", "ReverseSequence",
+    }
+)  # fmt: skip
+COPY_OUTPUT_OPS = frozenset({"Slice", "Gather", "GatherND", "GatherElements"})  # read what they copy
+VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"})
+SHAPE_OPS = frozenset({"Shape", "Size"})
+# Ops whose output 0 has as many elements as their input 0 (an activation's extra inputs broadcast into x).
+UNARY_OPS = frozenset(
+    {
+        *ACTIVATION_OPS,
+        "Abs", "Neg", "Exp", "Log", "Sqrt", "Rsqrt", "Reciprocal", "Erf", "Floor", "Ceil", "Round", "Sign",
+        "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Not", "IsNaN",
+        "IsInf", "BitwiseNot", "Cast", "CastLike", "QuantizeLinear", "DequantizeLinear", "CumSum", "Trilu",
+        "QLinearSigmoid", "QLinearLeakyRelu",
+    }
+)  # fmt: skip
+SAME_COUNT_OPS = frozenset(
+    {*VIEW_OPS, *UNARY_OPS, *SOFTMAX_OPS, *NORM_OPS, "BatchNormalization", "Transpose", "DepthToSpace", "SpaceToDepth"}
+)
+QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
+
+# Inputs that are control data (shapes, axes, indices, scales, zero points, bounds), by position: never params.
+CONTROL_INPUTS: dict[str, frozenset[int]] = {
+    "Reshape": frozenset({1}),
+    "Squeeze": frozenset({1}),
+    "Unsqueeze": frozenset({1}),
+    "Slice": frozenset({1, 2, 3, 4}),
+    "Pad": frozenset({1, 2, 3}),
+    "Tile": frozenset({1}),
+    "Expand": frozenset({1}),
+    "Split": frozenset({1}),
+    "Resize": frozenset({1, 2, 3}),
+    "Upsample": frozenset({1}),
+    "Gather": frozenset({1}),
+    "GatherND": frozenset({1}),
+    "GatherElements": frozenset({1}),
+    "ScatterND": frozenset({1}),
+    "ScatterElements": frozenset({1}),
+    "TopK": frozenset({1}),
+    "Clip": frozenset({1, 2}),
+    "CumSum": frozenset({1}),
+    "ConstantOfShape": frozenset({0}),
+    "QuantizeLinear": frozenset({1, 2}),
+    "DequantizeLinear": frozenset({1, 2}),
+    "QLinearConv": frozenset({1, 2, 4, 5, 6, 7}),
+    "QLinearMatMul": frozenset({1, 2, 4, 5, 6, 7}),
+    "ConvInteger": frozenset({2, 3}),
+    "MatMulInteger": frozenset({2, 3}),
+    "QLinearAdd": frozenset({1, 2, 4, 5, 6, 7}),
+    "QLinearMul": frozenset({1, 2, 4, 5, 6, 7}),
+    "QLinearSigmoid": frozenset({1, 2, 3, 4}),
+    "QLinearLeakyRelu": frozenset({1, 2, 3, 4}),
+    "QLinearAveragePool": frozenset({1, 2, 3, 4}),
+    "QLinearGlobalAveragePool": frozenset({1, 2, 3, 4}),
+    **{op: frozenset({1, 2, 3, 4}) for op in REDUCE_OPS},  # axes (opset 18+), TopK's k
+}
+CONTROL_INPUTS["ReduceMean"] = CONTROL_INPUTS["ReduceSum"] = frozenset({1})
+
+
+class UnknownCost(Exception):
+    """A node whose cost cannot be computed (unknown op, shape or dtype): a coverage gap with this reason."""
+
+
+@dataclass(frozen=True)
+class OpCost:
+    """What one node costs. `assumed` lists the guesses behind the numbers (dynamic dims taken as 1, ...)."""
+
+    op_class: str
+    macs: int = 0
+    ops: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    param_bytes: int = 0
+    assumed: tuple[str, ...] = ()
+    note: str = ""  # why a node is free, or what a view/mover means
+
+    @property
+    def bytes(self) -> int:
+        """Total memory traffic: activations in and out plus parameters."""
+        return self.bytes_read + self.bytes_written + self.param_bytes
+
+
+@dataclass
+class CostContext:
+    """What the per-op functions share for one graph: the graph, dims for named dynamic dimensions, the values that
+    are shape arithmetic, and the QDQ marker nodes."""
+
+    graph: Graph
+    dims: Mapping[str, int] = field(default_factory=dict)
+    static: set[str] = field(default_factory=set)
+    markers: set[str] = field(default_factory=set)  # ids of Q/DQ nodes that are QDQ markers
+    counts: dict[str, int] = field(default_factory=dict)  # element counts of shapeless outputs of same-count ops
+    assumed: list[str] = field(default_factory=list)  # filled while one node is costed
+
+    # --- shapes and sizes ------------------------------------------------------------------------------------------
+    def value(self, name: str) -> Value:
+        value = self.graph.value(name) if name else None
+        if value is None:
+            raise UnknownCost(f"tensor '{name}' is not in the graph")
+        return value
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        """The static shape of `name`; dynamic dims count as `dims[name]` or 1 (recorded in `assumed`)."""
+        value = self.value(name)
+        if value.shape is None:
+            raise UnknownCost(f"shape of '{name}' is unknown")
+        dims = []
+        for dim in value.shape:
+            if isinstance(dim, int) and dim >= 0:
+                dims.append(dim)
+            elif isinstance(dim, str) and dim in self.dims:
+                dims.append(int(self.dims[dim]))
+            else:
+                self.assumed.append(f"dynamic dim {dim!r} of '{name}' taken as 1")
+                dims.append(1)
+        return tuple(dims)
+
+    def numel(self, name: str) -> int:
+        if name in self.counts and self.value(name).shape is None:
+            return self.counts[name]
+        return math.prod(self.shape(name))
+
+    def itemsize(self, name: str) -> int:
+        dtype = self.storage_dtype(name)
+        if dtype is None:
+            raise UnknownCost(f"dtype of '{name}' is unknown")
+        try:
+            return np.dtype(dtype).itemsize
+        except TypeError:
+            raise UnknownCost(f"dtype {dtype!r} of '{name}' has no size") from None
+
+    def nbytes(self, name: str) -> int:
+        return self.numel(name) * self.itemsize(name)
+
+    def storage_dtype(self, name: str) -> str | None:
+        """The dtype `name` is stored in: a QDQ model's DequantizeLinear output (and a QuantizeLinear input) lives at
+        the quantized width; a weight behind a DequantizeLinear at its stored width."""
+        graph = self.graph
+        producer = graph.producer(name)
+        if (
+            producer is not None
+            and producer.op == "DequantizeLinear"
+            and producer.inputs
+            and (producer.id in self.markers or graph.is_const(producer.inputs[0]))
+        ):
+            return self.value(producer.inputs[0]).dtype
+        consumers = graph.consumers(name)
+        if consumers and all(c.op == "QuantizeLinear" and c.id in self.markers for c in consumers):
+            return self.value(consumers[0].outputs[0]).dtype
+        return self.value(name).dtype
+
+    def is_const(self, name: str) -> bool:
+        return self.graph.is_const(name)
+
+    def channels(self, name: str) -> int:
+        value = self.value(name)
+        shape = self.shape(name)
+        axis = value.channel_axis
+        if axis is None:
+            raise UnknownCost(f"'{name}' has no channel axis")
+        return shape[axis]
+
+
+def build_context(graph: Graph, dims: Mapping[str, int] | None = None) -> CostContext:
+    """One pass in node order (topological in ONNX, execution order in TFLite): shape arithmetic and QDQ markers."""
+    ctx = CostContext(graph, dict(dims or {}))
+    for node in graph.nodes:
+        inputs = [name for name in node.inputs if name]
+        if node.op in SHAPE_OPS or node.op == "Constant" or (inputs and all(_static(ctx, n) for n in inputs)):
+            ctx.static.update(out for out in node.outputs if out)
+    for node in graph.nodes:
+        if node.op == "DequantizeLinear" and len(node.inputs) > 1 and node.inputs[0]:
+            producer = graph.producer(node.inputs[0])
+            if producer is not None and producer.op == "QuantizeLinear":
+                ctx.markers.add(node.id)
+        elif node.op == "QuantizeLinear" and len(node.inputs) > 1 and node.outputs:
+            consumers = graph.consumers(node.outputs[0])
+            if consumers and all(c.op == "DequantizeLinear" for c in consumers):
+                ctx.markers.add(node.id)
+    return ctx
+
+
+def _static(ctx: CostContext, name: str) -> bool:
+    return name in ctx.static or ctx.graph.is_const(name)
+
+
+# --- the per-node entry point ------------------------------------------------------------------------------------
+def node_cost(ctx: CostContext, node: Node) -> OpCost:
+    """The cost of `node`; raises UnknownCost for a coverage gap."""
+    ctx.assumed = []
+    free = _free_reason(ctx, node)
+    if free is not None:
+        return OpCost(FREE, note=free)
+    _carry_count(ctx, node)
+    handler = _handler(node.op)
+    if handler is None:
+        raise UnknownCost(f"no cost formula for op {node.op}" + (f" ({node.source_op})" if node.source_op else ""))
+    cost = handler(ctx, node)
+    if node.fused_activation is not None and node.outputs:  # TFLite: the activation runs inside this node
+        cost = _plus_ops(cost, ctx.numel(node.outputs[0]))
+    assumed = tuple(dict.fromkeys(ctx.assumed))
+    return cost if not assumed else _with(cost, assumed=assumed)
+
+
+def _carry_count(ctx: CostContext, node: Node) -> None:
+    """A same-count op (Reshape, Transpose, a unary activation, ...) whose output has no shape (a Reshape to a
+    computed shape) has as many elements as its input: later ops can still be costed."""
+    if node.op not in SAME_COUNT_OPS or not node.inputs or not node.outputs or not node.inputs[0]:
+        return
+    out = ctx.graph.value(node.outputs[0])
+    if out is None or out.shape is not None:
+        return
+    try:
+        ctx.counts[node.outputs[0]] = ctx.numel(node.inputs[0])
+    except UnknownCost:
+        return
+
+
+def _free_reason(ctx: CostContext, node: Node) -> str | None:
+    if node.op == "Constant":
+        return "constant"
+    if node.op in SHAPE_OPS:
+        return "shape arithmetic"
+    if node.id in ctx.markers:
+        return "QDQ marker: folded into the neighbouring quantized kernels"
+    inputs = [name for name in node.inputs if name]
+    if inputs and all(_static(ctx, name) for name in inputs) and not node.subgraphs:
+        return "computed from constants and shapes only: folded at load time"
+    return None
+
+
+def _handler(op: str) -> Callable[[CostContext, Node], OpCost] | None:
+    if op in CONV_LIKE:
+        return _conv
+    if op == "ConvTranspose":
+        return _conv_transpose
+    if op in GEMM_OPS:
+        return _gemm
+    if op in MATMUL_LIKE:
+        return _matmul
+    if op in RNN_GATES:
+        return _rnn
+    if op in POOL_OPS:
+        return _pool
+    if op in GLOBAL_POOL_OPS or op in REDUCE_OPS:
+        return _per_input_element(REDUCE if op in REDUCE_OPS else POOL, 1)
+    if op in ELTWISE_OPS or op in OPS_PER_ELEMENT:
+        return _eltwise
+    if op in SOFTMAX_OPS:
+        return _per_input_element(SOFTMAX, SOFTMAX_OPS_PER_ELEMENT)
+    if op in NORM_OPS:
+        return _per_input_element(NORM, NORM_OPS_PER_ELEMENT)
+    if op == "LRN":
+        return _lrn
+    if op in RESIZE_OPS:
+        return _resize
+    if op in MOVER_OPS:
+        return _mover
+    if op in VIEW_OPS:
+        return _view
+    return None
+
+
+# --- helpers ---------------------------------------------------------------------------------------------------------
+def _with(cost: OpCost, **changes: object) -> OpCost:
+    return replace(cost, **changes)  # type: ignore[arg-type]
+
+
+def _plus_ops(cost: OpCost, ops: int) -> OpCost:
+    return _with(cost, ops=cost.ops + ops)
+
+
+def _io(ctx: CostContext, node: Node, *, skip: frozenset[int] = frozenset()) -> tuple[int, int, int]:
+    """(bytes_read, bytes_written, param_bytes): non-constant data inputs, outputs, constant data inputs."""
+    control = CONTROL_INPUTS.get(node.op, frozenset()) | skip
+    read = params = 0
+    for index, name in enumerate(node.inputs):
+        if not name or index in control:
+            continue
+        if ctx.is_const(name):
+            params += ctx.nbytes(name)
+        else:
+            read += ctx.nbytes(name)
+    written = sum(ctx.nbytes(name) for name in node.outputs if name and _materialized(ctx, name))
+    return read, written, params
+
+
+def _materialized(ctx: CostContext, name: str) -> bool:
+    """An output nobody reads and whose shape is unknown (Dropout's mask at inference) is not written."""
+    graph = ctx.graph
+    value = graph.value(name)
+    unread = not graph.consumers(name) and not graph.is_graph_output(name)
+    return not (unread and value is not None and value.shape is None and name not in ctx.counts)
+
+
+def _input(node: Node, index: int | None) -> str:
+    if index is None or index >= len(node.inputs) or not node.inputs[index]:
+        return ""
+    return node.inputs[index]
+
+
+def _required(node: Node, index: int, what: str) -> str:
+    name = _input(node, index)
+    if not name:
+        raise UnknownCost(f"{node.op} has no {what} input")
+    return name
+
+
+# --- conv and matmul -------------------------------------------------------------------------------------------------
+def _conv(ctx: CostContext, node: Node) -> OpCost:
+    """MACs = output elements x (weights per output channel). In ONNX the weights are [Cout, Cin/g, k...]; in TFLite
+    CONV_2D [Cout, kh, kw, Cin] and DEPTHWISE_CONV_2D [1, kh, kw, Cout]: weights / Cout is Cin/g x k in all three."""
+    x_at, w_at, _ = CONV_LIKE[node.op]
+    weights = _required(node, w_at, "weight")
+    _required(node, x_at, "data")
+    out = node.outputs[0]
+    out_channels = ctx.channels(out)
+    if out_channels == 0:
+        raise UnknownCost(f"output '{out}' has no channels")
+    macs = ctx.numel(out) * ctx.numel(weights) // out_channels
+    return OpCost(CONV, macs, 0, *_io(ctx, node))
+
+
+def _conv_transpose(ctx: CostContext, node: Node) -> OpCost:
+    """MACs = input elements x (weights per input channel): ONNX weights are [Cin, Cout/g, k...], TFLite
+    TRANSPOSE_CONV [Cout, kh, kw, Cin] (group 1); weights / Cin is Cout/g x k in both. Input 3 is TFLite's
+    output_shape (control)."""
+    x = _required(node, 0, "data")
+    weights = _required(node, 1, "weight")
+    in_channels = ctx.channels(x)
+    if in_channels == 0:
+        raise UnknownCost(f"input '{x}' has no channels")
+    macs = ctx.numel(x) * ctx.numel(weights) // in_channels
+    return OpCost(CONV, macs, 0, *_io(ctx, node, skip=frozenset({3})))
+
+
+def _gemm(ctx: CostContext, node: Node) -> OpCost:
+    """MACs = output elements x K, K from B ([K, N], or [N, K] with transB: TFLite FULLY_CONNECTED's [O, I])."""
+    b = _required(node, 1, "B")
+    b_shape = ctx.shape(b)
+    if len(b_shape) != 2:
+        raise UnknownCost(f"Gemm B '{b}' is not 2-D")
+    k = b_shape[1] if node.attrs.get("transB", 0) else b_shape[0]
+    return OpCost(MATMUL, ctx.numel(node.outputs[0]) * k, 0, *_io(ctx, node))
+
+
+def _matmul(ctx: CostContext, node: Node) -> OpCost:
+    """numpy matmul: MACs = output elements x K, K = A's last dim (its second-to-last with TFLite's adj_x)."""
+    a_at, _ = MATMUL_LIKE[node.op]
+    a_shape = ctx.shape(_required(node, a_at, "A"))
+    if not a_shape:
+        raise UnknownCost("MatMul A is a scalar")
+    k = a_shape[-2] if node.attrs.get("adj_x") and len(a_shape) >= 2 else a_shape[-1]
+    return OpCost(MATMUL, ctx.numel(node.outputs[0]) * k, 0, *_io(ctx, node))
+
+
+def _rnn(ctx: CostContext, node: Node) -> OpCost:
+    """gates x hidden x (input + hidden) MACs per step, batch and direction (X is [seq, batch, input])."""
+    x_shape = ctx.shape(_required(node, 0, "X"))
+    w_shape = ctx.shape(_required(node, 1, "W"))  # [directions, gates * hidden, input]
+    if len(x_shape) != 3 or len(w_shape) != 3:
+        raise UnknownCost(f"{node.op} X or W is not 3-D")
+    if node.attrs.get("layout", 0):
+        x_shape = (x_shape[1], x_shape[0], x_shape[2])
+    seq, batch, inputs = x_shape
+    directions, gate_rows = w_shape[0], w_shape[1]
+    hidden = gate_rows // RNN_GATES[node.op]
+    macs = directions * seq * batch * gate_rows * (inputs + hidden)
+    ops = directions * seq * batch * gate_rows  # gate activations
+    return OpCost(MATMUL, macs, ops, *_io(ctx, node))
+
+
+# --- elementwise, pooling, reductions --------------------------------------------------------------------------------
+def _eltwise(ctx: CostContext, node: Node) -> OpCost:
+    out = node.outputs[0]
+    per_element = OPS_PER_ELEMENT.get(node.op, 1)
+    if node.op in VARIADIC_OPS:
+        per_element = max(1, len([name for name in node.inputs if name]) - 1)
+    return OpCost(ELTWISE, 0, ctx.numel(out) * per_element, *_io(ctx, node))
+
+
+def _per_input_element(op_class: str, per_element: int) -> Callable[[CostContext, Node], OpCost]:
+    def cost(ctx: CostContext, node: Node) -> OpCost:
+        return OpCost(op_class, 0, ctx.numel(_required(node, 0, "data")) * per_element, *_io(ctx, node))
+
+    return cost
+
+
+def _pool(ctx: CostContext, node: Node) -> OpCost:
+    """One op per window element per output element; the window is kernel_shape (ONNX) or filter_height x
+    filter_width (TFLite)."""
+    kernel = node.attrs.get("kernel_shape")
+    if kernel is None and "filter_height" in node.attrs:
+        kernel = [node.attrs["filter_height"], node.attrs.get("filter_width", 1)]
+    if not kernel:
+        raise UnknownCost(f"{node.op} has no kernel size")
+    window = math.prod(int(k) for k in kernel)
+    return OpCost(POOL, 0, ctx.numel(node.outputs[0]) * window, *_io(ctx, node))
+
+
+def _lrn(ctx: CostContext, node: Node) -> OpCost:
+    size = int(node.attrs.get("size", 5))
+    return OpCost(NORM, 0, ctx.numel(_required(node, 0, "data")) * (size + 2), *_io(ctx, node))
+
+
+def _resize(ctx: CostContext, node: Node) -> OpCost:
+    """Nearest: a gather (0 ops); linear: 2 ops per output element per resized axis; cubic: 8."""
+    x, out = _required(node, 0, "data"), node.outputs[0]
+    in_shape, out_shape = ctx.shape(x), ctx.shape(out)
+    resized = sum(1 for a, b in zip(in_shape, out_shape, strict=False) if a != b)
+    mode = str(node.attrs.get("mode", "nearest")).lower()
+    if node.source_op == "RESIZE_BILINEAR":
+        mode = "linear"
+    per_axis = {"linear": 2, "bilinear": 2, "cubic": 8}.get(mode, 0)
+    return OpCost(RESIZE, 0, ctx.numel(out) * per_axis * resized, *_io(ctx, node))
+
+
+# --- data movement ---------------------------------------------------------------------------------------------------
+def _mover(ctx: CostContext, node: Node) -> OpCost:
+    read, written, params = _io(ctx, node)
+    if node.op in COPY_OUTPUT_OPS:  # reads only the elements it copies (plus non-constant indices)
+        indices = sum(ctx.nbytes(name) for name in node.inputs[1:2] if name and not ctx.is_const(name))
+        data_const = ctx.is_const(node.inputs[0]) if node.inputs else False
+        read = written + indices if not data_const else indices
+        params = written if data_const else 0  # an embedding lookup reads only the rows it gathers
+    return OpCost(MOVER, 0, 0, read, written, params, note="copies data")
+
+
+def _view(ctx: CostContext, node: Node) -> OpCost:
+    read, written, params = _io(ctx, node)
+    return OpCost(VIEW, 0, 0, read, written, params, note="a copy only where the runtime cannot alias the buffer")

@@ -1,0 +1,77 @@
+"""Fix passes and their registry: a pass is registered under the fix name rules declare (`FixRef.name`).
+
+A pass plans one finding at a time against the *current* graph: it returns a `Plan` (the tensor names it touches,
+a one-line description, and a closure that edits the graph) or a string saying why it cannot fix this occurrence.
+Planning only reads; all writes happen in `Plan.apply`, so a pass that gives up leaves the graph unchanged.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any, ClassVar
+
+import onnx
+
+from netlint.fixes.edit import GraphEdit
+from netlint.ir import Graph
+from netlint.rule import Finding
+
+PASS_MODULES = ("fold_batchnorm", "remove_dead_code", "prelu_to_relu")
+
+
+@dataclass
+class FixContext:
+    """What a pass sees for one finding: the edit of the current proto, the IR of the same proto (for constant
+    values, which it reads through ConstantOfShape, Identity and Dequantize), and the finding's node positions."""
+
+    edit: GraphEdit
+    graph: Graph
+    finding: Finding
+    nodes: list[int]  # positions of the finding's nodes in the main graph, in the finding's order
+    options: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def proto(self, position: int) -> onnx.NodeProto | None:
+        return self.edit.node(position)
+
+
+@dataclass
+class Plan:
+    touched: set[str]
+    description: str
+    apply: Callable[[], None]
+
+
+class FixPass:
+    name: ClassVar[str]
+
+    def plan(self, ctx: FixContext) -> Plan | str:
+        raise NotImplementedError
+
+
+_PASSES: dict[str, type[FixPass]] = {}
+
+
+def register_fix(cls: type[FixPass]) -> type[FixPass]:
+    if cls.name in _PASSES and _PASSES[cls.name] is not cls:
+        raise ValueError(f"fix pass {cls.name!r} is registered twice")
+    _PASSES[cls.name] = cls
+    return cls
+
+
+@cache
+def all_passes() -> dict[str, type[FixPass]]:
+    for module in PASS_MODULES:
+        importlib.import_module(f"netlint.fixes.{module}")
+    return dict(_PASSES)
+
+
+def node_names(node: onnx.NodeProto) -> set[str]:
+    """Every tensor a node reads or writes: what two fixes must not share to be applied in the same round."""
+    return {name for name in [*node.input, *node.output] if name}
+
+
+def label(node: onnx.NodeProto) -> str:
+    return f"{node.op_type} '{node.name}'" if node.name else f"{node.op_type} (output '{node.output[0]}')"

@@ -1,0 +1,221 @@
+"""Whole-model costs: kernel grouping per target, throughput numbers, latency, and totals on real models."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper, shape_inference
+
+from netlint.cost import cost_model, rates_for
+from netlint.cost.ops import CONV, MATMUL
+from netlint.targets import load_target
+from netlint.testing import GraphBuilder, TfliteBuilder, load
+
+
+def conv_then(activation: str, *, extra_reader: bool = False) -> onnx.ModelProto:
+    b = GraphBuilder()
+    x = b.input("x", [1, 8, 16, 16])
+    y = b.conv(x, 8, name="conv")
+    act = b.node(activation, [y], name="act")
+    b.output(act, *([b.add(y, x, name="other")] if extra_reader else []))
+    return b.build()
+
+
+# --- kernels -----------------------------------------------------------------------------------------------------
+def test_conv_relu_is_one_kernel_on_qualcomm_htp() -> None:
+    result = cost_model(load(conv_then("Relu")), "qualcomm-htp")
+    assert result.kernels == 1
+    assert result.node("act").fused_into == "conv"
+    assert result.node("act").kernel == "conv"
+
+
+def test_conv_sigmoid_is_two_kernels_on_qualcomm_htp_and_one_on_ort_cpu() -> None:
+    model = load(conv_then("Sigmoid"))
+    htp = cost_model(model, "qualcomm-htp")
+    ort = cost_model(model, "ort-cpu")
+    assert htp.kernels == 2 and htp.node("act").fused_into is None
+    assert ort.kernels == 1 and ort.node("act").fused_into == "conv"
+
+
+def test_lone_consumer_rule_per_target() -> None:
+    # qualcomm-htp exempts the Relu family from the lone-consumer condition; ort-cpu does not.
+    model = load(conv_then("Relu", extra_reader=True))
+    assert cost_model(model, "qualcomm-htp").node("act").fused_into == "conv"
+    assert cost_model(model, "ort-cpu").node("act").fused_into is None
+
+
+def test_composite_silu_fuses_as_a_whole_on_onednn_only() -> None:
+    b = GraphBuilder()
+    x = b.input("x", [1, 8, 16, 16])
+    b.output(b.silu(b.conv(x, 8, name="conv")))
+    model = load(b.build())
+    onednn = cost_model(model, "onednn-cpu")
+    assert onednn.kernels == 1
+    assert {entry.op for entry in onednn.nodes if entry.fused_into == "conv"} == {"Sigmoid", "Mul"}
+    assert cost_model(model, "ort-cpu").kernels == 3  # SiLU is not in ORT's Conv activation list
+
+
+def test_fused_activation_saves_latency() -> None:
+    model = load(conv_then("Sigmoid"))
+    htp = cost_model(model, "qualcomm-htp")
+    ort_rates = rates_for(load_target("ort-cpu"))
+    ort = cost_model(model, "ort-cpu")
+    assert htp.latency_us is not None and ort.latency_us is not None and ort_rates is not None
+    # on ORT the sigmoid adds its ops to the conv's kernel but no launch and no traffic
+    conv = ort.node("conv")
+    expected = (
+        max(
+            conv.cost.macs / (ort_rates.conv_gmacs_per_s * 1e3)
+            + ort.node("act").cost.ops / (ort_rates.vector_gops_per_s * 1e3),
+            conv.cost.bytes / (ort_rates.memory_gb_per_s * 1e3),
+        )
+        + ort_rates.kernel_overhead_us
+    )
+    assert ort.latency_us == pytest.approx(expected)
+    assert htp.node("act").latency_us is not None and htp.node("act").latency_us > 0
+
+
+def test_tflite_fused_relu6_costs_an_extra_pass_where_the_target_cannot_apply_it() -> None:
+    t = TfliteBuilder()
+    x = t.input("x", [1, 16, 16, 8], "int8", quant={"scale": [0.1], "zero_point": [0]})
+    w = np.zeros((8, 3, 3, 8), np.int8)
+    y = t.conv_2d(x, w, np.zeros(8, np.int32), activation="RELU6", weight_quant={"scale": [0.1]},
+                  out_quant={"scale": [0.1], "zero_point": [0]})  # fmt: skip
+    t.output(y)
+    model = load(t.build())
+    ti = cost_model(model, "ti-tda4vm")  # only Relu runs inside TI's MMA
+    htp = cost_model(model, "qualcomm-htp")
+    assert ti.nodes[0].extra_pass and not htp.nodes[0].extra_pass
+    assert ti.nodes[0].cost.ops == 16 * 16 * 8  # the clip's ops are counted on the conv either way
+
+
+# --- throughput numbers ----------------------------------------------------------------------------------------------
+def test_ti_rates_follow_the_precision() -> None:
+    int8 = rates_for(load_target("ti-tda4vm", "int8"))
+    int16 = rates_for(load_target("ti-tda4vm", "int16"))
+    assert int8 is not None and int16 is not None
+    assert int8.conv_gmacs_per_s == 4096.0  # 4096 MACs/cycle x 1.0 GHz
+    assert int16.conv_gmacs_per_s == 1024.0
+    assert "memory_gb_per_s" in int8.assumed and not int8.calibrated
+
+
+def test_generic_has_no_latency_but_still_counts() -> None:
+    result = cost_model(load(conv_then("Relu")), "generic")
+    assert result.rates is None and result.latency_us is None
+    assert result.macs == 16 * 16 * 8 * 8 * 9
+
+
+def test_a_cost_section_in_the_target_wins_over_the_builtin_table() -> None:
+    base = load_target("ort-cpu")
+    section = {"conv_gmacs_per_s": 1.0, "vector_gops_per_s": 1.0, "memory_gb_per_s": 1.0, "kernel_overhead_us": 0.0}
+    target = replace(base, data={**base.data, "cost": section})
+    rates = rates_for(target)
+    assert rates is not None and rates.conv_gmacs_per_s == 1.0 and rates.origin == "target file [cost]"
+    result = cost_model(load(conv_then("Relu")), target)
+    assert result.latency_us == pytest.approx(16 * 16 * 8 * 8 * 9 / 1e3 + 16 * 16 * 8 / 1e3)
+
+
+def test_ethos_u55_rate_from_the_chip_name() -> None:
+    rates = rates_for(load_target("ethos-u55", chip="ethos-u55-128"))
+    assert rates is not None and rates.conv_gmacs_per_s == pytest.approx(128 * 0.5)
+    assert any("clock" in key for key in rates.assumed)
+
+
+# --- real models ---------------------------------------------------------------------------------------------------
+def _onnx_conv_gemm_macs(path: Path) -> int:
+    """Independent count with the raw onnx package: Conv = output elements x weights / Cout, Gemm = M x N x K."""
+    proto = shape_inference.infer_shapes(onnx.load(str(path), load_external_data=False))
+    dims = {init.name: list(init.dims) for init in proto.graph.initializer}
+    for info in [*proto.graph.value_info, *proto.graph.output]:
+        dims[info.name] = [d.dim_value for d in info.type.tensor_type.shape.dim]
+    total = 0
+    for node in proto.graph.node:
+        if node.op_type == "Conv":
+            weights, out = dims[node.input[1]], dims[node.output[0]]
+            total += math.prod(out) * math.prod(weights) // weights[0]
+        elif node.op_type == "Gemm":
+            trans_b = next((a.i for a in node.attribute if a.name == "transB"), 0)
+            b_dims = dims[node.input[1]]
+            total += math.prod(dims[node.output[0]]) * (b_dims[1] if trans_b else b_dims[0])
+    return total
+
+
+def test_mobilenet_v2_onnx_totals(data_dir: Path) -> None:
+    path = data_dir / "tv_mobilenet_v2_bn_unfolded_noweights.onnx"
+    result = cost_model(load(path), "ti-tda4vm")
+    assert result.macs_of(CONV, MATMUL) == 300_774_272 == _onnx_conv_gemm_macs(path)
+    assert result.coverage == 1.0 and result.complete
+    proto = onnx.load(str(path), load_external_data=False)
+    params = sum(math.prod(init.dims) for init in proto.graph.initializer if init.data_type == onnx.TensorProto.FLOAT)
+    # every float initializer feeds a Conv, BatchNormalization or Gemm and is read once
+    assert result.param_bytes == 4 * params
+    assert result.by_op_type["Conv"].count == 52
+    assert result.by_op_type["Conv"].macs + result.by_op_type["Gemm"].macs == 300_774_272
+    assert result.latency_us is not None and result.latency_us > 0
+
+
+def test_mobilenet_v2_tflite_int8_and_int16x8_twins(data_dir: Path) -> None:
+    int8 = cost_model(load(data_dir / "keras_mobilenet_v2_a035_int8.tflite"), "ti-tda4vm")
+    int16 = cost_model(load(data_dir / "keras_mobilenet_v2_a035_int16x8.tflite"), "ti-tda4vm")
+    assert int8.macs_of(CONV, MATMUL) == int16.macs_of(CONV, MATMUL) == 59_285_808
+    assert int8.coverage == int16.coverage == 1.0
+    assert int16.bytes_written == 2 * int8.bytes_written  # 16-bit activations
+    import tflite
+
+    raw = tflite.Model.GetRootAsModel(bytearray((data_dir / "keras_mobilenet_v2_a035_int8.tflite").read_bytes()), 0)
+    sg = raw.Subgraphs(0)
+    weight_bytes = 0
+    for i in range(sg.OperatorsLength()):
+        op = sg.Operators(i)
+        for position in range(1, op.InputsLength()):
+            index = op.Inputs(position)
+            if index >= 0 and raw.Buffers(sg.Tensors(index).Buffer()).DataLength() > 0:
+                weight_bytes += raw.Buffers(sg.Tensors(index).Buffer()).DataLength()
+    # constant inputs of every op (weights, biases, MEAN's axes) minus the control data netlint leaves out
+    assert int8.param_bytes <= weight_bytes and weight_bytes - int8.param_bytes < 64
+
+
+def test_qdq_squeezenet_conv_macs_and_free_markers(data_dir: Path) -> None:
+    qdq = cost_model(load(data_dir / "tv_squeezenet1_1_qdq_int8.onnx"), "ort-cpu")
+    assert qdq.macs_of(CONV) == _onnx_conv_gemm_macs_qdq(data_dir / "tv_squeezenet1_1_qdq_int8.onnx")
+    assert all(entry.cost.op_class == "free" for entry in qdq.nodes if entry.op in ("QuantizeLinear",))
+    assert qdq.coverage == 1.0
+
+
+def _onnx_conv_gemm_macs_qdq(path: Path) -> int:
+    proto = shape_inference.infer_shapes(onnx.load(str(path)))
+    inits = {init.name: numpy_helper.to_array(init).shape for init in proto.graph.initializer}
+    producer = {out: node for node in proto.graph.node for out in node.output}
+    shapes = {info.name: [d.dim_value for d in info.type.tensor_type.shape.dim] for info in proto.graph.value_info}
+    shapes.update({o.name: [d.dim_value for d in o.type.tensor_type.shape.dim] for o in proto.graph.output})
+    total = 0
+    for node in proto.graph.node:
+        if node.op_type == "Conv":
+            weight = node.input[1]
+            while weight not in inits:
+                weight = producer[weight].input[0]
+            w = inits[weight]
+            total += math.prod(shapes[node.output[0]]) * math.prod(w) // w[0]
+    return total
+
+
+@pytest.mark.parametrize(
+    ("name", "macs"),
+    [("light_resnet50.onnx", 4_089_184_256), ("light_squeezenet.onnx", 349_151_936), ("light_vgg19.onnx", None)],
+)
+def test_light_models_fully_covered(light_dir: Path, name: str, macs: int | None) -> None:
+    result = cost_model(load(light_dir / name), "ort-cpu")
+    assert result.macs_of(CONV, MATMUL) == (macs if macs is not None else _onnx_conv_gemm_macs(light_dir / name))
+    assert result.coverage == 1.0, result.coverage_line()
+
+
+def test_transformer_reports_its_gaps(data_dir: Path) -> None:
+    result = cost_model(load(data_dir / "torch_transformer_encoder_6l_noweights.onnx"), "ort-cpu")
+    assert 0.9 < result.coverage < 1.0
+    assert "not costed" in result.coverage_line()
+    assert result.macs > 2_500_000_000  # the MatMuls and Gemms are costed; the gaps are shape plumbing

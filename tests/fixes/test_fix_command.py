@@ -1,0 +1,129 @@
+"""`netlint fix` end to end: where it writes, what it never touches, verification, errors as one line."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import external_data_helper
+
+from netlint.cli import main
+from netlint.testing import GraphBuilder, codes, findings_of
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def conv_bn_model(path: Path) -> Path:
+    b = GraphBuilder(seed=1)
+    x = b.input("x", [1, 4, 8, 8])
+    b.output(b.relu(b.batchnorm(b.conv(x, 8, name="conv"), name="bn")))
+    return b.save(path)
+
+
+def test_fix_writes_the_output_and_never_touches_the_input(run_cli, tmp_path):
+    model = conv_bn_model(tmp_path / "m.onnx")
+    before = digest(model)
+    result = run_cli("fix", model, "-o", tmp_path / "out.onnx")
+    assert result.returncode == 0, result.stderr
+    assert "FU006 fold-batchnorm (safe): 1 fix" in result.stdout
+    assert "verify: 1 output matches" in result.stdout
+    assert digest(model) == before
+    fixed = onnx.load(str(tmp_path / "out.onnx"))
+    onnx.checker.check_model(fixed, full_check=True)
+    assert "FU006" not in codes(findings_of(fixed))
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary file left behind
+
+
+def test_diff_writes_nothing(run_cli, tmp_path):
+    model = conv_bn_model(tmp_path / "m.onnx")
+    before = sorted(tmp_path.iterdir())
+    result = run_cli("fix", model, "--diff")
+    assert result.returncode == 0, result.stderr
+    assert "folded BatchNormalization 'bn' into Conv 'conv'" in result.stdout
+    assert "ops: BatchNormalization 1 → 0" in result.stdout
+    assert result.stdout.splitlines()[-1] == "Would fix 1 finding."
+    assert sorted(tmp_path.iterdir()) == before
+
+
+def test_in_place_replaces_the_model(run_cli, tmp_path):
+    model = conv_bn_model(tmp_path / "m.onnx")
+    result = run_cli("fix", model, "--in-place", "--select", "FU006")
+    assert result.returncode == 0, result.stderr
+    assert [n.op_type for n in onnx.load(str(model)).graph.node] == ["Conv", "Relu"]
+    again = run_cli("fix", model, "--in-place", "--select", "FU006")
+    assert again.returncode == 0 and again.stdout.splitlines()[-1] == "Nothing to fix."
+
+
+def test_select_and_ignore_limit_what_is_fixed(run_cli, tmp_path):
+    model = conv_bn_model(tmp_path / "m.onnx")
+    result = run_cli("fix", model, "--diff", "--ignore", "FU006")
+    assert result.returncode == 0 and "Nothing to fix" in result.stdout
+
+
+def test_a_failing_verification_writes_nothing(tmp_path, monkeypatch, capsys):
+    from netlint.fixes import fold_batchnorm
+
+    real = fold_batchnorm._fold
+
+    def wrong(conv, bn, values):
+        weights, bias, beta_one = real(conv, bn, values)
+        return weights, bias + np.float32(0.01), beta_one
+
+    monkeypatch.setattr(fold_batchnorm, "_fold", wrong)
+    model = conv_bn_model(tmp_path / "m.onnx")
+    before = digest(model)
+    code = main(["fix", str(model), "-o", str(tmp_path / "out.onnx")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1
+    assert "verification failed" in err and "FU006 (fold-batchnorm)" in err
+    assert not (tmp_path / "out.onnx").exists()
+    assert digest(model) == before
+
+
+def test_bad_inputs_exit_2_with_one_line(run_cli, tmp_path, data_dir):
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\x08\xff\xff garbage")
+    for args, expected in (
+        (["fix", bad, "-o", tmp_path / "o.onnx"], "not a valid ONNX"),
+        (["fix", data_dir / "keras_mobilenet_v3_small_int8.tflite", "-o", tmp_path / "o.tflite"], "not supported yet"),
+        (["fix", tmp_path / "missing.onnx", "-o", tmp_path / "o.onnx"], "cannot open"),
+        (["fix", bad], "-o FILE or --in-place"),
+    ):
+        result = run_cli(*args)
+        assert result.returncode == 2, args
+        assert len(result.stderr.strip().splitlines()) == 1 and expected in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr
+    assert not (tmp_path / "o.onnx").exists()
+
+
+def test_external_data_stays_external(run_cli, tmp_path):
+    model = onnx.load(str(conv_bn_model(tmp_path / "inline.onnx")))
+    onnx.save_model(model, str(tmp_path / "m.onnx"), save_as_external_data=True, location="m.data", size_threshold=0)
+    data_before = digest(tmp_path / "m.data")
+    result = run_cli("fix", tmp_path / "m.onnx", "-o", tmp_path / "out.onnx")
+    assert result.returncode == 0, result.stderr
+    assert digest(tmp_path / "m.data") == data_before
+    fixed = onnx.load(str(tmp_path / "out.onnx"), load_external_data=False)
+    weight = next(t for t in fixed.graph.initializer if t.name.startswith("conv.weight"))
+    assert external_data_helper.uses_external_data(weight)
+    assert {e.value for e in weight.external_data if e.key == "location"} == {"out.onnx.data"}
+    onnx.checker.check_model(str(tmp_path / "out.onnx"), full_check=True)
+
+
+def test_unsafe_fixes_report_the_deviation(run_cli, tmp_path, data_dir):
+    model = data_dir / "facenet_mtcnn_pnet.onnx"
+    before = digest(model)
+    safe_only = run_cli("fix", model, "--select", "FU004", "-o", tmp_path / "safe.onnx")
+    assert safe_only.returncode == 0 and "Nothing to fix" in safe_only.stdout
+    result = run_cli("fix", model, "--select", "FU004", "--unsafe-fixes", "-o", tmp_path / "out.onnx")
+    assert result.returncode == 0, result.stderr
+    assert "FU004 prelu-to-relu (unsafe): 3 fixes" in result.stdout
+    lines = [line for line in result.stdout.splitlines() if "verify (unsafe fixes)" in line]
+    assert len(lines) == 2 and all("max abs error" in line and "cosine similarity" in line for line in lines)
+    assert digest(model) == before
+    assert "FU004" not in codes(findings_of(tmp_path / "out.onnx"))

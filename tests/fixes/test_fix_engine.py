@@ -1,0 +1,41 @@
+"""The fix engine: pass registry matches the rules' fix names, a broken graph names the rule, skips are reported."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import run_fix
+
+from netlint.fixes.engine import FixError
+from netlint.fixes.registry import Plan, all_passes
+from netlint.rule import all_rules
+from netlint.testing import GraphBuilder
+
+
+def test_every_pass_is_the_fix_of_a_rule():
+    declared = {cls.fix.name for cls in all_rules().values() if cls.fix is not None}
+    assert {"fold-batchnorm", "remove-dead-code", "prelu-to-relu"} <= set(all_passes())
+    assert set(all_passes()) <= declared
+
+
+def test_a_fix_that_breaks_the_graph_is_an_error_naming_the_rule(monkeypatch):
+    from netlint.fixes import prelu_to_relu
+
+    def broken(self, ctx):  # a pass bug: removes the PRelu without rewiring its readers
+        position = ctx.nodes[0]
+        return Plan(set(ctx.edit.node(position).output), "broken", lambda: ctx.edit.remove_node(position))
+
+    monkeypatch.setattr(prelu_to_relu.PreluToRelu, "plan", broken)
+    b = GraphBuilder()
+    x = b.input("x", [1, 4, 6, 6])
+    b.output(b.relu(b.prelu(x, [0.0] * 4, name="act")))
+    with pytest.raises(FixError, match=r"FU004 \(prelu-to-relu\) broke the graph at 'act'"):
+        run_fix(b.build(), ["FU004"])
+
+
+def test_nothing_to_fix_leaves_the_model_equal():
+    b = GraphBuilder()
+    x = b.input("x", [1, 4, 6, 6])
+    b.output(b.relu(b.conv(x, 4)))
+    model = b.build()
+    result = run_fix(model)
+    assert result.applied == [] and result.fixed == model and result.rounds == 1
