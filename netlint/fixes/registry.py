@@ -8,6 +8,7 @@ Planning only reads; all writes happen in `Plan.apply`, so a pass that gives up 
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
@@ -19,7 +20,8 @@ from netlint.fixes.edit import GraphEdit
 from netlint.ir import Graph
 from netlint.rule import Finding
 
-PASS_MODULES = ("fold_batchnorm", "remove_dead_code", "prelu_to_relu")
+# Every other module of this package is one pass (named like the pass, with underscores), found by listing the folder.
+INFRASTRUCTURE = frozenset({"command", "edit", "engine", "output", "registry", "verify"})
 
 
 @dataclass
@@ -63,8 +65,11 @@ def register_fix(cls: type[FixPass]) -> type[FixPass]:
 
 @cache
 def all_passes() -> dict[str, type[FixPass]]:
-    for module in PASS_MODULES:
-        importlib.import_module(f"netlint.fixes.{module}")
+    import netlint.fixes
+
+    for module in pkgutil.iter_modules(netlint.fixes.__path__):
+        if module.name not in INFRASTRUCTURE and not module.name.startswith("_"):
+            importlib.import_module(f"netlint.fixes.{module.name}")
     return dict(_PASSES)
 
 

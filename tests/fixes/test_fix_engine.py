@@ -39,3 +39,14 @@ def test_nothing_to_fix_leaves_the_model_equal():
     model = b.build()
     result = run_fix(model)
     assert result.applied == [] and result.fixed == model and result.rounds == 1
+
+
+def test_every_fix_a_rule_names_is_a_registered_pass_or_pending() -> None:
+    """Passes are found by listing netlint/fixes/; each registered pass is a fix some rule links to."""
+    from netlint.fixes.registry import all_passes
+    from netlint.rule import all_rules
+
+    linked = {cls.fix.name for cls in all_rules().values() if cls.fix is not None}
+    passes = set(all_passes())
+    assert {"fold-batchnorm", "remove-dead-code", "prelu-to-relu"} <= passes
+    assert passes <= linked, passes - linked
