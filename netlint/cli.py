@@ -1,6 +1,7 @@
 """The `netlint` command: check, fix, rules, rule, targets.
 
-Exit codes of `check`: 0 no findings, 1 findings (0 with --exit-zero), 2 a usage or configuration error or a model
+Exit codes of `check`: 0 no findings at or above --fail-on (default warning; info-only reports exit 0), 1 such
+findings (0 with --exit-zero; with --baseline only new ones count), 2 a usage or configuration error or a model
 that cannot be read (the other models of the run are still linted and reported). Exit codes of `fix` (ruff's
 convention): 0 when the fixes were applied and written, or there was nothing to fix (findings without an applied fix
 are listed but do not change the exit code); 2 on any error (a model that cannot be read, a TFLite model, a fix that
@@ -28,6 +29,10 @@ def _split(values: list[str] | None) -> list[str] | None:
     return [item.strip() for value in values for item in value.split(",") if item.strip()]
 
 
+CHECK_FORMATS = ("text", "json", "sarif", "github", "gitlab", "junit", "html")
+SEVERITY_RANK = {"info": 0, "warning": 1, "error": 2}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="netlint", description="A static design linter for neural-network models (ONNX and TFLite)."
@@ -43,9 +48,18 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--select", action="append", metavar="RULES", help="only these rules: codes, prefixes, names")
     check.add_argument("--extend-select", action="append", metavar="RULES", help="add rules to the selection")
     check.add_argument("--ignore", action="append", metavar="RULES", help="turn these rules off")
-    check.add_argument("--format", choices=("text", "json"), default="text", help="report format (default: text)")
+    check.add_argument("--format", choices=CHECK_FORMATS, default="text", help="report format (default: text)")
     check.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE (atomically) not stdout")
     check.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings")
+    check.add_argument(
+        "--fail-on",
+        choices=("error", "warning", "info"),
+        default="warning",
+        help="exit 1 only for findings at or above this severity (default: warning)",
+    )
+    check.add_argument("--statistics", action="store_true", help="print the number of findings per rule instead")
+    check.add_argument("--baseline", metavar="FILE", help="report and fail only on findings not in this baseline")
+    check.add_argument("--write-baseline", metavar="FILE", help="record the current findings in FILE, exit 0")
     check.add_argument("--config", metavar="FILE", help="use this netlint.toml/pyproject.toml, do not search")
     check.add_argument("--isolated", action="store_true", help="ignore all configuration files")
     check.add_argument("-q", "--quiet", action="store_true", help="no progress output")
@@ -54,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     _add_fix_parser(commands)
+    _add_report_parser(commands)
 
     rules = commands.add_parser("rules", help="list every rule")
     rules.add_argument("--format", choices=("text", "json"), default="text")
@@ -107,12 +122,53 @@ def _add_fix_parser(commands: argparse._SubParsersAction) -> None:
     verify.add_argument("--no-verify", dest="verify", action="store_const", const=False, help="do not verify")
 
 
+REPORT_HELP = """Write the HTML design-review report: one self-contained file (no network needed to open it) with a
+section per model: format, target, node and op counts, the predicted latency and its breakdown by op type (when the
+target has a cost model), the findings ranked and grouped by rule with a picture of the graph around each, and the
+docs of every rule used. Exit codes: 0 the report was written (findings do not change it), 2 an error (a model that
+cannot be read still gets its section)."""
+
+
+def _add_report_parser(commands: argparse._SubParsersAction) -> None:
+    report = commands.add_parser(
+        "report",
+        help="write a self-contained HTML design-review report",
+        description=REPORT_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    report.add_argument("paths", nargs="+", metavar="PATH", help=".onnx/.tflite files, or folders searched recursively")
+    report.add_argument("-o", "--output", metavar="FILE", default="netlint-report.html", help="the HTML file to write")
+    report.add_argument("--target", help="hardware target name or .toml file (default: generic)")
+    report.add_argument("--precision", help="the target's precision")
+    report.add_argument("--chip", help="the target's chip generation")
+    report.add_argument("--select", action="append", metavar="RULES", help="only these rules: codes, prefixes, names")
+    report.add_argument("--extend-select", action="append", metavar="RULES", help="add rules to the selection")
+    report.add_argument("--ignore", action="append", metavar="RULES", help="turn these rules off")
+    report.add_argument("--config", metavar="FILE", help="use this netlint.toml/pyproject.toml, do not search")
+    report.add_argument("--isolated", action="store_true", help="ignore all configuration files")
+    report.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+
+
+def _report(args: argparse.Namespace) -> int:
+    """`check --format html --exit-zero`, with every other check option at its default."""
+    check_args = build_parser().parse_args(["check", "--", *args.paths])
+    for key, value in vars(args).items():
+        setattr(check_args, key, value)
+    check_args.command, check_args.format, check_args.exit_zero = "check", "html", True
+    status = _check(check_args)
+    if not args.quiet:
+        print(f"netlint: wrote {safe(args.output)}", file=sys.stderr)
+    return status
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         if args.command == "check":
             return _check(args)
+        if args.command == "report":
+            return _report(args)
         if args.command == "fix":
             from netlint.fixes.command import run_fix
 
@@ -140,6 +196,7 @@ def _check(args: argparse.Namespace) -> int:
     from netlint.engine import ModelReport, lint_file
     from netlint.io import find_models
     from netlint.report import render_text, to_json
+    from netlint.report.baseline import apply_baseline, read_baseline
 
     overrides = Overrides(
         args.target,
@@ -150,11 +207,18 @@ def _check(args: argparse.Namespace) -> int:
         _split(args.ignore) or [],
     )
     fixed_config = read_config_file(Path(args.config)) if args.config else FileConfig() if args.isolated else None
+    if args.baseline and args.write_baseline:
+        raise UsageError("--baseline and --write-baseline cannot be combined (--write-baseline records everything)")
+    if args.statistics and args.format not in ("text", "json"):
+        raise UsageError("--statistics works with --format text or json")
+    baseline = read_baseline(Path(args.baseline)) if args.baseline else None  # a bad file fails before linting
     paths = find_models(args.paths)
     if not paths:
         raise UsageError("no .onnx or .tflite files found in " + ", ".join(args.paths))
     progress = not args.quiet and sys.stderr.isatty() and len(paths) > 1 and not os.environ.get("CI")
     reports: list[ModelReport] = []
+    selected: list[list] = []  # the rules that ran on each model (junit and sarif list them)
+    targets: list = []  # the target of each model (the html report costs the model on it)
     settings_cache: dict[Path | None, object] = {}
     for index, path in enumerate(paths, 1):
         if progress:
@@ -164,11 +228,27 @@ def _check(args: argparse.Namespace) -> int:
         if settings is None:
             settings = settings_cache[file_config.path] = settings_for(file_config, overrides)
         reports.append(lint_file(path, settings))  # type: ignore[arg-type]
+        selected.append(settings.rules)  # type: ignore[attr-defined]
+        targets.append(settings.target)  # type: ignore[attr-defined]
     if progress:
         print("\r\x1b[2K", end="", file=sys.stderr, flush=True)
 
-    if args.format == "json":
+    if args.write_baseline:
+        return _write_baseline(Path(args.write_baseline), reports)
+    if baseline is not None:
+        held = apply_baseline(reports, baseline, Path(args.baseline))
+        if held:
+            print(f"netlint: {held} finding{'s' if held != 1 else ''} in the baseline not reported", file=sys.stderr)
+    if args.statistics:
+        text = _statistics(reports, args.format)
+    elif args.format == "json":
         text = to_json(reports)
+    elif args.format == "html":
+        from netlint.report.html import render_html_reports
+
+        text = render_html_reports(reports, targets)
+    elif args.format != "text":
+        text = _render_ci(args.format, reports, selected)
     else:
         to_terminal = args.output is None and sys.stdout.isatty()
         colour = args.color == "always" or (args.color == "auto" and to_terminal and not os.environ.get("NO_COLOR"))
@@ -182,8 +262,57 @@ def _check(args: argparse.Namespace) -> int:
             print(f"netlint: error: {safe(report.path)}: {safe(error)}", file=sys.stderr)
     if any(report.errors for report in reports):
         return EXIT_ERROR
-    if any(report.findings for report in reports) and not args.exit_zero:
+    gate = SEVERITY_RANK[args.fail_on]
+    failing = any(SEVERITY_RANK[f.severity] >= gate for report in reports for f in report.findings)
+    if failing and not args.exit_zero:
         return EXIT_FINDINGS
+    return EXIT_CLEAN
+
+
+def _render_ci(fmt: str, reports: list, selected: list[list]) -> str:
+    """The formats CI services read: SARIF, GitHub workflow commands, GitLab code quality, JUnit XML."""
+    if fmt == "sarif":
+        from netlint.report.sarif import to_sarif
+
+        return to_sarif(reports, {rule for rules in selected for rule in rules})
+    if fmt == "github":
+        from netlint.report.github import to_github
+
+        return to_github(reports)
+    if fmt == "gitlab":
+        from netlint.report.gitlab import to_gitlab
+
+        return to_gitlab(reports)
+    from netlint.report.junit import to_junit
+
+    return to_junit(reports, selected)
+
+
+def _statistics(reports: list, fmt: str) -> str:
+    """Findings per rule, most frequent first (like `ruff --statistics`)."""
+    import json
+    from collections import Counter
+
+    counts: Counter[tuple[str, str]] = Counter((f.code, f.name) for report in reports for f in report.findings)
+    rows = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    if fmt == "json":
+        return json.dumps([{"code": c, "name": n, "count": k} for (c, n), k in rows], indent=2) + "\n"
+    return "".join(f"{count:>5}  {code:<6} {name}\n" for (code, name), count in rows)
+
+
+def _write_baseline(path: Path, reports: list) -> int:
+    """Record every finding's fingerprint; nothing is written when a model could not be read (exit 2)."""
+    from netlint.report.baseline import write_baseline
+
+    for report in reports:
+        for error in report.errors:
+            print(f"netlint: error: {safe(report.path)}: {safe(error)}", file=sys.stderr)
+    if any(report.errors for report in reports):
+        print(f"netlint: error: baseline {safe(str(path))} not written", file=sys.stderr)
+        return EXIT_ERROR
+    write_atomically(path, write_baseline(path, reports))
+    total = sum(len(report.findings) for report in reports)
+    print(f"netlint: wrote {total} finding{'s' if total != 1 else ''} to baseline {safe(str(path))}", file=sys.stderr)
     return EXIT_CLEAN
 
 

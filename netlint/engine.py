@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from netlint.config import Settings
 from netlint.errors import ModelLoadError
@@ -16,6 +17,9 @@ from netlint.io import load_model
 from netlint.ir import ConstantUnavailable, Graph, Model
 from netlint.rule import Context, Finding, Rule, Skip
 from netlint.targets import Target
+
+if TYPE_CHECKING:
+    from netlint.report.baseline import FindingKey
 
 
 @dataclass
@@ -31,6 +35,7 @@ class ModelReport:
     errors: list[str] = field(default_factory=list)
     skipped: list[Skip] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    keys: list[FindingKey] = field(default_factory=list)  # one per finding: its graph and structural fingerprint
 
 
 def lint_file(path: Path, settings: Settings) -> ModelReport:
@@ -70,6 +75,9 @@ def lint_model(model: Model, settings: Settings) -> ModelReport:
         if not settings.ignored(finding.nodes[0] if finding.nodes else "", finding.code)
     ]
     report.skipped = ctx.skipped
+    from netlint.report.baseline import finding_keys  # not at the top: the reporters import this module
+
+    report.keys = finding_keys(model, report.findings)  # fingerprints need the graph, which reporters never see
     return report
 
 

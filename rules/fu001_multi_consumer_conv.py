@@ -69,7 +69,8 @@ class MultiConsumerConv(Rule):
             return "no activation reads the conv's output"
         if len(uses) + reaches_output < 2:
             return "the activation is the conv's only consumer"
-        others = [node for node in uses if node not in activations]
+        activation_ids = {node.id for node in activations}
+        others = [node for node in uses if node.id not in activation_ids]
         for index, node in enumerate([*activations, *others]):
             match.nodes[f"consumer{index}"] = node
         match.data.update(activations=activations, others=others, reaches_output=reaches_output)

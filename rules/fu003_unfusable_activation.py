@@ -135,9 +135,18 @@ class UnfusableActivation(Rule):
             what = f"{first.kind} '{first.node.id}' after {after} cannot fuse into it"
         more = [f"{act.kind} '{act.node.id}'" for act in acts[1:]]
         also = f" (nor can {', '.join(more)})" if more else ""
-        elsewhere = _where_it_fuses(target, first.kind)
+        elsewhere = self._where_it_fuses(target, first.kind)
         hint = f"; {elsewhere}" if elsewhere else ""
         return f"{what}{also}: {target.label} fuses only {_listing(fusable)}{hint}"
+
+    def _where_it_fuses(self, target: Target, kind: str) -> str | None:
+        """`_where_it_fuses`, memoised per rule instance (one lint run): it selects every precision x chip of the
+        target, which cost more than the rest of the rule on graphs with thousands of findings."""
+        cache: dict[tuple[int, str], str | None] = self.__dict__.setdefault("_where_cache", {})
+        key = (id(target), kind)
+        if key not in cache:
+            cache[key] = _where_it_fuses(target, kind)
+        return cache[key]
 
     def help(self, graph: Graph, match: Match, ctx: Context) -> str:
         acts: list[_Activation] = match.data["activations"]  # type: ignore[assignment]

@@ -36,11 +36,12 @@ class GraphEdit:
             copy.CopyFrom(node)
         self._removed_initializers: set[str] = set()
         self._new_initializers: list[onnx.TensorProto] = []
+        self._before: dict[int, int] = {}  # position of an inserted node -> position of the node it goes before
         self.reindex()
 
     def commit(self) -> None:
         """Write the round's nodes and initializers back into the graph and drop stale value_info entries."""
-        kept = [node for node in self.nodes if node is not None]
+        kept = [node for node in self._in_order() if node is not None]
         del self.graph.node[:]
         self.graph.node.extend(kept)
         if self._removed_initializers:
@@ -106,12 +107,28 @@ class GraphEdit:
 
     def add_initializer(self, hint: str, array: np.ndarray) -> str:
         name = self.unique_name(hint)
-        tensor = numpy_helper.from_array(np.ascontiguousarray(array), name)
+        tensor = numpy_helper.from_array(np.ascontiguousarray(array).reshape(np.shape(array)), name)  # keeps 0-d
         self._new_initializers.append(tensor)
         if self.model.ir_version < 4:  # before IR 4, every initializer must also be a graph input
             self.graph.input.append(onnx.helper.make_tensor_value_info(name, tensor.data_type, list(tensor.dims)))
         self.reindex()
         return name
+
+    def insert_before(self, index: int, node: onnx.NodeProto) -> int:
+        """Add `node` so that it is written just before the node at `index` (keeping the order topological);
+        returns its position, which is new, so every earlier position stays valid."""
+        self.nodes.append(node)
+        position = len(self.nodes) - 1
+        self._before[position] = self._before.get(index, index)
+        self.reindex()
+        return position
+
+    def _in_order(self) -> list[onnx.NodeProto | None]:
+        inserted: dict[int, list[int]] = defaultdict(list)
+        for position, anchor in self._before.items():
+            inserted[anchor].append(position)
+        order = [p for index in range(len(self.nodes)) if index not in self._before for p in [*inserted[index], index]]
+        return [self.nodes[p] for p in order]
 
     def remove_node(self, index: int) -> None:
         self.nodes[index] = None

@@ -3,6 +3,7 @@ missing external file makes only the constants stored in it unavailable (topolog
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,9 @@ import onnx
 from onnx import AttributeProto, TensorProto, helper, numpy_helper
 
 from netlint.errors import ModelLoadError
+from netlint.io.structure import check_structure
 from netlint.ir import NCHW, ConstData, Graph, Model, Node, Value
+from netlint.ir.graph import MAX_DENSE_ELEMENTS
 
 
 def load_onnx(path: Path) -> Model:
@@ -20,6 +23,8 @@ def load_onnx(path: Path) -> Model:
         proto = onnx.load(str(path), load_external_data=False)
     except Exception as exc:
         reason = " ".join(str(exc).split())[:200] or type(exc).__name__
+        if "MaxDepth" in reason:  # protobuf's nesting limit: about 30 levels of If/Loop bodies
+            raise ModelLoadError(f"ONNX protobuf nested too deeply for the protobuf parser ({reason})") from None
         raise ModelLoadError(f"not a valid ONNX protobuf ({reason})") from None
     return model_from_proto(proto, str(path), path.parent)
 
@@ -38,7 +43,9 @@ def model_from_proto(proto: onnx.ModelProto, path: str, base: Path) -> Model:
         ir_version=str(proto.ir_version),
         opset=",".join(f"{o.domain or 'ai.onnx'}:{o.version}" for o in proto.opset_import),
     )
-    return Model(path, "onnx", graph, metadata, notes)
+    model = Model(path, "onnx", graph, metadata, notes)
+    check_structure(model)
+    return model
 
 
 def _with_shapes(proto: onnx.ModelProto, notes: list[str]) -> onnx.ModelProto:
@@ -69,20 +76,27 @@ class _ExternalData:
     def constant(self, tensor: TensorProto) -> ConstData:
         info = {entry.key: entry.value for entry in tensor.external_data}
         location = info.get("location", "")
-        target = (self.base / location).resolve()
-        problem = None
-        if not location or os.path.isabs(location) or not target.is_relative_to(self.base):
+        try:
+            target = (self.base / location).resolve()
+            valid, is_file = True, target.is_file()
+        except (OSError, ValueError, RuntimeError):  # NUL bytes, names too long, symlink loops
+            target, valid, is_file = self.base, False, False
+        if not valid:
+            problem = f"external data location '{location}' is not a valid path; not read"
+        elif not location or os.path.isabs(location) or not target.is_relative_to(self.base):
             problem = f"external data location '{location}' is outside the model's folder; not read"
-        elif not target.is_file():
+        elif not is_file:
             problem = f"external data file '{location}' not found"
         else:
-            offset = int(info.get("offset", 0) or 0)
             dtype = _np_dtype(tensor.data_type)
-            count = int(np.prod(tensor.dims, dtype=np.int64)) if tensor.dims else 1
-            length = int(info.get("length", 0) or 0) or count * (dtype.itemsize if dtype else 0)
+            # Python ints: declared dims may be negative or overflow int64, and the file's entries may be any text.
+            offset, length = _non_negative(info.get("offset", "0")), _non_negative(info.get("length", "0"))
+            needed = math.prod(tensor.dims) * (dtype.itemsize if dtype else 0)
             if dtype is None:
                 problem = f"external tensor of type {TensorProto.DataType.Name(tensor.data_type)} is not readable"
-            elif offset + length > target.stat().st_size or length < count * dtype.itemsize:
+            elif offset is None or length is None or any(d < 0 for d in tensor.dims):
+                problem = f"external data for '{tensor.name}' has a negative or non-numeric offset, length or dim"
+            elif offset + (length or needed) > target.stat().st_size or (length or needed) < needed:
                 problem = f"external data for '{tensor.name}' lies past the end of '{location}'"
             else:
                 shape = tuple(tensor.dims)
@@ -91,6 +105,12 @@ class _ExternalData:
             self._reported.add(location)
             self.notes.append(f"{problem}: rules that need those weight values skip the nodes that use them")
         return ConstData(lambda: np.empty(0), unavailable=problem)
+
+
+def _non_negative(text: str) -> int | None:
+    """An offset or length entry of external data: a non-negative integer, else None."""
+    text = text.strip() or "0"
+    return int(text) if text.isascii() and text.isdigit() else None
 
 
 def _np_dtype(elem_type: int) -> np.dtype | None:
@@ -144,7 +164,7 @@ def _convert_graph(graph: onnx.GraphProto, parent: Graph | None, prefix: str, re
         initializers.add(name)
         value = values.setdefault(name, Value(name, layout=NCHW))
         value.shape = tuple(int(d) for d in sparse.dims)
-        value.data = ConstData(lambda s=sparse: _sparse(s))
+        value.data = _sparse_constant(sparse)
 
     used_ids: set[str] = set()
     nodes: list[Node] = []
@@ -183,6 +203,15 @@ def _convert_graph(graph: onnx.GraphProto, parent: Graph | None, prefix: str, re
         nodes.append(node)
     ir_graph.reindex()
     return ir_graph
+
+
+def _sparse_constant(sparse: onnx.SparseTensorProto) -> ConstData:
+    """A sparse initializer is densified on use, so its declared dims, not its data, decide the memory it takes."""
+    count = math.prod(sparse.dims)
+    if any(d < 0 for d in sparse.dims) or count > MAX_DENSE_ELEMENTS:
+        reason = f"sparse tensor '{sparse.values.name}' declares {list(sparse.dims)}: too large to densify, not read"
+        return ConstData(lambda: np.empty(0), unavailable=reason)
+    return ConstData(lambda: _sparse(sparse))
 
 
 def _sparse(sparse: onnx.SparseTensorProto) -> np.ndarray:

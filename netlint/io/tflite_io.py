@@ -18,6 +18,7 @@ import numpy as np
 import tflite
 
 from netlint.errors import ModelLoadError
+from netlint.io.structure import check_structure
 from netlint.ir import NHWC, ConstData, Graph, Model, Node, QuantParams, Value
 from netlint.ir.ops import FUSED_ACTIVATIONS
 
@@ -173,7 +174,9 @@ class _Reader:
             raise ModelLoadError("TFLite model has no subgraph")
         graphs = [self._subgraph(i) for i in range(count)]
         metadata = {"description": _text(root.Description()), "schema_version": str(version)}
-        return Model(self.path, "tflite", graphs[0], metadata, [], subgraphs=graphs[1:])
+        model = Model(self.path, "tflite", graphs[0], metadata, [], subgraphs=graphs[1:])
+        check_structure(model, dangling_notes=False)  # TFLite state tensors legitimately have no producer
+        return model
 
     def _opcode(self, index: int) -> tuple[str, str]:
         code = self.root.OperatorCodes(index)

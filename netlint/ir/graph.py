@@ -7,6 +7,7 @@ data is read only when a rule asks for it, and a constant whose data is missing 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -20,6 +21,10 @@ if TYPE_CHECKING:
 
 NCHW = "NCHW"
 NHWC = "NHWC"
+
+# The most elements a constant computed from a declared shape (ConstantOfShape, a sparse initializer) may have: a
+# hostile file must not make netlint allocate 10^12 elements (the largest real weight seen, VGG-19's fc6, is 1.03e8).
+MAX_DENSE_ELEMENTS = 1 << 28
 
 # Nodes that do not change the dataflow a design rule cares about: patterns look through them, so a QDQ model's
 # Conv -> QuantizeLinear -> DequantizeLinear -> Relu reads as Conv -> Relu. Only input 0 passes through.
@@ -168,7 +173,10 @@ class Graph:
 
     def value(self, name: str) -> Value | None:
         """The value named `name`, looked up in enclosing graphs too (subgraphs read outer-scope values)."""
-        graph: Graph | None = self
+        found = self.values.get(name)
+        if found is not None or self.parent is None:  # the common case, without the scope walk
+            return found
+        graph: Graph | None = self.parent
         while graph is not None:
             found = graph.values.get(name)
             if found is not None:
@@ -201,6 +209,12 @@ class Graph:
         return self._const_origin(name) is not None
 
     def _const_origin(self, name: str) -> Value | Node | None:
+        value = self.value(name)
+        if value is not None and value.is_const:  # fast paths for the two common cases: a weight...
+            return value
+        node = self._producer.get(name)
+        if node is None or (node.op not in PASS_THROUGH_OPS and node.op != "ConstantOfShape"):  # ...an activation
+            return None
         seen: set[str] = set()
         while name and name not in seen:
             seen.add(name)
@@ -261,7 +275,10 @@ class Graph:
                 return None
             fill = node.attrs.get("value")
             fill_array = np.asarray(fill if fill is not None else np.zeros(1, np.float32)).reshape(-1)
-            return np.full(tuple(int(d) for d in shape.reshape(-1)), fill_array[0], dtype=fill_array.dtype)
+            dims = tuple(int(d) for d in shape.reshape(-1))
+            if any(d < 0 for d in dims) or math.prod(dims) > MAX_DENSE_ELEMENTS:  # a hostile file's shape, not RAM
+                raise ConstantUnavailable(f"ConstantOfShape '{node.id}' declares shape {list(dims)}: not materialised")
+            return np.full(dims, fill_array[0], dtype=fill_array.dtype)
         return None
 
     def const_unavailable(self, name: str) -> str | None:
@@ -291,6 +308,12 @@ class Graph:
     def effective_consumers(self, name: str) -> tuple[list[Node], bool]:
         """The nodes that really read `name` (looking forward through pass-through nodes), and whether the data
         reaches a graph output on the way."""
+        direct = self._consumers.get(name, [])
+        if not any(consumer.op in PASS_THROUGH_OPS for consumer in direct):  # nothing to look through (most values)
+            unique: dict[str, Node] = {}
+            for consumer in direct:
+                unique.setdefault(consumer.id, consumer)
+            return list(unique.values()), name in self._output_set
         found: dict[str, Node] = {}
         reaches_output = False
         stack = [name]

@@ -1,0 +1,106 @@
+"""Structural checks every loader runs on the graphs it built: a graph that is not a dataflow graph (a tensor written
+by two nodes, a cycle) cannot be linted meaningfully, so it is one load error; a tensor nothing defines is a note.
+
+Everything here is iterative and linear in the graph size, so hostile files (100,000-node chains, nodes with
+hundreds of thousands of consumers) cannot hit Python's recursion limit or take quadratic time.
+"""
+
+from __future__ import annotations
+
+from netlint.errors import ModelLoadError
+from netlint.ir import Graph, Model, Node
+
+
+def check_structure(model: Model, dangling_notes: bool = True) -> None:
+    """Raise ModelLoadError for duplicate producers or cycles; add a note for tensors nothing defines."""
+    for graph in model.graphs():
+        _check_single_producer(graph)
+        _check_acyclic(graph)
+        if dangling_notes:
+            note = _dangling_note(graph)
+            if note is not None:
+                model.notes.append(note)
+
+
+def _check_single_producer(graph: Graph) -> None:
+    written: dict[str, Node] = {}
+    for node in graph.nodes:
+        for name in node.outputs:
+            first = written.setdefault(name, node) if name else node
+            if first is not node:
+                raise ModelLoadError(
+                    f"invalid graph: tensor '{name}' is written by two nodes, '{first.id}' and '{node.id}'"
+                )
+        named = [name for name in node.outputs if name]
+        if len(set(named)) != len(named):
+            raise ModelLoadError(f"invalid graph: node '{node.id}' writes one tensor twice")
+
+
+def _check_acyclic(graph: Graph) -> None:
+    """Kahn's algorithm over the producer -> consumer edges (subgraph captures included, as `consumers` has them)."""
+    indegree = {node.id: 0 for node in graph.nodes}
+    for node in graph.nodes:
+        for name in node.outputs:
+            for consumer in graph.consumers(name) if name else ():
+                indegree[consumer.id] += 1
+    ready = [node for node in graph.nodes if indegree[node.id] == 0]
+    done = 0
+    while ready:
+        node = ready.pop()
+        done += 1
+        for name in node.outputs:
+            for consumer in graph.consumers(name) if name else ():
+                indegree[consumer.id] -= 1
+                if indegree[consumer.id] == 0:
+                    ready.append(consumer)
+    if done == len(graph.nodes):
+        return
+    on_cycle = _node_on_cycle(graph, {node_id for node_id, count in indegree.items() if count > 0})
+    raise ModelLoadError(f"invalid graph: a cycle through node '{on_cycle.id}' (a node depends on its own result)")
+
+
+def _node_on_cycle(graph: Graph, left: set[str]) -> Node:
+    """Walk back from any node Kahn could not order, always to an unordered producer: the walk must repeat a node,
+    and the first repeated node lies on a cycle."""
+    node = graph.node(next(iter(left)))
+    seen: set[str] = set()
+    while node is not None and node.id not in seen:
+        seen.add(node.id)
+        node = next(
+            (p for name in graph_inputs_of(graph, node) if (p := graph.producer(name)) is not None and p.id in left),
+            None,
+        )
+    assert node is not None  # every unordered node has an unordered producer
+    return node
+
+
+def graph_inputs_of(graph: Graph, node: Node) -> list[str]:
+    """The names `node` reads in `graph`: its inputs and what its subgraphs capture (as the consumer index has it)."""
+    return [name for name in graph.values if node in graph.consumers(name)] if node.subgraphs else node.inputs
+
+
+def _dangling_note(graph: Graph) -> str | None:
+    """Tensors read (or declared as outputs) that no node, input, constant or enclosing scope defines."""
+    defined: set[str] = set()
+    scope: Graph | None = graph
+    while scope is not None:
+        defined.update(scope.inputs, scope.input_initializers)
+        defined.update(name for name, value in scope.values.items() if value.is_const)
+        defined.update(out for node in scope.nodes for out in node.outputs)
+        scope = scope.parent
+    missing: dict[str, str] = {}
+    for node in graph.nodes:
+        for name in node.inputs:
+            if name and name not in defined:
+                missing.setdefault(name, f"read by node '{node.id}'")
+    for name in graph.outputs:
+        if name and name not in defined:
+            missing.setdefault(name, "a graph output")
+    if not missing:
+        return None
+    name, where = next(iter(missing.items()))
+    more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+    return (
+        f"{len(missing)} tensor{'s' if len(missing) > 1 else ''} nothing defines (not a graph input, constant or node "
+        f"output): '{name}' ({where}){more}; rules see them as unknown inputs"
+    )

@@ -1,0 +1,135 @@
+"""`netlint check` never runs model code and never lets model text reach the terminal raw: no pickle, no
+onnxruntime, no custom-op libraries, no subprocesses; control characters in node names, notes, skip reasons and
+errors are shown escaped."""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+
+ROOT = Path(__file__).parent.parent.parent
+ESC = "\x1b[2J\x1b]0;pwned\x07"  # clear screen + set window title
+
+
+def _check_sources() -> list[Path]:
+    """The code `netlint check` runs: the package and the built-in rules, without `fix` (which may verify with
+    onnxruntime) and the test helpers."""
+    files = [*ROOT.joinpath("netlint").rglob("*.py"), *ROOT.joinpath("rules").glob("*.py")]
+    return [p for p in files if "fixes" not in p.parts and "testing" not in p.parts]
+
+
+FORBIDDEN_MODULES = {"pickle", "marshal", "shelve", "dill", "cloudpickle", "onnxruntime", "ctypes", "subprocess"}
+FORBIDDEN_CALLS = {"eval", "exec", "system", "load_library", "register_custom_ops_library"}
+UNPICKLING_LOADERS = {"np", "numpy", "torch", "joblib", "onnx"}  # X.load(...): may unpickle or read external data
+
+
+def _violations(path: Path) -> list[str]:
+    """Imports of modules that run code or load libraries, eval/exec/os.system, and np.load/torch.load/onnx.load
+    (except onnx.load without external data). Rule packs loaded through entry points are installed code, not model
+    content, and stay allowed."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names = [node.module or ""]
+        found += [f"{path.name}:{node.lineno} import {n}" for n in names if n.split(".")[0] in FORBIDDEN_MODULES]
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            owner = func.value.id if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) else ""
+            keywords = {k.arg: k.value for k in node.keywords}
+            safe_onnx_load = (
+                owner == "onnx"
+                and isinstance(keywords.get("load_external_data"), ast.Constant)
+                and keywords["load_external_data"].value is False
+            )
+            if (name in FORBIDDEN_CALLS or (name == "load" and owner in UNPICKLING_LOADERS)) and not safe_onnx_load:
+                found.append(f"{path.name}:{node.lineno} {owner}.{name}()")
+            if "allow_pickle" in keywords:
+                found.append(f"{path.name}:{node.lineno} allow_pickle")
+    return found
+
+
+def test_check_code_never_loads_model_code() -> None:
+    files = _check_sources()
+    assert len(files) > 20
+    assert [v for path in files for v in _violations(path)] == []
+    # the check can fail: it sees what it forbids
+    probe = ROOT / "tests" / "io" / "test_hostile_resources.py"
+    assert any("import subprocess" in v for v in _violations(probe))
+
+
+AUDIT = """
+import sys
+from netlint.cli import main
+import netlint.engine, netlint.io.onnx_io, netlint.io.tflite_io, netlint.rule
+netlint.rule.all_rules()
+events = []
+def hook(event, args):
+    if event in ("pickle.find_class", "ctypes.dlopen", "subprocess.Popen", "os.system", "os.exec", "os.posix_spawn",
+                 "socket.connect", "import") and not (event == "import" and args[0].split(".")[0] not in
+                 ("pickle", "onnxruntime", "ctypes")):
+        events.append((event, str(args[0])[:80]))
+sys.addaudithook(hook)
+code = main(["check", "--isolated", "--exit-zero", *sys.argv[1:]])
+print("EVENTS", events, "ORT", "onnxruntime" in sys.modules)
+sys.exit(code)
+"""
+
+
+def test_check_triggers_no_pickle_dlopen_or_subprocess(data_dir: Path, tmp_path: Path) -> None:
+    models = [data_dir / "facenet_mtcnn_pnet.onnx", data_dir / "keras_mobilenet_v2_a035_int8.tflite"]
+    result = subprocess.run(
+        [sys.executable, "-c", AUDIT, *map(str, models)], capture_output=True, text=True, cwd=tmp_path, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert "EVENTS [] ORT False" in result.stdout
+
+
+def _hostile_model(tmp_path: Path) -> Path:
+    """Control characters in a node name, a tensor name (an FU004 finding), an op type, and an external data
+    location (a note and a skip reason)."""
+    slope = numpy_helper.from_array(np.full(4, 0.25, np.float32), f"slope{ESC}")
+    missing = TensorProto(name="w2", data_type=TensorProto.FLOAT, dims=[4])
+    missing.data_location = TensorProto.EXTERNAL
+    entry = missing.external_data.add()
+    entry.key, entry.value = "location", f"gone{ESC}.bin"
+    nodes = [
+        helper.make_node("PRelu", ["x", slope.name], [f"p{ESC}"], name=f"prelu{ESC}"),
+        helper.make_node("PRelu", [f"p{ESC}", "w2"], ["q"], name="prelu2"),
+        helper.make_node(f"Evil{ESC}", ["q"], ["y"], name="custom", domain="x"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [slope, missing],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("x", 1)])
+    path = tmp_path / "evil.onnx"
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def test_control_characters_never_reach_the_terminal_raw(tmp_path: Path, run_cli) -> None:
+    path = _hostile_model(tmp_path)
+    broken = tmp_path / f"broken{ESC}.onnx"
+    broken.write_bytes(b"\x08\x07garbage")
+    result = run_cli("check", path, broken, "--isolated", "--color", "never")
+    assert result.returncode == 2
+    out = result.stdout + result.stderr
+    assert "\x1b" not in out and "\x07" not in out
+    assert "prelu\\x1b[2J" in result.stdout  # the node name, escaped (FU004 finding)
+    assert re.search(r"note: .*gone\\x1b\[2J", result.stdout)  # the load note
+    assert re.search(r"note: FU004 skipped 1 node: .*gone\\x1b", result.stdout)  # the skip reason
+    (error,) = result.stderr.splitlines()
+    assert error.startswith("netlint: error: ") and "broken\\x1b[2J" in error
