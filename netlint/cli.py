@@ -227,6 +227,7 @@ def _check(args: argparse.Namespace) -> int:
         settings = settings_cache.get(file_config.path)
         if settings is None:
             settings = settings_cache[file_config.path] = settings_for(file_config, overrides)
+            settings.fingerprints = bool(args.baseline or args.write_baseline) or args.format in ("sarif", "gitlab")
         reports.append(lint_file(path, settings))  # type: ignore[arg-type]
         selected.append(settings.rules)  # type: ignore[attr-defined]
         targets.append(settings.target)  # type: ignore[attr-defined]

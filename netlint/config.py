@@ -51,6 +51,7 @@ class Settings:
     severity: dict[str, Severity] = field(default_factory=dict)
     config_path: Path | None = None
     rule_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    fingerprints: bool = False  # compute structural fingerprints (baselines, SARIF, GitLab): not free on big graphs
 
     def ignored(self, node_id: str, code: str) -> bool:
         return any(code in codes and fnmatch.fnmatchcase(node_id, glob) for glob, codes in self.per_node_ignores)

@@ -75,9 +75,10 @@ def lint_model(model: Model, settings: Settings) -> ModelReport:
         if not settings.ignored(finding.nodes[0] if finding.nodes else "", finding.code)
     ]
     report.skipped = ctx.skipped
-    from netlint.report.baseline import finding_keys  # not at the top: the reporters import this module
+    if settings.fingerprints:  # fingerprints need the graph, which reporters never see
+        from netlint.report.baseline import finding_keys  # not at the top: the reporters import this module
 
-    report.keys = finding_keys(model, report.findings)  # fingerprints need the graph, which reporters never see
+        report.keys = finding_keys(model, report.findings)
     return report
 
 

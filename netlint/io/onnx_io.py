@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -72,22 +73,33 @@ class _ExternalData:
         self.base = base.resolve()
         self.notes = notes
         self._reported: set[str] = set()
+        self._files: dict[str, tuple[Path, str | None, int]] = {}  # location -> (file, problem, size): one check each
 
-    def constant(self, tensor: TensorProto) -> ConstData:
-        info = {entry.key: entry.value for entry in tensor.external_data}
-        location = info.get("location", "")
+    def _file(self, location: str) -> tuple[Path, str | None, int]:
+        """Resolve and check a location once per model (a model with 10k weights names one or two files)."""
+        known = self._files.get(location)
+        if known is not None:
+            return known
         try:
             target = (self.base / location).resolve()
             valid, is_file = True, target.is_file()
         except (OSError, ValueError, RuntimeError):  # NUL bytes, names too long, symlink loops
             target, valid, is_file = self.base, False, False
+        problem: str | None = None
         if not valid:
             problem = f"external data location '{location}' is not a valid path; not read"
         elif not location or os.path.isabs(location) or not target.is_relative_to(self.base):
             problem = f"external data location '{location}' is outside the model's folder; not read"
         elif not is_file:
             problem = f"external data file '{location}' not found"
-        else:
+        found = self._files[location] = (target, problem, target.stat().st_size if problem is None else 0)
+        return found
+
+    def constant(self, tensor: TensorProto) -> ConstData:
+        info = {entry.key: entry.value for entry in tensor.external_data}
+        location = info.get("location", "")
+        target, problem, size = self._file(location)
+        if problem is None:
             dtype = _np_dtype(tensor.data_type)
             # Python ints: declared dims may be negative or overflow int64, and the file's entries may be any text.
             offset, length = _non_negative(info.get("offset", "0")), _non_negative(info.get("length", "0"))
@@ -96,7 +108,7 @@ class _ExternalData:
                 problem = f"external tensor of type {TensorProto.DataType.Name(tensor.data_type)} is not readable"
             elif offset is None or length is None or any(d < 0 for d in tensor.dims):
                 problem = f"external data for '{tensor.name}' has a negative or non-numeric offset, length or dim"
-            elif offset + (length or needed) > target.stat().st_size or (length or needed) < needed:
+            elif offset + (length or needed) > size or (length or needed) < needed:
                 problem = f"external data for '{tensor.name}' lies past the end of '{location}'"
             else:
                 shape = tuple(tensor.dims)
@@ -113,6 +125,7 @@ def _non_negative(text: str) -> int | None:
     return int(text) if text.isascii() and text.isdigit() else None
 
 
+@cache
 def _np_dtype(elem_type: int) -> np.dtype | None:
     try:
         return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))

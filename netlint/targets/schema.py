@@ -394,14 +394,14 @@ def _known_op_types() -> frozenset[str]:
 
 @cache
 def _tflite_to_canonical() -> dict[str, str]:
-    from netlint.io.tflite_io import OP_MAP
+    from netlint.io.tflite_ops import OP_MAP
 
     return dict(OP_MAP)
 
 
 @cache
 def _custom_to_canonical() -> dict[str, str]:
-    from netlint.io.tflite_io import CUSTOM_MAP
+    from netlint.io.tflite_ops import CUSTOM_MAP
 
     return dict(CUSTOM_MAP)
 

@@ -78,7 +78,9 @@ def export(path: Path, style: str, seed: int, prelus: int = 2, kernel: int = 3, 
 
 
 def keys(path: Path) -> list[tuple[str, str]]:
-    report = lint_file(path, settings_for(FileConfig(), Overrides()))
+    settings = settings_for(FileConfig(), Overrides())
+    settings.fingerprints = True
+    report = lint_file(path, settings)
     return sorted((finding.code, key.fingerprint) for finding, key in zip(report.findings, report.keys, strict=True))
 
 
