@@ -82,10 +82,12 @@ def write_bytes_atomically(path: Path, data: bytes) -> None:
             handle.write(data)
         _chmod_like_new(temporary)
         os.replace(temporary, path)
-    except OSError as exc:
+    except BaseException as exc:  # a failed write, or an interrupt: leave no temporary file behind
         if temporary is not None:
             temporary.unlink(missing_ok=True)
-        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+        if isinstance(exc, OSError):
+            raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+        raise
 
 
 def _chmod_like_new(path: Path) -> None:

@@ -166,6 +166,7 @@ class Graph:
                     self._consumers.setdefault(inp, []).append(node)
         self._composites: dict[str, Composite] | None = None
         self._nx: nx.DiGraph | None = None
+        self._origins: dict[str, Value | Node | None] = {}  # memo of _const_origin's walks through pass-through ops
 
     # --- plain structure -------------------------------------------------------------------------------------------
     def node(self, node_id: str) -> Node | None:
@@ -215,22 +216,33 @@ class Graph:
         node = self._producer.get(name)
         if node is None or (node.op not in PASS_THROUGH_OPS and node.op != "ConstantOfShape"):  # ...an activation
             return None
+        if name in self._origins:
+            return self._origins[name]
+        walked: list[str] = []  # every name on the walk has the same origin: remember them all (linear on long chains)
+        origin: Value | Node | None = None
         seen: set[str] = set()
         while name and name not in seen:
             seen.add(name)
+            walked.append(name)
+            if name in self._origins:
+                origin = self._origins[name]
+                break
             value = self.value(name)
             if value is not None and value.is_const:
-                return value
+                origin = value
+                break
             node = self.producer(name)
             if node is None:
-                return None
+                break
             if node.op in PASS_THROUGH_OPS and node.inputs:
                 name = node.inputs[0]
                 continue
             if node.op == "ConstantOfShape" and node.inputs and self.is_const(node.inputs[0]):
-                return node
-            return None
-        return None
+                origin = node
+            break
+        for step in walked:
+            self._origins[step] = origin
+        return origin
 
     def const(self, name: str, dequantize: bool = True) -> np.ndarray | None:
         """The values of a constant, or None if `name` is not constant. Raises ConstantUnavailable (with the reason)

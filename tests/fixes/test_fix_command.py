@@ -127,3 +127,63 @@ def test_unsafe_fixes_report_the_deviation(run_cli, tmp_path, data_dir):
     assert len(lines) == 2 and all("max abs error" in line and "cosine similarity" in line for line in lines)
     assert digest(model) == before
     assert "FU004" not in codes(findings_of(tmp_path / "out.onnx"))
+
+
+def test_an_interrupted_write_leaves_no_output_and_no_temporary_file(tmp_path, monkeypatch):
+    """The process dies in the middle of writing (simulated: the write raises after half the bytes)."""
+    import tempfile
+
+    import netlint.fixes.output as output
+
+    model = conv_bn_model(tmp_path / "m.onnx")
+    before = digest(model)
+    real = tempfile.NamedTemporaryFile
+
+    def dying(*args, **kwargs):
+        handle = real(*args, **kwargs)
+        original = handle.write
+
+        def write(data):
+            original(data[: len(data) // 2])
+            raise KeyboardInterrupt
+
+        handle.write = write
+        return handle
+
+    monkeypatch.setattr(output.tempfile, "NamedTemporaryFile", dying)
+    assert main(["fix", str(model), "-o", str(tmp_path / "out.onnx"), "--no-verify"]) == 130  # "interrupted"
+    assert not (tmp_path / "out.onnx").exists()
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["m.onnx"]  # no temporary file left
+    assert digest(model) == before
+
+
+def test_killing_fix_at_any_moment_never_leaves_a_partial_model(tmp_path, light_dir):
+    """SIGKILL `netlint fix` at several moments of a multi-second run: the output is absent or a complete model."""
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    source = tmp_path / "resnet.onnx"
+    shutil.copy(light_dir / "light_resnet50.onnx", source)
+    before = digest(source)
+    complete = 0
+    for delay in (0.3, 0.8, 1.5, 2.5, 4.0):
+        out = tmp_path / f"out_{delay}.onnx"
+        process = subprocess.Popen(
+            [sys.executable, "-m", "netlint", "fix", str(source), "-o", str(out), "--no-verify"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        time.sleep(delay)
+        if process.poll() is None:
+            os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+        if out.exists():
+            onnx.checker.check_model(onnx.load(str(out)))  # a partial file would not parse or check
+            complete += 1
+        assert not [p for p in tmp_path.iterdir() if p.name.startswith(f"out_{delay}") and p != out]
+    assert digest(source) == before
+    assert complete < 5  # at least one kill landed before the end (else the test proves nothing)

@@ -168,10 +168,6 @@ def test_ten_thousand_deep_chain_runs_every_rule() -> None:
     assert sum(f.code == "GR001" for f in report.findings) >= 2_500
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Graph.is_const walks the whole pass-through chain on every call: O(depth^2), ~100 s at 10,000",
-)
 def test_ten_thousand_deep_identity_chain() -> None:
     _lint_within(_chain(["Identity"], 10_000), 10)
 
