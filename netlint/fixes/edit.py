@@ -14,7 +14,7 @@ from collections import defaultdict
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
+from onnx import helper, numpy_helper
 
 
 class InvariantError(Exception):
@@ -129,6 +129,22 @@ class GraphEdit:
             inserted[anchor].append(position)
         order = [p for index in range(len(self.nodes)) if index not in self._before for p in [*inserted[index], index]]
         return [self.nodes[p] for p in order]
+
+    def set_conv_parameters(
+        self, conv: onnx.NodeProto, weights: np.ndarray, bias: np.ndarray, tag: str, beta_one: bool = False
+    ) -> list[str]:
+        """Give a Conv/ConvTranspose/Gemm new weights and bias (named after the old ones plus `tag`; Gemm's beta set to
+        1 when the bias absorbed it); returns the old parameter names, for `prune` once nothing reads them."""
+        old = [name for name in conv.input[1:] if name]
+        w_name = self.add_initializer(f"{conv.input[1]}_{tag}", weights)
+        b_name = self.add_initializer(f"{conv.name or conv.input[1]}_bias_{tag}", bias)
+        del conv.input[1:]
+        conv.input.extend([w_name, b_name])
+        if beta_one:
+            for attr in conv.attribute:
+                if attr.name == "beta":
+                    attr.CopyFrom(helper.make_attribute("beta", 1.0))
+        return old
 
     def remove_node(self, index: int) -> None:
         self.nodes[index] = None

@@ -66,15 +66,7 @@ class FoldAffine(FixPass):
         last = chain[-1][1]
 
         def apply() -> None:
-            old = [name for name in conv.input[1:] if name]
-            w_name = edit.add_initializer(f"{conv.input[1]}_affinefolded", new_weights)
-            b_name = edit.add_initializer(f"{conv.name or conv.input[1]}_bias_affinefolded", new_bias)
-            del conv.input[1:]
-            conv.input.extend([w_name, b_name])
-            if beta_one:
-                for attr in conv.attribute:
-                    if attr.name == "beta":
-                        attr.CopyFrom(helper.make_attribute("beta", 1.0))
+            old = edit.set_conv_parameters(conv, new_weights, new_bias, "affinefolded", beta_one)
             conv.output[0] = last.output[0]
             for position in positions:
                 edit.remove_node(position)

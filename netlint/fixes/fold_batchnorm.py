@@ -55,15 +55,7 @@ class FoldBatchnorm(FixPass):
         weights, bias, beta_one = folded
 
         def apply() -> None:
-            old = [name for name in conv.input[1:] if name]
-            w_name = edit.add_initializer(f"{conv.input[1]}_bnfolded", weights)
-            b_name = edit.add_initializer(f"{conv.name or conv.input[1]}_bias_bnfolded", bias)
-            del conv.input[1:]
-            conv.input.extend([w_name, b_name])
-            if beta_one:
-                for attr in conv.attribute:
-                    if attr.name == "beta":
-                        attr.CopyFrom(helper.make_attribute("beta", 1.0))
+            old = edit.set_conv_parameters(conv, weights, bias, "bnfolded", beta_one)
             conv.output[0] = bn.output[0]
             edit.remove_node(ctx.nodes[0])
             edit.prune([*old, *bn.input[1:]])

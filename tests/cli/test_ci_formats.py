@@ -218,6 +218,23 @@ def test_junit_escapes_model_strings(monkeypatch, capsys, tmp_path):
     assert failure.text.startswith("ev\\x1b[31mil<x a='1'>&amp;%0A:,\nnext\\r: FU004")
 
 
+@pytest.mark.parametrize("fmt", ["sarif", "gitlab", "json"])
+def test_json_formats_carry_hostile_names_as_data(monkeypatch, capsys, tmp_path, fmt):
+    """Control characters and markup in a node name are JSON-escaped: no raw escape byte, and the name round-trips."""
+    prelu_model(tmp_path / "m.onnx", name=HOSTILE)
+    _, out, _ = run(monkeypatch, capsys, tmp_path, "m.onnx", "--format", fmt, "--select", "FU004")
+    assert "\x1b" not in out and "\r" not in out  # no raw control byte reaches the file
+
+    def strings(value: object) -> list[str]:
+        if isinstance(value, dict):
+            return [text for item in value.values() for text in strings(item)]
+        if isinstance(value, list):
+            return [text for item in value for text in strings(item)]
+        return [value] if isinstance(value, str) else []
+
+    assert any(HOSTILE in text for text in strings(json.loads(out)))  # the name survives intact, as data
+
+
 # --- --fail-on and --statistics --------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("model", "flags", "expected"),
