@@ -8,9 +8,9 @@ initializers), so netlint does on them what it does on real models: every rule r
 `big_weights` writes a few-layer transformer whose MatMul weights add up to ~1.5 GB in an external file no rule
 reads: a sparse file by default (costs no disk), real zeros with `dense=True`.
 
-    python benchmarks/generate.py conv 10000 /tmp/conv10k.onnx
-    python benchmarks/generate.py transformer 100000 /tmp/tf100k.onnx
-    python benchmarks/generate.py big-weights 1.5 /tmp/big/model.onnx
+    python benchmarks/generate.py conv 10000 conv10k.onnx
+    python benchmarks/generate.py transformer 100000 tf100k.onnx
+    python benchmarks/generate.py big-weights 1.5 big/model.onnx
 """
 
 from __future__ import annotations
