@@ -16,10 +16,14 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from netlint import __version__
 from netlint.errors import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, NetlintError, UsageError
 from netlint.terminal import safe  # messages may quote models or configuration files: no raw control characters
+
+if TYPE_CHECKING:
+    from netlint.config import Overrides
 
 
 def _split(values: list[str] | None) -> list[str] | None:
@@ -27,6 +31,20 @@ def _split(values: list[str] | None) -> list[str] | None:
     if values is None:
         return None
     return [item.strip() for value in values for item in value.split(",") if item.strip()]
+
+
+def overrides_from(args: argparse.Namespace) -> Overrides:
+    """The configuration flags `check`, `fix` and `report` share, as overrides of the configuration file."""
+    from netlint.config import Overrides
+
+    return Overrides(
+        args.target,
+        args.precision,
+        args.chip,
+        _split(args.select),
+        _split(args.extend_select) or [],
+        _split(args.ignore) or [],
+    )
 
 
 CHECK_FORMATS = ("text", "json", "sarif", "github", "gitlab", "junit", "html")
@@ -192,20 +210,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from netlint.config import FileConfig, Overrides, find_config, read_config_file, settings_for
+    from netlint.config import FileConfig, find_config, read_config_file, settings_for
     from netlint.engine import ModelReport, lint_file
     from netlint.io import find_models
     from netlint.report import render_text, to_json
     from netlint.report.baseline import apply_baseline, read_baseline
 
-    overrides = Overrides(
-        args.target,
-        args.precision,
-        args.chip,
-        _split(args.select),
-        _split(args.extend_select) or [],
-        _split(args.ignore) or [],
-    )
+    overrides = overrides_from(args)
     fixed_config = read_config_file(Path(args.config)) if args.config else FileConfig() if args.isolated else None
     if args.baseline and args.write_baseline:
         raise UsageError("--baseline and --write-baseline cannot be combined (--write-baseline records everything)")

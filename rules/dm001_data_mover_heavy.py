@@ -11,7 +11,7 @@ import numpy as np
 
 from netlint.ir import Graph, Node
 from netlint.ir.graph import PASS_THROUGH_OPS
-from netlint.ir.ops import ACTIVATION_OPS
+from netlint.ir.ops import ACTIVATION_OPS, UNARY_MATH_OPS
 from netlint.rule import Context, Finding, Option, Rule, register
 
 # Ops that only move or copy data (TFLite's RESHAPE, TRANSPOSE, CONCATENATION, PACK, SPLIT(_V), UNPACK, SLICE,
@@ -52,19 +52,7 @@ SAME_COUNT = frozenset(
         "LayerNormalization",
         "BatchNormalization",
         "InstanceNormalization",
-        "Abs",
-        "Neg",
-        "Exp",
-        "Log",
-        "Sqrt",
-        "Rsqrt",
-        "Reciprocal",
-        "Erf",
-        "Floor",
-        "Ceil",
-        "Round",
-        "Sign",
-        "Not",
+        *UNARY_MATH_OPS,
         *PASS_THROUGH_OPS,
         *ACTIVATION_OPS,
     }

@@ -6,7 +6,7 @@ import numpy as np
 
 from netlint.ir import Graph, Node
 from netlint.ir.graph import PASS_THROUGH_OPS
-from netlint.ir.ops import ACTIVATION_OPS
+from netlint.ir.ops import ACTIVATION_OPS, UNARY_MATH_OPS
 from netlint.pattern import Match, Op
 from netlint.rule import Context, FixRef, Rule, register
 
@@ -15,19 +15,7 @@ UNARY_ELEMENTWISE = frozenset(
     {
         *(ACTIVATION_OPS - {"PRelu"}),  # PRelu's slope is laid out per channel
         *PASS_THROUGH_OPS,
-        "Abs",
-        "Neg",
-        "Exp",
-        "Log",
-        "Sqrt",
-        "Rsqrt",
-        "Reciprocal",
-        "Erf",
-        "Floor",
-        "Ceil",
-        "Round",
-        "Sign",
-        "Not",
+        *UNARY_MATH_OPS,
         "Sin",
         "Cos",
     }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from netlint.ir import ConstantUnavailable, Graph, Node
+from netlint.ir.ops import const_source
 from netlint.pattern import Match, Op
 from netlint.rule import Context, FixRef, Rule, register
 
@@ -15,8 +16,6 @@ AFFINE = frozenset({"BatchNormalization", *SCALES, *SHIFTS})
 # bounded one (Relu6, Clip) would need per-channel bounds 6/g, which no standard op has; Sigmoid & co. never commute.
 CROSSES = frozenset({"Relu", "LeakyRelu", "PRelu"})
 FOLDABLE_INTO = frozenset({"Conv", "ConvTranspose", "Gemm"})
-# Ops that only reshape a constant (how Caffe2-era models broadcast a per-channel vector: Unsqueeze(w, [1, 2])).
-SHAPE_ONLY = frozenset({"Unsqueeze", "Reshape", "Squeeze", "Flatten"})
 
 
 @register
@@ -191,7 +190,7 @@ def _affine_data(graph: Graph, node: Node) -> str | None:
         return node.inputs[0] or None
     if (node.op not in SCALES and node.op not in SHIFTS) or len(node.inputs) != 2 or not all(node.inputs):
         return None
-    consts = [_const_source(graph, name) is not None for name in node.inputs]
+    consts = [const_source(graph, name) is not None for name in node.inputs]
     if consts == [False, True]:
         data, param = node.inputs
     elif consts == [True, False] and node.op in ("Mul", "Add"):  # commutative only
@@ -199,22 +198,6 @@ def _affine_data(graph: Graph, node: Node) -> str | None:
     else:
         return None
     return data if _per_channel(graph, param, node.output) else None
-
-
-def _const_source(graph: Graph, name: str) -> str | None:
-    """The constant `name` is, looking back through shape-only ops on constants (Unsqueeze of an initializer)."""
-    seen: set[str] = set()
-    while name and name not in seen:
-        seen.add(name)
-        if graph.is_const(name):
-            return name
-        node = graph.producer(name)
-        if node is None or node.op not in SHAPE_ONLY or not node.inputs:
-            return None
-        if not all(graph.is_const(extra) for extra in node.inputs[1:] if extra):
-            return None
-        name = node.inputs[0]
-    return None
 
 
 def _per_channel(graph: Graph, param: str, output: str) -> bool:
@@ -242,7 +225,7 @@ def _shape(graph: Graph, name: str) -> tuple[int | str | None, ...] | None:
     value = graph.value(name)
     if value is not None and value.shape is not None:
         return value.shape
-    source = _const_source(graph, name)
+    source = const_source(graph, name)
     found = graph.value(source) if source else None
     return found.shape if found is not None else None
 
@@ -318,6 +301,6 @@ def _scale_values(graph: Graph, node: Node) -> np.ndarray | None:
     Mul or Div. Raises ConstantUnavailable when the values are in a missing external file."""
     if node.op == "BatchNormalization":
         return graph.const(node.inputs[1])
-    param = next((name for name in node.inputs if _const_source(graph, name) is not None), None)
-    source = _const_source(graph, param) if param else None
+    param = next((name for name in node.inputs if const_source(graph, name) is not None), None)
+    source = const_source(graph, param) if param else None
     return graph.const(source) if source else None

@@ -30,6 +30,7 @@ from onnx import helper
 
 from netlint.fixes.edit import GraphEdit
 from netlint.fixes.registry import FixContext, FixPass, Plan, label, node_names, register_fix
+from netlint.fixes.remove_dead_code import bypass_to
 from netlint.ir import Graph
 
 
@@ -170,35 +171,3 @@ def _layout_agnostic(graph: Graph, node: onnx.NodeProto, slot: int) -> str | Non
 
 def _has_other_readers(edit: GraphEdit, name: str) -> bool:
     return len(edit.uses(name)) != 1 or name in edit.outputs or name in edit.captured
-
-
-def bypass_to(edit: GraphEdit, position: int, source: str, description: str) -> Plan | str:
-    """Remove the node at `position`, whose first output equals `source` in value: its readers read `source`; when
-    its output is a graph output, the producer of `source` takes over the output's name. Shared by the passes that
-    delete a node computing the same value as one of its inputs (or an earlier value)."""
-    node = edit.node(position)
-    if node is None or not node.output or not source:
-        return "nothing to remove"
-    out = node.output[0]
-    if out in edit.captured or source in edit.captured:
-        return f"the output of {label(node)} is read inside a subgraph"
-    if any(o and (edit.uses(o) or o in edit.outputs) for o in node.output[1:]):
-        return f"another output of {label(node)} is used"
-    extra = [name for name in node.input if name and name != source]
-    if out in edit.outputs:
-        if source in edit.outputs or source not in edit.producer:
-            return f"{label(node)} would turn a graph input, initializer or output into a graph output"
-
-        def apply() -> None:
-            edit.remove_node(position)
-            edit.reindex()
-            edit.rename_value(source, out)
-            edit.prune(extra)
-    else:
-
-        def apply() -> None:
-            edit.rewire(out, source)
-            edit.remove_node(position)
-            edit.prune(extra)
-
-    return Plan(node_names(node) | {source}, description or f"removed {label(node)}", apply)

@@ -15,8 +15,8 @@ from netlint.terminal import safe
 
 
 def run_fix(args: argparse.Namespace) -> int:
-    from netlint.cli import _split
-    from netlint.config import FileConfig, Overrides, find_config, read_config_file, settings_for
+    from netlint.cli import overrides_from
+    from netlint.config import FileConfig, find_config, read_config_file, settings_for
 
     if args.diff and (args.output or args.in_place):
         raise UsageError("--diff writes nothing: do not combine it with -o or --in-place")
@@ -24,14 +24,7 @@ def run_fix(args: argparse.Namespace) -> int:
         raise UsageError("say where the fixed model goes: -o FILE or --in-place (or --diff to only show changes)")
     path = Path(args.path)
     proto = _load(path)
-    overrides = Overrides(
-        args.target,
-        args.precision,
-        args.chip,
-        _split(args.select),
-        _split(args.extend_select) or [],
-        _split(args.ignore) or [],
-    )
+    overrides = overrides_from(args)
     if args.config:
         file_config = read_config_file(Path(args.config))
     else:

@@ -21,7 +21,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from netlint.fixes.registry import FixContext, FixPass, Plan, label, node_names, register_fix
+from netlint.fixes.registry import FixContext, FixPass, Plan, label, node_names, register_fix, weights_problem
 from netlint.ir import ConstantUnavailable
 
 FOLDABLE = ("Conv", "ConvTranspose", "Gemm")
@@ -77,12 +77,7 @@ def _guard(ctx: FixContext, bn: onnx.NodeProto, conv: onnx.NodeProto) -> str | N
         return f"{label(conv)} has other readers of its output"
     if len(conv.input) < 2:
         return f"{label(conv)} has no weight input"
-    for name in conv.input[1:]:
-        if name and (len(edit.uses(name)) != 1 or name in edit.outputs or name in edit.captured):
-            return f"the weight '{name}' of {label(conv)} is shared with other nodes"
-        if name and name in edit.inputs and name not in edit.initializers:
-            return f"the weight '{name}' of {label(conv)} is a graph input, not a constant"
-    return None
+    return weights_problem(edit, conv)
 
 
 def _fold(

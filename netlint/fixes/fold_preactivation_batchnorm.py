@@ -30,12 +30,11 @@ import onnx
 from onnx import helper
 
 from netlint.fixes.registry import FixContext, FixPass, Plan, label, node_names, register_fix
-from netlint.ir import ConstantUnavailable, Graph
+from netlint.ir import ConstantUnavailable
+from netlint.ir.ops import const_source
 
 AFFINE = ("BatchNormalization", "Mul", "Div", "Add", "Sub")
 CROSSES = ("Relu", "LeakyRelu", "PRelu")
-# Ops that only reshape a constant (Caffe2-era models broadcast a per-channel vector with Unsqueeze), as FU007 reads.
-SHAPE_ONLY = ("Unsqueeze", "Reshape", "Squeeze", "Flatten")
 
 
 @register_fix
@@ -126,7 +125,7 @@ def _data_input(ctx: FixContext, position: int) -> str:
     assert node is not None
     if node.op_type == "BatchNormalization":
         return node.input[0]
-    return next(name for name in node.input if not ctx.graph.is_const(name) and _const_source(ctx.graph, name) is None)
+    return next(name for name in node.input if not ctx.graph.is_const(name) and const_source(ctx.graph, name) is None)
 
 
 def _structure(ctx: FixContext, chain: list[int], act: int, convs: list[int]) -> str | None:
@@ -170,10 +169,10 @@ def _affine(ctx: FixContext, chain: list[int]) -> tuple[np.ndarray, np.ndarray] 
             a = gamma / np.sqrt(var + eps)
             scale, shift = a * scale, a * shift + (beta - mean * a)
             continue
-        slot = next((i for i, name in enumerate(node.input) if _const_source(graph, name) is not None), None)
+        slot = next((i for i, name in enumerate(node.input) if const_source(graph, name) is not None), None)
         if slot is None:
             return f"{label(node)} has no constant operand"
-        k = graph.const(_const_source(graph, node.input[slot]))  # type: ignore[arg-type]
+        k = graph.const(const_source(graph, node.input[slot]))  # type: ignore[arg-type]
         if k is None:
             return f"the constant of {label(node)} has no values"
         k = np.asarray(k, np.float64).reshape(-1)
@@ -190,22 +189,6 @@ def _affine(ctx: FixContext, chain: list[int]) -> tuple[np.ndarray, np.ndarray] 
         else:  # k - x
             scale, shift = -scale, k - shift
     return scale, shift
-
-
-def _const_source(graph: Graph, name: str) -> str | None:
-    """The constant `name` is, looking back through shape-only ops on constants (as FU007 does)."""
-    seen: set[str] = set()
-    while name and name not in seen:
-        seen.add(name)
-        if graph.is_const(name):
-            return name
-        node = graph.producer(name)
-        if node is None or node.op not in SHAPE_ONLY or not node.inputs:
-            return None
-        if not all(graph.is_const(extra) for extra in node.inputs[1:] if extra):
-            return None
-        name = node.inputs[0]
-    return None
 
 
 def _scaled_weights(ctx: FixContext, conv: onnx.NodeProto, scale: np.ndarray) -> np.ndarray | str:

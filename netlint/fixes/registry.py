@@ -80,3 +80,13 @@ def node_names(node: onnx.NodeProto) -> set[str]:
 
 def label(node: onnx.NodeProto) -> str:
     return f"{node.op_type} '{node.name}'" if node.name else f"{node.op_type} (output '{node.output[0]}')"
+
+
+def weights_problem(edit: GraphEdit, conv: onnx.NodeProto) -> str | None:
+    """Why a conv's weights and bias may not be rewritten in place (they are shared, or graph inputs), or None."""
+    for name in conv.input[1:]:
+        if name and (len(edit.uses(name)) != 1 or name in edit.outputs or name in edit.captured):
+            return f"the weight '{name}' of {label(conv)} is shared with other nodes"
+        if name and name in edit.inputs and name not in edit.initializers:
+            return f"the weight '{name}' of {label(conv)} is a graph input, not a constant"
+    return None

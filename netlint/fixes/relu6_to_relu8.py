@@ -29,8 +29,8 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from netlint.fixes.cancel_transposes import bypass_to
 from netlint.fixes.registry import FixContext, FixPass, Plan, label, node_names, register_fix
+from netlint.fixes.remove_dead_code import bypass_to
 from netlint.ir import ConstantUnavailable
 
 RELU8 = 8.0  # the new upper bound: 2**3, a power of two (QT001's reasoning)

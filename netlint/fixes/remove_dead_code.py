@@ -116,13 +116,25 @@ def bypass(edit: GraphEdit, graph: Graph, position: int) -> Plan | str:
             return reason
     elif node.op_type not in (*NO_OPS, "PRelu"):
         return f"{label(node)} is not an Identity or Dropout"
-    source, out = node.input[0], node.output[0]
+    return bypass_to(edit, position, node.input[0], "")
+
+
+def bypass_to(edit: GraphEdit, position: int, source: str, description: str) -> Plan | str:
+    """Remove the node at `position`, whose first output equals `source` in value: its readers read `source`; when
+    its output is a graph output, the producer of `source` takes over the output's name. Shared by every pass that
+    deletes a node computing the same value as one of its inputs (or an earlier value)."""
+    node = edit.node(position)
+    if node is None or not node.output or not source:
+        return "nothing to remove"
+    out = node.output[0]
     if out in edit.captured or source in edit.captured:
         return f"the output of {label(node)} is read inside a subgraph"
-    extra = [slot for slot in node.input[1:] if slot]
+    if any(o and (edit.uses(o) or o in edit.outputs) for o in node.output[1:]):
+        return f"another output of {label(node)} is used"
+    extra = [name for name in node.input if name and name != source]
     if out in edit.outputs:
         if source in edit.outputs or source not in edit.producer:
-            return f"{label(node)} renames a graph input, initializer or output into a graph output"
+            return f"{label(node)} would turn a graph input, initializer or output into a graph output"
 
         def apply() -> None:
             edit.remove_node(position)
@@ -136,7 +148,7 @@ def bypass(edit: GraphEdit, graph: Graph, position: int) -> Plan | str:
             edit.remove_node(position)
             edit.prune(extra)
 
-    return Plan(node_names(node), f"removed {label(node)}", apply)
+    return Plan(node_names(node) | {source}, description or f"removed {label(node)}", apply)
 
 
 def _dropout_is_identity(edit: GraphEdit, graph: Graph, node) -> str | None:

@@ -36,6 +36,11 @@ ACTIVATION_OPS = frozenset(
     }
 )
 
+# Unary math ops that map each element to one element of the same shape (layout-agnostic, size-preserving).
+UNARY_MATH_OPS = frozenset(
+    {"Abs", "Neg", "Exp", "Log", "Sqrt", "Rsqrt", "Reciprocal", "Erf", "Floor", "Ceil", "Round", "Sign", "Not"}
+)
+
 # Activation kinds made of several nodes (see netlint.ir.composites).
 COMPOSITE_ACTIVATIONS = frozenset({"SiLU", "HardSwish", "Gelu", "Mish"})
 
@@ -112,3 +117,24 @@ def prelu_kind(graph: Graph, node: Node, atol: float) -> str | None:
         return "PRelu"
     kind = slope_kind(values, atol)
     return None if kind == "Identity" else kind
+
+
+# Ops that only reshape a constant (an exporter's Unsqueeze of a per-channel initializer, as in DenseNet's BN → Mul).
+SHAPE_ONLY_OPS = frozenset({"Unsqueeze", "Reshape", "Squeeze", "Flatten"})
+
+
+def const_source(graph: Graph, name: str) -> str | None:
+    """The constant `name` is, looking back through shape-only ops on constants; None if it is computed at run
+    time. Its values are `graph.const(result)` reshaped to `name`'s shape."""
+    seen: set[str] = set()
+    while name and name not in seen:
+        seen.add(name)
+        if graph.is_const(name):
+            return name
+        node = graph.producer(name)
+        if node is None or node.op not in SHAPE_ONLY_OPS or not node.inputs:
+            return None
+        if not all(graph.is_const(extra) for extra in node.inputs[1:] if extra):
+            return None
+        name = node.inputs[0]
+    return None
