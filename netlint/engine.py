@@ -23,6 +23,22 @@ if TYPE_CHECKING:
 
 
 @dataclass
+class CostSummary:
+    """The model's predicted cost on the target (netlint.cost), as reporters and gates see it."""
+
+    target: str  # the target's label
+    precision: str | None
+    latency_ms: float | None  # None when the target has no [cost] numbers (generic)
+    macs: int
+    bytes: int
+    coverage: float  # share of nodes the cost model covers
+    by_op_type: dict[str, dict[str, float]] = field(default_factory=dict)  # op -> count, macs, bytes, latency_ms
+    fallback_ops: int = 0  # nodes the target cannot run on its accelerator
+    partitions: int = 0  # accelerator partitions (runs of supported nodes), 0 when nothing is known
+    assumed: list[str] = field(default_factory=list)  # cost numbers nobody sourced
+
+
+@dataclass
 class ModelReport:
     """What linting one model file produced; reporters see only this, never the graph."""
 
@@ -36,6 +52,7 @@ class ModelReport:
     skipped: list[Skip] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     keys: list[FindingKey] = field(default_factory=list)  # one per finding: its graph and structural fingerprint
+    cost: CostSummary | None = None
 
 
 def lint_file(path: Path, settings: Settings) -> ModelReport:

@@ -48,6 +48,24 @@ class Option:
     help: str
 
 
+@dataclass(frozen=True)
+class Impact:
+    """What fixing a finding is predicted to save on the target (netlint.cost); negative where the fix is slower."""
+
+    target: str  # the target's label
+    latency_ms_before: float
+    latency_ms_after: float
+
+    @property
+    def saving_ms(self) -> float:
+        return self.latency_ms_before - self.latency_ms_after
+
+    @property
+    def saving_share(self) -> float:
+        """The saving as a share of the model's predicted latency before the fix."""
+        return self.saving_ms / self.latency_ms_before if self.latency_ms_before > 0 else 0.0
+
+
 @dataclass
 class Finding:
     code: str
@@ -58,6 +76,8 @@ class Finding:
     tensors: list[str]
     fix: FixRef | None = None
     help: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)  # facts the fix pass reads (never parsed from `message`)
+    impact: Impact | None = None  # set by the cost model when the target has one
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,9 @@ Layout of a target document (every section but [target] is optional; `generic.to
     [shapes]        static, source
     [throughput]    macs_per_cycle.<precision> (MACs per cycle of the conv/matmul engine), source
     [[runtime.rewrites]]  fix, source: a netlint fix pass the target's runtime applies by itself when it loads a model
+    [cost]          source, the throughput numbers of COST_NUMBERS (units in the key names), views_free, assumed (the
+                    keys nobody sourced, dotted: "memory_gb_per_s", "precision.int16.vector_gops_per_s"),
+                    precision.<p> (the same numbers, overriding per precision)
 
 Each fact's `source` must be one of the strings listed in `target.sources`.
 """
@@ -42,6 +45,19 @@ SCHEMES = ("int4", "uint8", "int8", "uint16", "int16", "int16x8", "int32", "fp8"
 ALL_PRECISIONS = "all"  # the one [fusion.precision.*] table of a target that declares no precisions
 WILDCARD_OP = "*"  # ops.supported = ["*"]: the target runs every op
 
+# The cost model's numbers (netlint.cost.rates reads them); the unit is in the name: per second in 1e9, microseconds.
+COST_NUMBERS = frozenset(
+    {
+        "clock_ghz",
+        "conv_gmacs_per_s",
+        "depthwise_gmacs_per_s",
+        "vector_gops_per_s",
+        "memory_gb_per_s",
+        "kernel_overhead_us",
+    }
+)
+COST_FLAGS = frozenset({"views_free"})
+
 _PRECISION_NAME = re.compile(r"[a-z0-9][a-z0-9_-]*")
 _CAMEL_CASE = re.compile(r"[A-Z][A-Za-z0-9]*")
 _FIX_NAME = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)*")
@@ -64,6 +80,7 @@ _SECTIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "shapes": (frozenset({"static", "source"}), frozenset()),
     "throughput": (frozenset({"macs_per_cycle", "source"}), frozenset()),
     "runtime": (frozenset({"rewrites"}), frozenset()),
+    "cost": (frozenset({"source"}), COST_NUMBERS | COST_FLAGS | {"assumed", "precision"}),
 }
 _REWRITE_KEYS = (frozenset({"fix", "source"}), frozenset())
 _RESIDUAL_KEYS = (frozenset({"activations", "requires_bias", "requires_same_shape", "source"}), frozenset())
@@ -226,6 +243,8 @@ class _Validator:
             self.throughput(data["throughput"])
         if "runtime" in data:
             self.runtime(data["runtime"])
+        if "cost" in data:
+            self.cost(data["cost"])
 
     def target(self, table: Mapping[str, Any], builtin_name: str | None) -> None:
         self.keys(table, "target", _SECTIONS["target"])
@@ -369,6 +388,36 @@ class _Validator:
             if not _FIX_NAME.fullmatch(name):
                 self.fail(f"{key}.fix", f"expected a fix pass name like 'fold-batchnorm', got {name!r}")
             self.source(entry, key)
+
+    def cost(self, table: Mapping[str, Any]) -> None:
+        self.keys(table, "cost", _SECTIONS["cost"])
+        self.source(table, "cost")
+        present = self.cost_numbers(table, "cost")
+        per_precision = self.table(table.get("precision", {}), "cost.precision")
+        for name, entry in per_precision.items():
+            key = f"cost.precision.{name}"
+            self.declared_precision(name, key)
+            entry = self.table(entry, key)
+            self.keys(entry, key, (frozenset(), COST_NUMBERS | COST_FLAGS))
+            present |= {f"precision.{name}.{number}" for number in self.cost_numbers(entry, key)}
+        for index, name in enumerate(self.strings(table.get("assumed", []), "cost.assumed")):
+            if name not in present:
+                self.fail(f"cost.assumed[{index}]", f"{name!r} names no number or flag of this [cost] table")
+
+    def cost_numbers(self, table: Mapping[str, Any], key: str) -> set[str]:
+        """Check the numbers (positive; overheads may be 0) and flags of a cost table; return the keys present."""
+        for name in COST_NUMBERS & table.keys():
+            value = table[name]
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                self.fail(_join(key, name), f"expected a number, got {self.got(value)}")
+            if value < 0 or (value == 0 and not name.endswith("_us")):
+                self.fail(
+                    _join(key, name),
+                    f"expected a {'non-negative' if name.endswith('_us') else 'positive'} number, got {value}",
+                )
+        for name in COST_FLAGS & table.keys():
+            self.boolean(table[name], _join(key, name))
+        return set((COST_NUMBERS | COST_FLAGS) & table.keys())
 
 
 def op_type_problem(name: str) -> str | None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+import re
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +13,7 @@ from onnx import numpy_helper, shape_inference
 
 from netlint.cost import cost_model, rates_for
 from netlint.cost.ops import CONV, MATMUL
+from netlint.errors import UsageError
 from netlint.targets import load_target
 from netlint.testing import GraphBuilder, TfliteBuilder, load
 
@@ -110,14 +111,37 @@ def test_generic_has_no_latency_but_still_counts() -> None:
     assert result.macs == 16 * 16 * 8 * 8 * 9
 
 
-def test_a_cost_section_in_the_target_wins_over_the_builtin_table() -> None:
-    base = load_target("ort-cpu")
-    section = {"conv_gmacs_per_s": 1.0, "vector_gops_per_s": 1.0, "memory_gb_per_s": 1.0, "kernel_overhead_us": 0.0}
-    target = replace(base, data={**base.data, "cost": section})
+def test_a_users_target_file_sets_the_numbers(tmp_path: Path) -> None:
+    path = tmp_path / "mine.toml"
+    path.write_text(
+        '[target]\nname = "mine"\nsources = ["my bench"]\n'
+        '[cost]\nsource = "my bench"\nconv_gmacs_per_s = 1.0\nvector_gops_per_s = 1.0\n'
+        "memory_gb_per_s = 1.0\nkernel_overhead_us = 0.0\n"
+    )
+    target = load_target(str(path))
     rates = rates_for(target)
-    assert rates is not None and rates.conv_gmacs_per_s == 1.0 and rates.origin == "target file [cost]"
+    assert rates is not None and rates.conv_gmacs_per_s == 1.0 and rates.origin == "mine [cost]"
+    assert rates.sources == ("my bench",) and rates.calibrated
     result = cost_model(load(conv_then("Relu")), target)
-    assert result.latency_us == pytest.approx(16 * 16 * 8 * 8 * 9 / 1e3 + 16 * 16 * 8 / 1e3)
+    # no [fusion]: the Relu is its own kernel, reading and writing 16x16x8 fp32 (16 KiB in all) at 1 GB/s
+    assert result.latency_us == pytest.approx(16 * 16 * 8 * 8 * 9 / 1e3 + 2 * 16 * 16 * 8 * 4 / 1e3)
+
+
+@pytest.mark.parametrize(
+    ("cost", "message"),
+    [
+        ("conv_gmac_per_s = 1.0", "cost.conv_gmac_per_s: unknown key"),
+        ('conv_gmacs_per_s = "fast"', "cost.conv_gmacs_per_s: expected a number, got a string"),
+        ("conv_gmacs_per_s = 0.0", "cost.conv_gmacs_per_s: expected a positive number"),
+        ('assumed = ["memory_gb_per_s"]', "cost.assumed[0]: 'memory_gb_per_s' names no number"),
+        ("[cost.precision.int8]\nconv_gmacs_per_s = 1.0", "cost.precision.int8: 'int8' is not one of"),
+    ],
+)
+def test_a_bad_cost_section_is_a_one_line_error(tmp_path: Path, cost: str, message: str) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(f'[target]\nname = "bad"\nsources = ["s"]\n[cost]\nsource = "s"\n{cost}\n')
+    with pytest.raises(UsageError, match=re.escape(message)):
+        load_target(str(path))
 
 
 def test_ethos_u55_rate_from_the_chip_name() -> None:
