@@ -43,6 +43,7 @@ sys.path.insert(0, str(HERE))
 import generate  # noqa: E402  (benchmarks/ is not a package)
 
 PY = sys.executable
+LAST_CPU = [float("nan")]  # user + system seconds of the last child `run` waited for
 TIME = "/usr/bin/time" if os.access("/usr/bin/time", os.X_OK) else None  # GNU time, for the children's peak RSS
 # Modules a lint of an ONNX model must not import (they are for other commands or formats).
 HEAVY = ("onnxruntime", "jinja2", "networkx", "tflite")
@@ -57,6 +58,9 @@ class Pair:
     netlint_s: list[float] = field(default_factory=list)
     floor_rss_mib: float = 0.0
     netlint_rss_mib: float = 0.0
+    floor_cpu_s: list[float] = field(default_factory=list)  # user + system CPU: far less sensitive to other load
+    netlint_cpu_s: list[float] = field(default_factory=list)
+    loadavg: float = 0.0  # 1-minute load average when the pair finished
     exit_codes: set[int] = field(default_factory=set)
     nodes: int | None = None
 
@@ -81,19 +85,32 @@ class Pair:
             "ratio": round(self.ratio, 2),
             "floor_rss_mib": round(self.floor_rss_mib, 1),
             "netlint_rss_mib": round(self.netlint_rss_mib, 1),
+            "floor_cpu_s": round(statistics.median(self.floor_cpu_s), 3) if self.floor_cpu_s else None,
+            "netlint_cpu_s": round(statistics.median(self.netlint_cpu_s), 3) if self.netlint_cpu_s else None,
+            "cpu_ratio": round(statistics.median(self.netlint_cpu_s) / statistics.median(self.floor_cpu_s), 2)
+            if self.floor_cpu_s and self.netlint_cpu_s and statistics.median(self.floor_cpu_s) > 0
+            else None,
+            "loadavg": round(self.loadavg, 2),
             "runs": len(self.netlint_s),
         }
 
 
+# Children write and reuse bytecode here, as an installed package does: with PYTHONDONTWRITEBYTECODE set (as in some
+# sandboxes) every netlint process would compile its ~60 modules from source (0.1-0.15 s), while onnx (the floor)
+# ships its .pyc files. The folder is outside the repository.
+PYCACHE = Path(tempfile.gettempdir()) / "netlint-bench-pycache"
+
+
 def run(cmd: list[str], cwd: Path = REPO) -> tuple[float, float, int]:
-    """Wall seconds, peak RSS (MiB) and exit code of one child process.
+    """Wall seconds, peak RSS (MiB) and exit code of one child process (its CPU seconds go to LAST_CPU).
 
     The peak comes from /usr/bin/time (%M): a child forked from this process would report this process's own peak
     (Linux carries the pre-exec memory's high-water mark into ru_maxrss), /usr/bin/time forks from a tiny process."""
-    env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR",)}
+    env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "PYTHONDONTWRITEBYTECODE")}
     env["CI"] = "1"
+    env["PYTHONPYCACHEPREFIX"] = str(PYCACHE)
     with tempfile.NamedTemporaryFile("r") as timing, tempfile.TemporaryFile() as errors:
-        wrapped = [TIME, "-f", "%M", "-o", timing.name, *cmd] if TIME else cmd
+        wrapped = [TIME, "-f", "%U %S %M", "-o", timing.name, *cmd] if TIME else cmd
         start = time.perf_counter()
         child = subprocess.run(wrapped, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=errors, check=False)
         elapsed = time.perf_counter() - start
@@ -102,6 +119,10 @@ def run(cmd: list[str], cwd: Path = REPO) -> tuple[float, float, int]:
         err = errors.read().decode(errors="replace").strip()
         lines = timing.read().split()
     peak = int(lines[-1]) / 1024 if TIME and lines and lines[-1].isdigit() else float("nan")
+    try:
+        LAST_CPU[0] = float(lines[-3]) + float(lines[-2]) if TIME and len(lines) >= 3 else float("nan")
+    except ValueError:
+        LAST_CPU[0] = float("nan")
     if code != 0 and err:
         print(f"  ! {' '.join(cmd[-2:])}: exit {code}: {err.splitlines()[-1][:200]}", file=sys.stderr)
     return elapsed, peak, code
@@ -116,7 +137,8 @@ def floor_cmd(path: Path) -> list[str]:
 
 
 def netlint_cmd(path: Path) -> list[str]:
-    return [PY, "-m", "netlint", "check", "--exit-zero", "-q", str(path)]
+    # --no-cache: the content cache would turn every run after the warm-up into a cache hit
+    return [PY, "-m", "netlint", "check", "--no-cache", "--exit-zero", "-q", str(path)]
 
 
 def paired(name: str, a: list[str], b: list[str], rounds: int, nodes: int | None = None) -> Pair:
@@ -127,14 +149,19 @@ def paired(name: str, a: list[str], b: list[str], rounds: int, nodes: int | None
     for _ in range(rounds):
         t, rss, _ = run(a)
         pair.floor_s.append(t)
+        pair.floor_cpu_s.append(LAST_CPU[0])
         pair.floor_rss_mib = max(pair.floor_rss_mib, rss)
         t, rss, code = run(b)
         pair.netlint_s.append(t)
+        pair.netlint_cpu_s.append(LAST_CPU[0])
         pair.netlint_rss_mib = max(pair.netlint_rss_mib, rss)
         pair.exit_codes.add(code)
+    pair.loadavg = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(
         f"  {name:<44} floor {pair.floor:6.3f}s  netlint {pair.netlint:6.3f}s  x{pair.ratio:5.2f}  "
-        f"rss {pair.floor_rss_mib:5.0f} / {pair.netlint_rss_mib:5.0f} MiB",
+        f"rss {pair.floor_rss_mib:5.0f} / {pair.netlint_rss_mib:5.0f} MiB  "
+        f"cpu {statistics.median(pair.floor_cpu_s):5.2f} / {statistics.median(pair.netlint_cpu_s):5.2f} s  "
+        f"load {pair.loadavg:.1f}",
         flush=True,
     )
     return pair
@@ -274,9 +301,10 @@ def scaling(folder: Path, small: int, large: int, repeats: int) -> list[dict[str
                 "from netlint.io import load_model\n"
                 "settings = settings_for(FileConfig(), Overrides())\n"
                 "best_load = best_lint = float('inf')\n"
+                "clock = time.process_time  # CPU seconds: the machine may be shared\n"
                 f"for _ in range({repeats}):\n"
-                "    t = time.perf_counter(); model = load_model(Path(sys.argv[1])); t1 = time.perf_counter()\n"
-                "    lint_model(model, settings); t2 = time.perf_counter()\n"
+                "    t = clock(); model = load_model(Path(sys.argv[1])); t1 = clock()\n"
+                "    lint_model(model, settings); t2 = clock()\n"
                 "    best_load, best_lint = min(best_load, t1 - t), min(best_lint, t2 - t1)\n"
                 "    del model; gc.collect()\n"
                 "print(best_load, best_lint)\n"
@@ -434,12 +462,16 @@ def _jsonable(value: object) -> object:
 
 
 def print_report(results: dict[str, object]) -> None:
-    print("\n| model | nodes | floor s | netlint s | ratio | floor peak MiB | netlint peak MiB |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print(
+        "\n| model | nodes | floor s | netlint s | ratio | floor CPU s | netlint CPU s | CPU ratio | floor peak MiB "
+        "| netlint peak MiB | load |"
+    )
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for row in results["models"]:  # type: ignore[union-attr]
         print(
             f"| {row['model']} | {row['nodes'] or '-'} | {row['floor_s']:.3f} | {row['netlint_s']:.3f} | "
-            f"{row['ratio']:.2f} | {row['floor_rss_mib']:.0f} | {row['netlint_rss_mib']:.0f} |"
+            f"{row['ratio']:.2f} | {row['floor_cpu_s']} | {row['netlint_cpu_s']} | {row['cpu_ratio']} | "
+            f"{row['floor_rss_mib']:.0f} | {row['netlint_rss_mib']:.0f} | {row['loadavg']} |"
         )
     print(f"\nstart-up: {results['startup']}")
     print(f"heavy modules imported: {results['imports']}")

@@ -5,3 +5,13 @@ and its source), and how to fix them. Importing this package is cheap: loaders i
 """
 
 __version__ = "0.1.0"
+
+__all__ = ["__version__", "lint_bytes", "lint_path"]
+
+
+def __getattr__(name: str):  # lazily: `import netlint` stays cheap (start-up budget), the engine loads on first use
+    if name in ("lint_bytes", "lint_path"):
+        from netlint import batch
+
+        return getattr(batch, name)
+    raise AttributeError(f"module 'netlint' has no attribute {name!r}")

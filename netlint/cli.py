@@ -23,7 +23,7 @@ from netlint.errors import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, NetlintError, 
 from netlint.terminal import safe  # messages may quote models or configuration files: no raw control characters
 
 if TYPE_CHECKING:
-    from netlint.config import Overrides
+    from netlint.config import FileConfig, Overrides
 
 
 def _split(values: list[str] | None) -> list[str] | None:
@@ -47,6 +47,7 @@ def overrides_from(args: argparse.Namespace) -> Overrides:
     )
 
 
+SKIP_LFS_HELP = "list Git LFS pointer files as skipped instead of failing on them (exit 2 without this flag)"
 CHECK_FORMATS = ("text", "json", "sarif", "github", "gitlab", "junit", "html")
 SEVERITY_RANK = {"info": 0, "warning": 1, "error": 2}
 
@@ -76,17 +77,32 @@ def build_parser() -> argparse.ArgumentParser:
         help="exit 1 only for findings at or above this severity (default: warning)",
     )
     check.add_argument("--statistics", action="store_true", help="print the number of findings per rule instead")
+    add_impact_option(check)
+    check.add_argument(
+        "--max-latency-ms",
+        type=float,
+        metavar="MS",
+        help="exit 1 when a model's predicted latency on the target is above MS (needs a target with a [cost] section)",
+    )
+    check.add_argument("--max-fallback-ops", type=int, metavar="N", help="exit 1 when more than N ops run on the CPU")
+    check.add_argument("--max-partitions", type=int, metavar="N", help="exit 1 above N accelerator partitions")
     check.add_argument("--baseline", metavar="FILE", help="report and fail only on findings not in this baseline")
     check.add_argument("--write-baseline", metavar="FILE", help="record the current findings in FILE, exit 0")
     check.add_argument("--config", metavar="FILE", help="use this netlint.toml/pyproject.toml, do not search")
     check.add_argument("--isolated", action="store_true", help="ignore all configuration files")
+    check.add_argument("--skip-lfs-pointers", action="store_true", help=SKIP_LFS_HELP)
     check.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     check.add_argument(
         "--color", choices=("auto", "always", "never"), default="auto", help="colour text output (auto: on a TTY)"
     )
+    add_scaling_options(check)
 
     _add_fix_parser(commands)
     _add_report_parser(commands)
+    _add_cost_parser(commands)
+    from netlint.calibrate.command import add_parser as _add_calibrate_parser
+
+    _add_calibrate_parser(commands)
 
     rules = commands.add_parser("rules", help="list every rule")
     rules.add_argument("--format", choices=("text", "json"), default="text")
@@ -103,8 +119,14 @@ until nothing more applies. With onnxruntime installed (pip install 'netlint[ver
 model are run on the same seeded random inputs: safe fixes must match every output within rtol 1e-4 / atol 1e-5,
 else nothing is written; for unsafe fixes the error of every output is reported.
 
+--to-fp16 converts a float32 model to float16 except the ops QT005 reports as fp16-unsafe (and the float32 islands
+around them), with Casts at the borders; inputs and outputs stay float32. float16 is not exact, so this conversion
+(QT005's keep-fp32 fix, "safe" because it keeps float32 where float16 breaks) is verified like an unsafe fix: the
+max abs error and cosine similarity of every output are reported.
+
 Exit codes: 0 the fixes were written, or there was nothing to fix (findings that remain are listed, they do not
-change the exit code); 2 an error (unreadable model, TFLite input, a fix that broke the graph or failed
+change the exit code); 1 with --exit-non-zero-on-fix, when fixes were applied (written, or with --diff would be);
+2 an error (unreadable model, TFLite input, a fix that broke the graph or failed
 verification), with nothing written."""
 
 
@@ -120,6 +142,11 @@ def _add_fix_parser(commands: argparse._SubParsersAction) -> None:
     fix.add_argument("--in-place", action="store_true", help="replace PATH with the fixed model after success")
     fix.add_argument("--diff", action="store_true", help="print what would change, per rule, and write nothing")
     fix.add_argument("--unsafe-fixes", action="store_true", help="also apply fixes that change the model's outputs")
+    fix.add_argument(
+        "--keep-slower-fixes",
+        action="store_true",
+        help="also apply fixes the target's cost model predicts to slow it down (skipped by default, with the reason)",
+    )
     fix.add_argument("--select", action="append", metavar="RULES", help="only fix findings of these rules")
     fix.add_argument("--extend-select", action="append", metavar="RULES", help="add rules to the selection")
     fix.add_argument("--ignore", action="append", metavar="RULES", help="do not fix findings of these rules")
@@ -138,6 +165,30 @@ def _add_fix_parser(commands: argparse._SubParsersAction) -> None:
         help="run both models with onnxruntime and compare (default: on when onnxruntime is installed)",
     )
     verify.add_argument("--no-verify", dest="verify", action="store_const", const=False, help="do not verify")
+    fix.add_argument(
+        "--to-fp16",
+        action="store_true",
+        help="convert the model to float16 except QT005's fp16-unsafe ops and their float32 islands (Casts at the "
+        "borders; inputs and outputs stay float32); not exact: verified like an unsafe fix (max abs error, cosine)",
+    )
+    fix.add_argument(
+        "--report",
+        metavar="FILE",
+        help="also write an HTML page of the fixes (atomically): the graph around each before and after, the "
+        "predicted latency before and after on --target, the verification of every output",
+    )
+    fix.add_argument(
+        "--exit-non-zero-on-fix",
+        action="store_true",
+        help="exit 1 when fixes were applied (written, or with --diff would be), e.g. to fail a pre-commit hook",
+    )
+    fix.add_argument(
+        "--format",
+        choices=("text", "json"),
+        default="text",
+        help="summary format on stdout: text (default) or json (applied fixes per rule, skipped ones with reasons, "
+        "the verification of every output)",
+    )
 
 
 REPORT_HELP = """Write the HTML design-review report: one self-contained file (no network needed to open it) with a
@@ -164,7 +215,95 @@ def _add_report_parser(commands: argparse._SubParsersAction) -> None:
     report.add_argument("--ignore", action="append", metavar="RULES", help="turn these rules off")
     report.add_argument("--config", metavar="FILE", help="use this netlint.toml/pyproject.toml, do not search")
     report.add_argument("--isolated", action="store_true", help="ignore all configuration files")
+    report.add_argument("--skip-lfs-pointers", action="store_true", help=SKIP_LFS_HELP)
     report.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    add_impact_option(report)
+    add_scaling_options(report)
+
+
+def add_impact_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--min-impact",
+        type=float,
+        metavar="MS",
+        help="leave out findings whose predicted saving on the target is below MS milliseconds (unpriced ones stay)",
+    )
+
+
+def _jobs(value: str) -> int:
+    try:
+        jobs = int(value)
+    except ValueError:
+        jobs = 0
+    if jobs < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {value!r}")
+    return jobs
+
+
+def add_scaling_options(parser: argparse.ArgumentParser) -> None:
+    """Many models (netlint.batch, netlint.cache): worker processes and the content cache."""
+    parser.add_argument(
+        "-j",
+        "--jobs",
+        type=_jobs,
+        metavar="N",
+        help="lint up to N models at once in worker processes (default: the CPU count; 1: all in this process)",
+    )
+    parser.add_argument("--no-cache", action="store_true", help="neither read nor write the content cache")
+    parser.add_argument(
+        "--cache-dir",
+        metavar="DIR",
+        help="the content cache's folder (default: $NETLINT_CACHE_DIR, else `cache-dir` in the configuration, else"
+        " .netlint_cache)",
+    )
+
+
+def _cache_dir(args: argparse.Namespace, fixed_config: FileConfig | None) -> Path:
+    """--cache-dir, else $NETLINT_CACHE_DIR, else `cache-dir` of the configuration that applies to the working
+    directory (relative to that file's folder), else .netlint_cache in the working directory."""
+    from netlint.config import find_config
+
+    if args.cache_dir:
+        return Path(args.cache_dir)
+    if os.environ.get("NETLINT_CACHE_DIR"):  # like RUFF_CACHE_DIR: CI jobs point it at a cached folder
+        return Path(os.environ["NETLINT_CACHE_DIR"])
+    config = fixed_config if fixed_config is not None else find_config(Path.cwd())
+    configured = config.values.get("cache-dir")
+    if configured and config.path is not None:
+        return config.path.parent / configured
+    return Path(".netlint_cache")
+
+
+COST_HELP = """Print the cost model's breakdown of one model on a target: the predicted latency (and its range where
+ops are data dependent), MACs, bytes, how many nodes the model covers, the numbers nobody sourced, the slowest kernels
+with the nodes fused into them, the cost per op type, the data movers' share and the CPU fallback partitions. A
+target without a [cost] section (generic) gets the counts only. Exit codes: 0 printed, 2 an error (a model that
+cannot be read, an unknown target)."""
+
+
+def _add_cost_parser(commands: argparse._SubParsersAction) -> None:
+    cost = commands.add_parser(
+        "cost",
+        help="print the predicted latency of a model on a target, kernel by kernel",
+        description=COST_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    cost.add_argument("path", metavar="MODEL", help="the .onnx or .tflite model")
+    cost.add_argument("--target", help="hardware target name or .toml file (default: generic, which has no latency)")
+    cost.add_argument("--precision", help="the target's precision (default: the target's default)")
+    cost.add_argument("--chip", help="the target's chip, e.g. ethos-u55-128 (default: the target's default)")
+    cost.add_argument("--top", type=_positive, default=10, metavar="N", help="list the N slowest kernels (default 10)")
+    cost.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -191,6 +330,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             from netlint.fixes.command import run_fix
 
             return run_fix(args)
+        if args.command == "cost":
+            from netlint.cost.command import run_cost
+
+            return run_cost(args)
+        if args.command == "calibrate":
+            from netlint.calibrate.command import run_calibrate
+
+            return run_calibrate(args)
         if args.command == "rules":
             return _rules(args.format)
         if args.command == "rule":
@@ -210,8 +357,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from netlint.config import FileConfig, find_config, read_config_file, settings_for
-    from netlint.engine import ModelReport, lint_file
+    from netlint.batch import default_jobs, lint_many
+    from netlint.cache import Cache
+    from netlint.config import FileConfig, Settings, find_config, read_config_file, settings_for
+    from netlint.engine import ModelReport
     from netlint.io import find_models
     from netlint.report import render_text, to_json
     from netlint.report.baseline import apply_baseline, read_baseline
@@ -227,26 +376,37 @@ def _check(args: argparse.Namespace) -> int:
     if not paths:
         raise UsageError("no .onnx or .tflite files found in " + ", ".join(args.paths))
     progress = not args.quiet and sys.stderr.isatty() and len(paths) > 1 and not os.environ.get("CI")
-    reports: list[ModelReport] = []
+    work: list[tuple[Path, Settings]] = []
     selected: list[list] = []  # the rules that ran on each model (junit and sarif list them)
     targets: list = []  # the target of each model (the html report costs the model on it)
-    settings_cache: dict[Path | None, object] = {}
-    for index, path in enumerate(paths, 1):
-        if progress:
-            print(f"\r\x1b[2K[{index}/{len(paths)}] {safe(str(path))}", end="", file=sys.stderr, flush=True)
+    settings_cache: dict[Path | None, Settings] = {}
+    for path in paths:
         file_config = fixed_config if fixed_config is not None else find_config(path.parent.resolve())
         settings = settings_cache.get(file_config.path)
         if settings is None:
             settings = settings_cache[file_config.path] = settings_for(file_config, overrides)
             settings.fingerprints = bool(args.baseline or args.write_baseline) or args.format in ("sarif", "gitlab")
-        reports.append(lint_file(path, settings))  # type: ignore[arg-type]
-        selected.append(settings.rules)  # type: ignore[attr-defined]
-        targets.append(settings.target)  # type: ignore[attr-defined]
+            settings.skip_lfs_pointers = args.skip_lfs_pointers  # type: ignore[attr-defined]
+        work.append((path, settings))
+        selected.append(settings.rules)
+        targets.append(settings.target)
+
+    def show(done: int, total: int, path: Path) -> None:
+        print(f"\r\x1b[2K[{done}/{total}] {safe(str(path))}", end="", file=sys.stderr, flush=True)
+
+    _check_gates_usable(args, [settings.target for settings in settings_cache.values()])
+    cache = None if args.no_cache else Cache(_cache_dir(args, fixed_config))
+    jobs = args.jobs or default_jobs()
+    reports: list[ModelReport] = lint_many(work, jobs=jobs, cache=cache, progress=show if progress else None)
     if progress:
         print("\r\x1b[2K", end="", file=sys.stderr, flush=True)
+    if cache is not None and cache.warning:
+        print(f"netlint: warning: {safe(cache.warning)}", file=sys.stderr)
 
     if args.write_baseline:
         return _write_baseline(Path(args.write_baseline), reports)
+    if args.min_impact is not None:
+        _drop_small_impacts(reports, args.min_impact)
     if baseline is not None:
         held = apply_baseline(reports, baseline, Path(args.baseline))
         if held:
@@ -276,9 +436,58 @@ def _check(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     gate = SEVERITY_RANK[args.fail_on]
     failing = any(SEVERITY_RANK[f.severity] >= gate for report in reports for f in report.findings)
-    if failing and not args.exit_zero:
+    violated = _cost_gates(args, reports)
+    for line in violated:
+        print(f"netlint: {safe(line)}", file=sys.stderr)
+    if (failing and not args.exit_zero) or violated:
         return EXIT_FINDINGS
     return EXIT_CLEAN
+
+
+def _check_gates_usable(args: argparse.Namespace, targets: list) -> None:
+    """--max-latency-ms needs a latency: a target without a cost model is a usage error, before any linting."""
+    if getattr(args, "max_latency_ms", None) is None:
+        return
+    from netlint.cost.rates import rates_for
+
+    for target in targets:
+        if rates_for(target) is None:
+            raise UsageError(
+                f"--max-latency-ms needs a target with a cost model ([cost] section); {target.name} has none "
+                f"(choose one with --target; `netlint targets` lists them)"
+            )
+
+
+def _cost_gates(args: argparse.Namespace, reports: list) -> list[str]:
+    """One line per model and violated cost gate (--max-latency-ms, --max-fallback-ops, --max-partitions)."""
+    lines: list[str] = []
+    limits = (
+        ("max_latency_ms", "predicted latency", "latency_ms", " ms"),
+        ("max_fallback_ops", "ops on the CPU", "fallback_ops", ""),
+        ("max_partitions", "accelerator partitions", "partitions", ""),
+    )
+    for report in reports:
+        cost = report.cost
+        if cost is None:
+            continue
+        for option, what, field, unit in limits:
+            limit = getattr(args, option, None)
+            value = getattr(cost, field)
+            if limit is None or value is None or value <= limit:
+                continue
+            shown = f"{value:.3g}" if isinstance(value, float) else str(value)
+            flag = "--" + option.replace("_", "-")
+            lines.append(f"{report.path}: {what} {shown}{unit} on {cost.target} exceeds {flag} {limit:g}{unit}")
+    return lines
+
+
+def _drop_small_impacts(reports: list, min_ms: float) -> None:
+    """--min-impact: leave out priced findings that save less than `min_ms` on the target (unpriced ones stay)."""
+    for report in reports:
+        keep = [f.impact is None or f.impact.saving_ms >= min_ms for f in report.findings]
+        if len(report.keys) == len(report.findings):
+            report.keys = [key for key, kept in zip(report.keys, keep, strict=True) if kept]
+        report.findings = [f for f, kept in zip(report.findings, keep, strict=True) if kept]
 
 
 def _render_ci(fmt: str, reports: list, selected: list[list]) -> str:

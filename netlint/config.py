@@ -30,6 +30,8 @@ KEYS: dict[str, str] = {
     "per-node-ignores": "a table of node-id glob = list of rule selectors",
     "severity": "a table of rule selector = 'error' | 'warning' | 'info'",
     "rule-options": "a table of rule code or name = table of option = value (`netlint rule CODE` lists them)",
+    "cache-dir": "a string (the content cache's folder, relative to this file; read from the configuration of the "
+    "working directory)",
 }
 
 
@@ -52,6 +54,8 @@ class Settings:
     config_path: Path | None = None
     rule_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     fingerprints: bool = False  # compute structural fingerprints (baselines, SARIF, GitLab): not free on big graphs
+    keep_slower_fixes: bool = False  # `netlint fix` applies fixes the cost model predicts to slow the target down
+    skip_lfs_pointers: bool = False  # a Git LFS pointer is a skipped model (a note), not a load error
 
     def ignored(self, node_id: str, code: str) -> bool:
         return any(code in codes and fnmatch.fnmatchcase(node_id, glob) for glob, codes in self.per_node_ignores)
@@ -89,7 +93,7 @@ def validate(values: dict[str, Any], where: str) -> dict[str, Any]:
     for key, value in values.items():
         if key not in KEYS:
             raise ConfigError(f"{where}: unknown key '{key}' (known keys: {', '.join(KEYS)})")
-        if key in ("target", "precision", "chip") and not isinstance(value, str):
+        if key in ("target", "precision", "chip", "cache-dir") and not isinstance(value, str):
             raise ConfigError(f"{where}: '{key}' must be {KEYS[key]}, got {_describe(value)}")
         if key in ("select", "extend-select", "ignore"):
             for selector in _check_list(value, key, where):

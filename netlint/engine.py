@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING
 
 from netlint.config import Settings
 from netlint.errors import ModelLoadError
-from netlint.io import load_model
+from netlint.io import LFS_SKIPPED, LfsPointerError, load_model
 from netlint.ir import ConstantUnavailable, Graph, Model
 from netlint.rule import Context, Finding, Rule, Skip
+from netlint.suppression import suppress
 from netlint.targets import Target
 
 if TYPE_CHECKING:
@@ -59,6 +60,11 @@ def lint_file(path: Path, settings: Settings) -> ModelReport:
     """Load and lint one file; a file that cannot be read gives a report with one error and no findings."""
     try:
         model = load_model(path)
+    except LfsPointerError as exc:
+        target = settings.target
+        if settings.skip_lfs_pointers:  # no format, no errors: reporters list it as skipped
+            return ModelReport(str(path), None, target.name, target.precision, target.chip, notes=[LFS_SKIPPED])
+        return ModelReport(str(path), None, target.name, target.precision, target.chip, errors=[str(exc)])
     except ModelLoadError as exc:
         return ModelReport(
             str(path), None, settings.target.name, settings.target.precision, settings.target.chip, errors=[str(exc)]
@@ -86,17 +92,31 @@ def lint_model(model: Model, settings: Settings) -> ModelReport:
                 report.findings.extend(rule.scan(graph, ctx))
             except Exception as exc:
                 report.errors.append(_internal_error(rule, graph.name, exc))
+    # per-node-ignores and `netlint: ignore` markers, then NL100 for the ones that suppressed nothing: after every rule
     report.findings = [
         _with_severity(_priced_by_runtime(finding, settings.target), settings)
-        for finding in report.findings
-        if not settings.ignored(finding.nodes[0] if finding.nodes else "", finding.code)
+        for finding in suppress(model, report.findings, settings)
     ]
     report.skipped = ctx.skipped
+    _add_cost(model, report, target)
     if settings.fingerprints:  # fingerprints need the graph, which reporters never see
         from netlint.report.baseline import finding_keys  # not at the top: the reporters import this module
 
         report.keys = finding_keys(model, report.findings)
     return report
+
+
+def _add_cost(model: Model, report: ModelReport, target: Target) -> None:
+    """The model's predicted cost on the target and, when it has throughput numbers, each finding's impact
+    (netlint.cost.impact). netlint.cost is imported here only: start-up stays cheap."""
+    from netlint.cost.impact import model_cost, price_findings, summary
+
+    try:
+        cost = model_cost(model.graph, target)
+        report.cost = summary(cost, target)
+        price_findings(model.graph, report.findings, target, cost)
+    except Exception as exc:  # the cost model must never cost the findings themselves
+        report.notes.append(f"cost model failed: {type(exc).__name__}: {' '.join(str(exc).split())[:160]}")
 
 
 def _run_patterns(graph: Graph, by_anchor: dict[str, list[Rule]], ctx: Context, report: ModelReport) -> list[Finding]:

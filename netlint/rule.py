@@ -132,6 +132,10 @@ class Rule:
     def severity_for(self, graph: Graph, match: Match, ctx: Context) -> Severity:
         return self.severity
 
+    def data(self, graph: Graph, match: Match, ctx: Context) -> dict[str, Any]:
+        """Structured facts for the fix pass (`Finding.data`): what it needs, so that it never parses the message."""
+        return {}
+
     def tensors(self, graph: Graph, match: Match) -> list[str]:
         return [out for out in match.anchor.outputs if out]
 
@@ -151,6 +155,7 @@ class Rule:
             self.tensors(graph, match),
             self.fix_for(graph, match),
             self.help(graph, match, ctx),
+            self.data(graph, match, ctx),
         )
 
     @classmethod

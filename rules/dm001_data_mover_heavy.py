@@ -200,6 +200,16 @@ def node_traffic(graph: Graph, node: Node, sizer: _Sizer, static: set[str]) -> i
     return total
 
 
+HELP = (
+    "fold fixed permutations into neighbouring weights, keep one layout end to end, merge reshapes, "
+    "and avoid per-block shuffles"
+)
+
+
+def _time(microseconds: float) -> str:
+    return f"{microseconds / 1000:.3g} ms" if microseconds >= 100 else f"{microseconds:.3g} µs"
+
+
 def _mb(size: int) -> str:
     return f"{size / 1e6:.3g} MB" if size >= 100_000 else f"{size / 1e3:.3g} kB"
 
@@ -230,7 +240,10 @@ class DataMoverHeavy(Rule):
     bandwidth and time without using the MAC arrays that make an accelerator fast. Qualcomm's HTP guide says these
     operations (Reshape, Transpose, DepthToSpace, SpaceToDepth, Concat) run about as fast in 16-bit quantized (A16)
     as in FP16, because the data size is the same, so a network dominated by them gains little from quantization,
-    and recommends avoiding them where feasible. The byte share is a proxy for time until the cost model gives it.
+    and recommends avoiding them where feasible. On a target with a cost model (a `[cost]` section: ort-cpu,
+    qualcomm-htp, ti-tda4vm, ...) the share is the predicted share of the model's latency that data-mover kernels
+    take there (netlint.cost: a Reshape its runtime aliases costs nothing), and the message lists the movers that take
+    the most time; on the others (generic) the byte share above stands in for time.
 
     ## Example
     ```
@@ -266,6 +279,12 @@ class DataMoverHeavy(Rule):
     }
 
     def scan(self, graph: Graph, ctx: Context) -> Iterator[Finding]:
+        if ctx.target.section("cost") is not None:
+            from netlint.cost import rates_for  # not at the top: `netlint rules` does not need the cost model
+
+            if rates_for(ctx.target) is not None:
+                yield from self._scan_time(graph, ctx)
+                return
         static = static_values(graph)
         sizer = _Sizer(graph)
         movers: list[tuple[int, Node]] = []
@@ -289,6 +308,45 @@ class DataMoverHeavy(Rule):
         if total == 0 or moved / total <= limit:
             return
         yield self._finding(graph, ctx, movers, moved, total, unsized, limit)
+
+    def _scan_time(self, graph: Graph, ctx: Context) -> Iterator[Finding]:
+        """The predicted time share of data movers on the target (netlint.cost; shared with the engine's pricing)."""
+        from netlint.cost.impact import model_cost
+
+        cost = model_cost(graph, ctx.target)
+        total = cost.latency_us or 0.0
+        movers = [(e.latency_us or 0.0, e.node) for e in cost.nodes if e.op in DATA_MOVERS and e.cost is not None]
+        moved = sum(time for time, _ in movers)
+        limit = float(ctx.option(self, "max-share"))
+        if total <= 0 or moved / total <= limit:
+            return
+        worst = sorted(movers, key=lambda item: -item[0])[:TOP]
+        listed = ", ".join(f"{node.label()} {_time(time)}" for time, node in worst)
+        message = (
+            f"data movers take {moved / total:.0%} of the predicted latency on {ctx.target.label} ({_time(moved)} of "
+            f"{_time(total)}, {len(movers)} movers; limit {limit:.0%}); the largest: {listed}"
+        )
+        if cost.gaps:
+            message += f"; {cost.coverage_line()}"
+        message += self._same_cost(ctx)
+        yield Finding(
+            self.code,
+            self.name,
+            self.severity,
+            message,
+            [node.id for _, node in worst],
+            [out for _, node in worst for out in node.outputs if out],
+            None,
+            HELP,
+        )
+
+    @staticmethod
+    def _same_cost(ctx: Context) -> str:
+        section = ctx.target.section("data_movers")
+        if section is not None and ctx.target.precision in section.get("same_cost_precisions", []):
+            same = " and ".join(section["same_cost_precisions"])
+            return f"; on {ctx.target.label} they cost the same in {same}, so A16 will not speed them up"
+        return ""
 
     def _finding(
         self,
@@ -314,10 +372,7 @@ class DataMoverHeavy(Rule):
                 f"; {len(unsized)} nodes ({movers_unsized} of them movers) could not be sized (shapes unknown) "
                 f"and are left out"
             )
-        section = ctx.target.section("data_movers")
-        if section is not None and ctx.target.precision in section.get("same_cost_precisions", []):
-            same = " and ".join(section["same_cost_precisions"])
-            message += f"; on {ctx.target.label} they cost the same in {same}, so A16 will not speed them up"
+        message += self._same_cost(ctx)
         outputs = [out for _, node in worst for out in node.outputs if out]
         return Finding(
             self.code,
@@ -327,6 +382,5 @@ class DataMoverHeavy(Rule):
             [node.id for _, node in worst],
             outputs,
             None,
-            "fold fixed permutations into neighbouring weights, keep one layout end to end, merge reshapes, "
-            "and avoid per-block shuffles",
+            HELP,
         )

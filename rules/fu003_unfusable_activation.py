@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from netlint.ir import Graph, Node
 from netlint.ir.ops import CONV_OPS, prelu_kind
@@ -157,6 +158,15 @@ class UnfusableActivation(Rule):
 
     def tensors(self, graph: Graph, match: Match) -> list[str]:
         return [out for out in match.anchor.outputs[:1] if out]
+
+    def data(self, graph: Graph, match: Match, ctx: Context) -> dict[str, Any]:
+        """What substitute-activation reads: the kinds the target fuses, and each unfusable activation."""
+        acts: list[_Activation] = match.data["activations"]  # type: ignore[assignment]
+        fusable: frozenset[str] = match.data["fusable"]  # type: ignore[assignment]
+        return {
+            "fusable": _listing(fusable).split(", ") if fusable else [],
+            "activations": [{"node": act.node.id, "kind": act.kind, "fused": act.fused} for act in acts],
+        }
 
 
 def _activations_after(graph: Graph, conv: Node) -> tuple[list[_Activation], Node | None]:

@@ -251,6 +251,28 @@ class ConvSumBlocked(Rule):
             f"{'; '.join(dict.fromkeys(reasons))}"
         )
 
+    def data(self, graph: Graph, match: Match, ctx: Context) -> dict[str, Any]:
+        """What enable-conv-sum reads: whether the add fuses, each blocker (key, text, the conv it concerns), the
+        bias-less convs the target needs a bias on, and the activation the target cannot apply after the sum."""
+        fused: _Candidate | None = match.data["fused"]  # type: ignore[assignment]
+        candidates: list[_Candidate] = match.data["candidates"]  # type: ignore[assignment]
+        activation: tuple[str, Node | None] | None = match.data["activation"]  # type: ignore[assignment]
+        blocked: list[dict[str, str | None]] = []
+        if fused is None:
+            add_reasons: list[tuple[str, str]] = match.data["add_reasons"]  # type: ignore[assignment]
+            blocked = [{"key": key, "reason": text, "conv": None} for key, text in add_reasons]
+            blocked += [{"key": key, "reason": text, "conv": c.conv.id} for c in candidates for key, text in c.reasons]
+        return {
+            "fuses": fused is not None,
+            "add": match.anchor.id,
+            "add_op": match.anchor.op,
+            "convs": [c.conv.id for c in ([fused] if fused is not None else candidates)],
+            "blocked": blocked,
+            "conv_without_bias": [b["conv"] for b in blocked if b["key"] == "bias"],
+            "activation": None if activation is None else activation[0],
+            "activation_node": None if activation is None or activation[1] is None else activation[1].id,
+        }
+
     def help(self, graph: Graph, match: Match, ctx: Context) -> str:
         keys = {key for key, _ in match.data["add_reasons"]}  # type: ignore[attr-defined]
         candidates: list[_Candidate] = match.data["candidates"]  # type: ignore[assignment]

@@ -15,6 +15,12 @@ DATA = Path(__file__).parent / "data"
 LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _cache_outside_the_checkout(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """`netlint check` caches results in the working directory; the tests' runs cache in a temporary folder."""
+    os.environ["NETLINT_CACHE_DIR"] = str(tmp_path_factory.mktemp("netlint-cache"))
+
+
 @pytest.fixture
 def data_dir() -> Path:
     return DATA

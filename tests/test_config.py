@@ -183,7 +183,11 @@ def test_find_config_in_process(tmp_path):
         ('ignore = ["batchnorm-after-conv"]\n', ["FU001", "FU004"]),
         ('select = ["FU004"]\nignore = ["FU004"]\n', []),
         ('per-node-ignores = { "head/*" = ["FU"] }\n', ["FU001"]),
-        ('per-node-ignores = { "head/prelu_b" = ["prelu-as-relu"], "block/*" = ["FU006"] }\n', ["FU001", "FU006"]),
+        # "block/*" matches nodes but suppresses nothing there: NL100 (unused-suppression) says so
+        (
+            'per-node-ignores = { "head/prelu_b" = ["prelu-as-relu"], "block/*" = ["FU006"] }\n',
+            ["FU001", "FU006", "NL100"],
+        ),
         ('per-node-ignores = { "*conv_a" = ["FU001"] }\n', ["FU004", "FU006"]),
     ],
 )

@@ -1,28 +1,43 @@
-"""The cost of a whole model on a target: per-node costs, totals, coverage, per-op-type aggregates, kernels and a
-first latency estimate.
+"""The cost of a whole model on a target: per-node costs, the kernels the target's runtime runs, and their latency.
 
-Kernels: every costed, non-free node is one kernel, except an activation that the target fuses into the conv before
-it (`Target.fused_activations()`, with `Target.needs_lone_consumer()` deciding whether the conv may have other
-readers): it joins the conv's kernel and costs no extra launch and no extra bytes. Pass-through nodes between them
-(Identity, Cast, Q/DQ markers) and the members of a composite activation (SiLU = Sigmoid + Mul) join too. A TFLite
-activation fused into the conv (`fused_activation`) that the target cannot apply inside the conv costs an extra
-elementwise pass (read and write the output once more, one kernel launch).
+The runtime is modelled on the IR, in one linear pass per step (no fix pass runs):
+1. Runtime rewrites (`Target.applies_fix`, [[runtime.rewrites]]): `fold-batchnorm` and `fold-affine` fold a
+   BatchNormalization, or a Mul/Add/Sub/Div by a constant, that is a conv's lone consumer into the conv's weights: the
+   node joins the conv's kernel and adds no ops and no bytes. `remove-dead-code` removes Identity, Dropout and nodes
+   whose results reach no graph output; `cancel-transposes` removes identity-permutation Transposes and pairs of
+   Transposes that cancel. Removed nodes cost nothing and run in no kernel.
+2. Fusion: an activation the target fuses into the conv before it (`Target.fused_activations()`, with
+   `Target.needs_lone_consumer()`) joins the conv's kernel, looking past the folded nodes (Conv -> BN -> Relu is one
+   kernel on ORT CPU) and through pass-through nodes and composite activations (SiLU = Sigmoid + Mul). Residual fusion
+   (`Target.residual_fusion()`: ORT's ConvAddActivationFusion, oneDNN's sum post-op): a conv (with a bias where
+   required) whose lone consumer is an Add of two same-shape tensors runs the Add, and an activation after it, in its
+   own kernel; the kernel reads the residual once more. A TFLite activation fused into the conv (`fused_activation`)
+   that the target cannot apply inside the conv costs an extra elementwise pass.
+3. CPU fallback: a node the target does not support (`Target.supports_op(op) is False`, [ops].fallback not "none")
+   runs alone on the CPU at `fallback_intercept_us + fallback_us_per_mb * MB touched` (Vela-style linear cost, MB =
+   1e6 bytes); every tensor that crosses between the accelerator and the CPU costs `transfer_overhead_us + bytes /
+   transfer_gb_per_s`. `partitions` counts the maximal connected runs of accelerator nodes.
+4. Latency per kernel: max(MACs / MAC rate + ops / vector rate, bytes / bandwidth) + kernel overhead, with the rates
+   of netlint.cost.rates. Views (Reshape, ...) cost nothing on targets whose runtime aliases them. Ops whose speed
+   depends on the data (`data_dependent_ops`, e.g. PRelu on ORT CPU: branchy per element) get a range: the low end
+   is the estimate above, the high end multiplies the kernel's time by `data_dependent_ratio`.
 
-Latency per kernel: max(MACs / MAC rate + ops / vector rate, bytes / bandwidth) + kernel overhead, with the rates of
-netlint.cost.rates. Views (Reshape, ...) cost nothing on targets whose runtime aliases them. Nodes the model cannot
-cost are coverage gaps: the totals and the latency are then lower bounds, and `complete` is False.
+Nodes the model cannot cost are coverage gaps: the totals and the latency are then lower bounds (`complete` False).
+Everything is linear in the number of nodes (a 100k-node graph costs in well under a second).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
 from netlint.cost.ops import (
     COMPUTE_CLASSES,
     CONV,
+    CONV_LIKE,
     ELTWISE,
     FREE,
     VIEW,
@@ -39,20 +54,32 @@ from netlint.ir.ops import CONV_OPS
 from netlint.targets import Target, load_target
 
 CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan", "WHILE", "IF"})
+AFFINE_OPS = frozenset({"Mul", "Add", "Sub", "Div"})  # what fold-affine folds into a conv (by a constant)
+REMOVED_VIEWS = frozenset({"Identity", "Dropout"})  # what remove-dead-code removes besides dead nodes
+MB = 1e6  # fallback_us_per_mb counts megabytes of 10^6 bytes
+
+# How a node joined a conv's kernel (NodeCost.fusion).
+ACTIVATION, RESIDUAL = "activation", "residual"
 
 
 @dataclass
 class NodeCost:
     """One node: its cost (None for a coverage gap, with `gap` saying why), the kernel it runs in (the id of the
-    kernel's first node) and the latency its kernel adds (on the kernel's first node only)."""
+    kernel's first node; None when it runs in none) and the latency its kernel adds (on the kernel's first node only).
+    """
 
     node: Node
     cost: OpCost | None
     gap: str | None = None
     kernel: str | None = None
-    fused_into: str | None = None  # the conv this activation fuses into on the target
+    fused_into: str | None = None  # the conv whose kernel this node joined (activation, residual or folded)
+    fusion: str | None = None  # how: "activation", "residual", or the runtime rewrite that folded it
+    rewritten: str | None = None  # the runtime rewrite (fix pass name) that folds or removes this node
+    fallback: bool = False  # the target does not support the op: it runs on the CPU
     extra_pass: bool = False  # a TFLite fused activation the target runs as a separate pass
     latency_us: float | None = None
+    latency_us_low: float | None = None  # data-dependent kernels: the best case (= latency_us)
+    latency_us_high: float | None = None  # ... and the worst case
 
     @property
     def id(self) -> str:
@@ -83,7 +110,13 @@ class ModelCost:
     rates: Rates | None
     by_op_type: dict[str, OpTypeCost] = field(default_factory=dict)
     kernels: int = 0
-    latency_us: float | None = None
+    latency_us: float | None = None  # the estimate (for data-dependent ops, the low end of latency_range_us)
+    latency_range_us: tuple[float, float] | None = None  # (best case, worst case) over data-dependent ops
+    fallback_nodes: list[str] = field(default_factory=list)  # ids of the nodes that run on the CPU
+    partitions: int = 0  # maximal connected runs of accelerator nodes (0 when the target states no [ops])
+    transfers: int = 0  # tensors crossing between accelerator and CPU
+    transfer_us: float = 0.0  # their predicted cost (part of latency_us)
+    notes: list[str] = field(default_factory=list)  # what the estimate could not take into account
 
     # --- totals ----------------------------------------------------------------------------------------------------
     def _sum(self, attr: str) -> int:
@@ -153,6 +186,26 @@ class ModelCost:
                 return entry
         raise KeyError(node_id)
 
+    # --- kernels ---------------------------------------------------------------------------------------------------
+    def kernel_members(self) -> dict[str, list[NodeCost]]:
+        """Kernel id -> the nodes that run in it (the kernel's own node first), in graph order."""
+        kernels: dict[str, list[NodeCost]] = {}
+        for entry in self.nodes:
+            if entry.kernel is not None:
+                kernels.setdefault(entry.kernel, []).append(entry)
+        for kernel_id, members in kernels.items():
+            if members[0].id != kernel_id:  # the kernel's own node comes first in graph order; be sure
+                members.sort(key=lambda member: member.id != kernel_id)
+        return kernels
+
+    def top_kernels(self, count: int) -> list[list[NodeCost]]:
+        """The `count` slowest kernels (members, head first), slowest first; [] without latency."""
+        if self.latency_us is None:
+            return []
+        kernels = [members for members in self.kernel_members().values() if members[0].latency_us is not None]
+        kernels.sort(key=lambda members: -(members[0].latency_us or 0.0))
+        return kernels[:count]
+
 
 def cost_model(
     model: Model | Graph,
@@ -168,16 +221,24 @@ def cost_model(
     ctx = build_context(graph, dims)
     entries = [_cost_node(ctx, node) for node in graph.nodes]
     by_id = {entry.id: entry for entry in entries}
-    _group_kernels(graph, ctx, target, entries, by_id)
     rates = rates_for(target)
     result = ModelCost(target.label, entries, rates)
+    tails = _runtime_rewrites(graph, target, entries, by_id)
+    _mark_fallback(target, entries)
+    _group_kernels(graph, ctx, target, entries, by_id, tails)
     if rates is not None and rates.views_free:  # an aliased view launches nothing
         for entry in entries:
-            if entry.cost is not None and entry.cost.op_class == VIEW:
+            if entry.cost is not None and entry.cost.op_class == VIEW and entry.fused_into is None:
                 entry.kernel = None
     result.kernels = len({entry.kernel for entry in entries if entry.kernel is not None})
+    result.fallback_nodes = [entry.id for entry in entries if entry.fallback]
+    transfers = _partition(graph, target, entries, by_id, result)
     if rates is not None:
-        result.latency_us = _latency(entries, rates, target, ctx)
+        low, high = _latency(result, rates, target, ctx)
+        transfer = _transfer_time(transfers, rates, target, ctx, result)
+        result.transfer_us = transfer
+        result.latency_us = low + transfer
+        result.latency_range_us = (low + transfer, high + transfer)
     result.by_op_type = _by_op_type(entries)
     return result
 
@@ -191,34 +252,148 @@ def _cost_node(ctx: CostContext, node: Node) -> NodeCost:
         return NodeCost(node, None, gap=str(exc))
 
 
-# --- kernels -----------------------------------------------------------------------------------------------------
-def _group_kernels(
-    graph: Graph, ctx: CostContext, target: Target, entries: list[NodeCost], by_id: dict[str, NodeCost]
-) -> None:
-    """Each costed node that does work is a kernel; fusable activations join the conv before them."""
-    fused = target.fused_activations() or frozenset()
+def _placed(entry: NodeCost) -> bool:
+    """Whether the node runs at all (not folded at load time, not removed by a runtime rewrite)."""
+    return entry.rewritten is None and not (entry.cost is not None and entry.cost.op_class == FREE)
+
+
+# --- runtime rewrites ----------------------------------------------------------------------------------------------
+def _runtime_rewrites(
+    graph: Graph, target: Target, entries: list[NodeCost], by_id: dict[str, NodeCost]
+) -> dict[str, str]:
+    """Mark the nodes the target's runtime folds or removes on load; return conv id -> the value the conv's kernel
+    writes once the folded nodes are in it (its output when nothing folds)."""
+    tails: dict[str, str] = {}
+    fold_bn, fold_affine = target.applies_fix("fold-batchnorm"), target.applies_fix("fold-affine")
+    if target.applies_fix("remove-dead-code"):
+        live = _live_nodes(graph)
+        for entry in entries:
+            if entry.id not in live or entry.op in REMOVED_VIEWS:
+                entry.rewritten = "remove-dead-code"
+    if target.applies_fix("cancel-transposes"):
+        _cancel_transposes(graph, by_id)
     for entry in entries:
-        if entry.cost is None or entry.cost.op_class == FREE or entry.kernel is not None:
+        node = entry.node
+        if node.op not in CONV_LIKE or not node.outputs or entry.cost is None or entry.rewritten is not None:
+            continue
+        tail = node.outputs[0]
+        while (fold_bn or fold_affine) and not graph.is_graph_output(tail):
+            consumers = graph.consumers(tail)
+            if len(consumers) != 1:
+                break
+            follower = by_id[consumers[0].id]
+            how = _folds(graph, follower.node, tail, fold_bn, fold_affine)
+            if how is None or follower.cost is None or follower.rewritten is not None or not follower.node.outputs:
+                break
+            follower.rewritten, follower.fusion, follower.fused_into, follower.kernel = how, how, node.id, node.id
+            tail = follower.node.outputs[0]
+        tails[node.id] = tail
+    return tails
+
+
+def _folds(graph: Graph, node: Node, value: str, fold_bn: bool, fold_affine: bool) -> str | None:
+    """The rewrite that folds `node` (reading `value`, a conv's result) into the conv, or None."""
+    inputs = [name for name in node.inputs if name]
+    if fold_bn and node.op == "BatchNormalization" and inputs[:1] == [value]:
+        return "fold-batchnorm" if all(graph.is_const(name) for name in inputs[1:]) else None
+    if fold_affine and node.op in AFFINE_OPS and len(inputs) == 2 and node.fused_activation is None:
+        other = inputs[1] if inputs[0] == value else inputs[0] if node.op in ("Mul", "Add") else None
+        return "fold-affine" if other is not None and other != value and graph.is_const(other) else None
+    return None
+
+
+def _live_nodes(graph: Graph) -> set[str]:
+    """Ids of the nodes some graph output depends on (one reverse walk)."""
+    live: set[str] = set()
+    stack = [name for name in graph.outputs if name]
+    seen: set[str] = set()
+    while stack:
+        name = stack.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        node = graph.producer(name)
+        if node is None or node.id in live:
+            continue
+        live.add(node.id)
+        stack.extend(inp for inp in node.inputs if inp)
+    return live
+
+
+def _cancel_transposes(graph: Graph, by_id: dict[str, NodeCost]) -> None:
+    """Identity-permutation Transposes, and a Transpose whose lone consumer is a Transpose undoing it, go away."""
+    for node in graph.nodes:
+        if node.op != "Transpose" or not node.outputs or by_id[node.id].rewritten is not None:
+            continue
+        perm = node.attrs.get("perm")
+        if perm is not None and list(perm) == list(range(len(perm))):
+            by_id[node.id].rewritten = "cancel-transposes"
+            continue
+        consumers = graph.consumers(node.outputs[0])
+        if perm is None or len(consumers) != 1 or graph.is_graph_output(node.outputs[0]):
+            continue
+        after = consumers[0]
+        second = after.attrs.get("perm")
+        if after.op != "Transpose" or second is None or len(second) != len(perm):
+            continue
+        if [perm[axis] for axis in second] == list(range(len(perm))) and by_id[after.id].rewritten is None:
+            by_id[node.id].rewritten = by_id[after.id].rewritten = "cancel-transposes"
+
+
+# --- fallback ------------------------------------------------------------------------------------------------------
+def _mark_fallback(target: Target, entries: list[NodeCost]) -> None:
+    ops = target.section("ops")
+    if ops is None or ops.get("fallback", "none") == "none":
+        return
+    for entry in entries:
+        if _placed(entry) and entry.fused_into is None and target.supports_op(entry.op) is False:
+            entry.fallback = True
+
+
+# --- kernels -------------------------------------------------------------------------------------------------------
+def _group_kernels(
+    graph: Graph,
+    ctx: CostContext,
+    target: Target,
+    entries: list[NodeCost],
+    by_id: dict[str, NodeCost],
+    tails: dict[str, str],
+) -> None:
+    """Each costed node that does work is a kernel; fusable activations and residual adds join the conv before them."""
+    fused = target.fused_activations() or frozenset()
+    residual = target.residual_fusion()
+    for entry in entries:
+        if entry.cost is None or not _placed(entry) or entry.kernel is not None:
             continue
         entry.kernel = entry.id
-        if entry.node.op not in CONV_OPS:
+        if entry.node.op not in CONV_OPS or entry.fallback:
             continue
         kind = entry.node.fused_activation
         if kind is not None and kind not in fused:
             entry.extra_pass = True
-        if kind is None:
-            for member in _fusable_activation(graph, entry.node, target, fused):
-                joined = by_id.get(member.id)
-                if joined is not None and joined.cost is not None:
-                    joined.kernel, joined.fused_into = entry.id, entry.id
+        if kind is not None:
+            continue
+        tail = tails.get(entry.id, entry.node.outputs[0] if entry.node.outputs else "")
+        members = _fusable_activation(graph, tail, fused, target.needs_lone_consumer)
+        how = ACTIVATION
+        if not members and residual is not None and entry.node.op in CONV_LIKE:
+            members, how = _residual_members(graph, ctx, entry.node, tail, residual, by_id), RESIDUAL
+        for member in members:
+            joined = by_id.get(member.id)
+            if joined is not None and joined.cost is not None and joined.kernel is None and not joined.fallback:
+                joined.kernel, joined.fused_into = entry.id, entry.id
+                joined.fusion = RESIDUAL if how == RESIDUAL and member.op == "Add" else ACTIVATION
 
 
-def _fusable_activation(graph: Graph, conv: Node, target: Target, fused: frozenset[str]) -> list[Node]:
-    """The nodes of the activation that fuses into `conv` on `target` (with the pass-through nodes between), or []."""
-    if not conv.outputs:
+def _fusable_activation(
+    graph: Graph, value: str, fused: Iterable[str], needs_lone_consumer: Callable[[str], bool]
+) -> list[Node]:
+    """The nodes of the activation that fuses into the kernel writing `value` (with the pass-through nodes between),
+    or []. `needs_lone_consumer(kind)`: whether that activation fuses only when it is the value's one reader."""
+    if not value:
         return []
-    uses, reaches_output = graph.uses(conv.outputs[0])
-    source = graph.source(conv.outputs[0])
+    uses, reaches_output = graph.uses(value)
+    source = graph.source(value)
     for use in uses:
         kind = graph.activation(use)
         if kind is None or kind not in fused:
@@ -228,11 +403,41 @@ def _fusable_activation(graph: Graph, conv: Node, target: Target, fused: frozens
         if graph.source(data) != source:
             continue
         lone = len(uses) == 1 and not reaches_output
-        if target.needs_lone_consumer(kind) and not lone:
+        if needs_lone_consumer(kind) and not lone:
             continue
         members = list(composite.nodes) if composite is not None else [use]
-        return [*_pass_through_between(graph, conv.outputs[0], members), *members]
+        return [*_pass_through_between(graph, value, members), *members]
     return []
+
+
+def _residual_members(
+    graph: Graph, ctx: CostContext, conv: Node, value: str, residual: Mapping, by_id: dict[str, NodeCost]
+) -> list[Node]:
+    """Conv -> Add(residual) [-> activation]: the Add (and the activation) when the target's residual fusion takes
+    them, else []."""
+    uses, reaches_output = graph.uses(value)
+    if len(uses) != 1 or reaches_output:
+        return []
+    add = uses[0]
+    inputs = [name for name in add.inputs if name]
+    if add.op != "Add" or len(inputs) != 2 or graph.composite(add) is not None or by_id[add.id].kernel is not None:
+        return []
+    mine = [name for name in inputs if graph.source(name) == graph.source(value)]
+    if len(mine) != 1 or any(graph.is_const(name) for name in inputs):
+        return []
+    if residual.get("requires_bias"):
+        bias_at = CONV_LIKE[conv.op][2]
+        if bias_at is None or bias_at >= len(conv.inputs) or not conv.inputs[bias_at]:
+            return []
+    if residual.get("requires_same_shape"):
+        shapes = [found.shape if (found := graph.value(name)) is not None else None for name in inputs]
+        if shapes[0] is None or shapes[0] != shapes[1]:
+            return []
+    members = [*_pass_through_between(graph, value, [add]), add]
+    if add.fused_activation is None and add.outputs:
+        # the activation after the Add fuses only when it is the Add's one reader
+        members += _fusable_activation(graph, add.outputs[0], residual.get("activations", ()), lambda kind: True)
+    return members
 
 
 def _pass_through_between(graph: Graph, value: str, members: Iterable[Node]) -> list[Node]:
@@ -253,51 +458,171 @@ def _pass_through_between(graph: Graph, value: str, members: Iterable[Node]) -> 
     return found
 
 
+# --- partitions ----------------------------------------------------------------------------------------------------
+def _partition(
+    graph: Graph, target: Target, entries: list[NodeCost], by_id: dict[str, NodeCost], result: ModelCost
+) -> list[str]:
+    """Count the accelerator partitions (union-find over the edges between accelerator nodes) and return the tensors
+    that cross between accelerator and CPU (one per tensor and direction). Nodes that do not run (folded, removed,
+    QDQ markers) take the side of their first input's producer, so they neither split nor join partitions."""
+    ops = target.section("ops")
+    if ops is None:
+        return []
+    if ops.get("fallback", "none") == "none":  # nothing leaves the device: one partition, no borders
+        result.partitions = 1 if any(_placed(entry) for entry in entries) else 0
+        return []
+    side: dict[str, str] = {}  # node id -> "npu" | "cpu"
+    parent: dict[str, str] = {}
+
+    def find(item: str) -> str:
+        root = item
+        while parent[root] != root:
+            root = parent[root]
+        while parent[item] != root:
+            parent[item], item = root, parent[item]
+        return root
+
+    crossing: dict[tuple[str, str], None] = {}
+    for entry in entries:  # graph order: producers first (topological in ONNX, execution order in TFLite)
+        node = entry.node
+        producers = [(name, graph.producer(name)) for name in node.inputs if name]
+        if entry.cost is not None and entry.cost.op_class == FREE and not entry.cost.note.startswith("QDQ marker"):
+            continue  # constants and shape arithmetic: folded before anything runs
+        if not _placed(entry) or (entry.fused_into is not None and not entry.fallback):
+            first = next((p for _, p in producers if p is not None and p.id in side), None)
+            if first is None:
+                continue
+            side[node.id] = side[first.id]
+        else:
+            side[node.id] = "cpu" if entry.fallback else "npu"
+        parent[node.id] = node.id
+        for name, producer in producers:
+            if producer is None or producer.id not in side:
+                continue
+            if side[producer.id] != side[node.id]:
+                crossing[(name, side[node.id])] = None
+            elif side[node.id] == "npu":
+                parent[find(producer.id)] = find(node.id)
+    roots = {find(entry.id) for entry in entries if side.get(entry.id) == "npu" and _placed(entry)}
+    result.partitions = len(roots)
+    result.transfers = len(crossing)
+    return [name for name, _ in crossing]
+
+
 # --- latency -------------------------------------------------------------------------------------------------------
-def _latency(entries: list[NodeCost], rates: Rates, target: Target, ctx: CostContext) -> float:
-    kernels: dict[str, list[NodeCost]] = {}
-    for entry in entries:
-        if entry.kernel is not None:
-            kernels.setdefault(entry.kernel, []).append(entry)
+def _latency(result: ModelCost, rates: Rates, target: Target, ctx: CostContext) -> tuple[float, float]:
+    low = high = 0.0
+    fallback_rated = rates.fallback_us_per_mb is not None
+    if result.fallback_nodes and not fallback_rated:
+        result.notes.append(
+            "the target has no fallback_us_per_mb: nodes on the CPU are costed at the accelerator's rates"
+        )
+    for members in result.kernel_members().values():
+        head = members[0]
+        scale = _byte_scale(target, ctx, head.node)
+        if head.fallback and fallback_rated:
+            assert head.cost is not None
+            time = (rates.fallback_intercept_us or 0.0) + rates.fallback_us_per_mb * head.cost.bytes * scale / MB  # type: ignore[operator]
+            worst = time
+        else:
+            time, worst = _kernel_time(head, members, rates, ctx, scale)
+        head.latency_us = head.latency_us_low = time
+        head.latency_us_high = worst
+        low += time
+        high += worst
+    return low, high
+
+
+def _transfer_time(names: list[str], rates: Rates, target: Target, ctx: CostContext, result: ModelCost) -> float:
+    if not names:
+        return 0.0
+    if rates.transfer_gb_per_s is None:
+        result.notes.append("the target has no transfer_gb_per_s: partition borders are not costed")
+        return 0.0
     total = 0.0
-    for kernel_id, members in kernels.items():
-        head = members[0] if members[0].id == kernel_id else next(m for m in members if m.id == kernel_id)
-        time = _kernel_time(head, members, rates, ctx, _byte_scale(target, ctx, head.node))
-        head.latency_us = time
-        total += time
+    for name in names:
+        producer = ctx.graph.producer(name)
+        try:
+            size = ctx.nbytes(name) * (_byte_scale(target, ctx, producer) if producer is not None else 1.0)
+        except UnknownCost:
+            size = 0.0
+            result.notes.append(f"tensor '{name}' crosses a partition border but its size is unknown")
+        total += (rates.transfer_overhead_us or 0.0) + size / (rates.transfer_gb_per_s * 1e3)
     return total
 
 
 def _byte_scale(target: Target, ctx: CostContext, node: Node) -> float:
     """A float model deployed in a narrower precision (int8 on TI, a8 on HTP, fp16) moves proportionally fewer
     bytes: the ratio of the precision's bits to the float tensor's bits, else 1."""
-    numeric = target.numeric()
+    numeric = _numeric(target)
     if numeric is None or not node.outputs:
         return 1.0
-    dtype = ctx.storage_dtype(node.outputs[0])
+    try:
+        dtype = ctx.storage_dtype(node.outputs[0])
+    except UnknownCost:
+        return 1.0
     if dtype is None or not dtype.startswith(("float", "bfloat")):
         return 1.0
     bits = np.dtype(dtype).itemsize * 8 if dtype != "bfloat16" else 16
     return min(1.0, numeric[1] / bits)
 
 
-def _kernel_time(head: NodeCost, members: list[NodeCost], rates: Rates, ctx: CostContext, scale: float) -> float:
+@lru_cache(maxsize=64)
+def _numeric(target: Target) -> tuple[str, int] | None:
+    return target.numeric()
+
+
+def _kernel_time(
+    head: NodeCost, members: list[NodeCost], rates: Rates, ctx: CostContext, scale: float
+) -> tuple[float, float]:
+    """(estimate, worst case) of one kernel; they differ only for data-dependent ops."""
     cost = head.cost
     assert cost is not None
     if cost.op_class == VIEW and rates.views_free:
-        return 0.0
-    macs = sum(m.cost.macs for m in members if m.cost is not None)
-    ops = sum(m.cost.ops for m in members if m.cost is not None)
-    traffic = cost.bytes * scale  # fused members add no traffic: the activation is applied before the conv writes
+        return 0.0, 0.0
+    working = [m for m in members if m.cost is not None and m.rewritten is None]  # folded nodes add nothing
+    macs = sum(m.cost.macs for m in working)  # type: ignore[union-attr]
+    # an activation fused into the kernel is applied to the result while it is still in registers: its ops hide
+    # behind the MACs (calibration: conv+activation pairs cost the conv alone); a residual Add still costs its ops
+    ops = sum(m.cost.ops for m in working if m.fusion != ACTIVATION)  # type: ignore[union-attr]
+    traffic = cost.bytes * scale  # fused members add no traffic: they are applied before the kernel writes...
+    for member in working:  # ...except the residual, which the kernel reads
+        if member.fusion == RESIDUAL and member.cost is not None and member.cost.op_class == ELTWISE:
+            traffic += _residual_bytes(ctx, member.node, head) * scale
     mac_rate = rates.depthwise_gmacs_per_s if _grouped(head.node) else rates.conv_gmacs_per_s
     compute = macs / (mac_rate * 1e3) + ops / (rates.vector_gops_per_s * 1e3)  # G/s -> per microsecond
-    time = max(compute, traffic / (rates.memory_gb_per_s * 1e3)) + rates.kernel_overhead_us
+    time = max(compute, traffic / (rates.memory_gb_per_s * 1e3))
+    worst = time
+    if rates.data_dependent_ratio > 1.0 and rates.data_dependent_ops:
+        dependent = rates.data_dependent_ops
+        if head.op in dependent:
+            worst = time * rates.data_dependent_ratio
+        else:
+            extra = sum(m.cost.ops for m in working if m is not head and m.op in dependent)  # type: ignore[union-attr]
+            worst = time + (rates.data_dependent_ratio - 1.0) * extra / (rates.vector_gops_per_s * 1e3)
+    time += rates.kernel_overhead_us
+    worst += rates.kernel_overhead_us
     if head.extra_pass and head.node.outputs:  # a separate activation pass over the conv's output
         out_bytes = cost.bytes_written * scale
         elements = ctx.numel(head.node.outputs[0])
-        time += max(elements / (rates.vector_gops_per_s * 1e3), 2 * out_bytes / (rates.memory_gb_per_s * 1e3))
-        time += rates.kernel_overhead_us
-    return time
+        extra_pass = max(elements / (rates.vector_gops_per_s * 1e3), 2 * out_bytes / (rates.memory_gb_per_s * 1e3))
+        time += extra_pass + rates.kernel_overhead_us
+        worst += extra_pass + rates.kernel_overhead_us
+    return time, worst
+
+
+def _residual_bytes(ctx: CostContext, add: Node, head: NodeCost) -> int:
+    """Bytes of the residual operand of a fused Add (the input that is not the conv's result)."""
+    graph = ctx.graph
+    mine = graph.source(head.node.outputs[0]) if head.node.outputs else ""
+    total = 0
+    for name in add.inputs:
+        if name and graph.source(name) != mine and not graph.is_const(name):
+            try:
+                total += ctx.nbytes(name)
+            except UnknownCost:
+                continue
+    return total
 
 
 def _grouped(node: Node) -> bool:

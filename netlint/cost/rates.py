@@ -21,6 +21,12 @@ KEYS = (
     "memory_gb_per_s",  # bytes per second (1e9) between the engine and the memory holding activations and weights
     "kernel_overhead_us",  # fixed cost of launching one kernel (one fused group of nodes)
     "views_free",  # Reshape/Flatten/Squeeze/Unsqueeze/Identity alias their input (no copy, no kernel)
+    "fallback_intercept_us",  # a node the accelerator cannot run, on the CPU: this fixed cost ...
+    "fallback_us_per_mb",  # ... plus this much per MB (1e6 bytes) it reads and writes (Vela-style linear cost)
+    "transfer_gb_per_s",  # a tensor crossing between accelerator and CPU: bytes per second (1e9) ...
+    "transfer_overhead_us",  # ... plus this fixed cost per crossing
+    "data_dependent_ratio",  # worst / best time of a data-dependent op (data_dependent_ops) on the same tensor
+    "data_dependent_ops",  # ops whose speed depends on the values (PRelu on ORT CPU: a branch per element)
 )
 
 
@@ -37,6 +43,12 @@ class Rates:
     origin: str  # "ort-cpu [cost]": the target whose [cost] section gave the numbers
     sources: tuple[str, ...] = ()
     assumed: tuple[str, ...] = ()
+    fallback_intercept_us: float | None = None  # None: the target states no CPU fallback cost
+    fallback_us_per_mb: float | None = None
+    transfer_gb_per_s: float | None = None  # None: partition borders are not costed
+    transfer_overhead_us: float | None = None
+    data_dependent_ratio: float = 1.0  # 1: no op's time depends on the data
+    data_dependent_ops: frozenset[str] = frozenset()
 
     @property
     def calibrated(self) -> bool:
@@ -73,9 +85,19 @@ def rates_for(target: Target) -> Rates | None:
             origin=origin,
             sources=(table["source"],),
             assumed=tuple(assumed),
+            fallback_intercept_us=_optional(merged, "fallback_intercept_us"),
+            fallback_us_per_mb=_optional(merged, "fallback_us_per_mb"),
+            transfer_gb_per_s=_optional(merged, "transfer_gb_per_s"),
+            transfer_overhead_us=_optional(merged, "transfer_overhead_us"),
+            data_dependent_ratio=float(merged.get("data_dependent_ratio", 1.0)),
+            data_dependent_ops=frozenset(merged.get("data_dependent_ops", ())),
         )
     except KeyError:
         return None
+
+
+def _optional(merged: Mapping[str, Any], key: str) -> float | None:
+    return float(merged[key]) if key in merged else None
 
 
 def _from_macs_per_cycle(target: Target, merged: Mapping[str, Any]) -> float | None:

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import onnx
 
-from netlint.errors import EXIT_CLEAN, ModelLoadError, UsageError
+from netlint.errors import EXIT_CLEAN, EXIT_FINDINGS, ModelLoadError, UsageError
 from netlint.fixes.engine import FixError, FixResult, fix_model
+from netlint.ir import Model
 from netlint.terminal import safe
 
 
@@ -23,25 +26,74 @@ def run_fix(args: argparse.Namespace) -> int:
     if not args.diff and bool(args.output) == bool(args.in_place):
         raise UsageError("say where the fixed model goes: -o FILE or --in-place (or --diff to only show changes)")
     path = Path(args.path)
-    proto = _load(path)
+    tflite_input = _is_tflite(path)
+    proto, model = (None, None) if tflite_input else _load(path)
     overrides = overrides_from(args)
     if args.config:
         file_config = read_config_file(Path(args.config))
     else:
         file_config = FileConfig() if args.isolated else find_config(path.parent.resolve())
     settings = settings_for(file_config, overrides)
-    result = fix_model(proto, str(path), path.parent, settings, unsafe=args.unsafe_fixes)
-    lines = _verify(result, path, args.verify)
+    settings.keep_slower_fixes = bool(getattr(args, "keep_slower_fixes", False))
+    report = Path(args.report) if getattr(args, "report", None) else None
+    if report is not None and (tflite_input or report.resolve() == path.resolve()):
+        raise UsageError(f"--report {report}: " + ("not for TFLite models yet" if tflite_input else "is the input"))
+    if tflite_input:
+        from netlint.fixes.tflite.command import run_fix_tflite
+
+        return run_fix_tflite(args, path, settings)
+    to_fp16 = bool(getattr(args, "to_fp16", False))
+    result = fix_model(proto, str(path), path.parent, settings, unsafe=args.unsafe_fixes, model=model, to_fp16=to_fp16)
+    records: list[dict[str, Any]] = []
+    lines = _verify(result, path, args.verify, records)
     out = path if args.in_place else Path(args.output) if args.output else None
-    sys.stdout.write(_summary(result, path, lines, out, detailed=args.diff))
-    if out is not None and (result.applied or not args.in_place):
+    written = out is not None and (bool(result.applied) or not args.in_place)
+    if getattr(args, "format", "text") == "json":
+        sys.stdout.write(_json_summary(result, path, lines, records, out if written else None, args.diff))
+    else:
+        sys.stdout.write(_summary(result, path, lines, out, detailed=args.diff))
+    if written:
         from netlint.fixes.output import external_locations, write_model
 
-        write_model(result.fixed, out, path, external=bool(external_locations(result.original)))
+        write_model(result.fixed, out, path, external=bool(external_locations(result.original)))  # type: ignore[arg-type]
+    if report is not None:
+        _write_report(report, result, path, out if written else None, model, settings.target, lines, records)
+    if getattr(args, "exit_non_zero_on_fix", False) and result.applied:
+        return EXIT_FINDINGS  # like ruff: the model was changed (or, with --diff, would be)
     return EXIT_CLEAN
 
 
-def _load(path: Path) -> onnx.ModelProto:
+def _write_report(
+    report: Path,
+    result: FixResult,
+    path: Path,
+    out: Path | None,
+    model: Model | None,
+    target: Any,
+    lines: list[str],
+    records: list[dict[str, Any]],
+) -> None:
+    """`--report FILE`: the HTML page of the fixes (netlint.report.html.render_fix_report), written atomically."""
+    from netlint.cli import write_atomically
+    from netlint.fixes.engine import _convert
+    from netlint.report.html import render_fix_report
+
+    original = model or _convert(result.original, str(path), path.parent)
+    fixed = _convert(result.fixed, str(path), path.parent) if result.applied else original
+    text = render_fix_report(str(path), str(out) if out else None, original, fixed, result, target, lines, records)
+    write_atomically(report, text)
+
+
+def _is_tflite(path: Path) -> bool:
+    from netlint.io import detect_format
+
+    try:
+        return detect_format(path) == "tflite"
+    except ModelLoadError as exc:
+        raise UsageError(f"{path}: {exc}") from None
+
+
+def _load(path: Path) -> tuple[onnx.ModelProto, Model]:
     from netlint.io import detect_format
     from netlint.io.onnx_io import model_from_proto
 
@@ -49,7 +101,7 @@ def _load(path: Path) -> onnx.ModelProto:
         if detect_format(path) == "tflite":
             raise UsageError(f"{path}: fixing TFLite models is not supported yet")
         proto = onnx.load(str(path), load_external_data=False)
-        model_from_proto(proto, str(path), path.parent)  # the same validation `check` applies
+        model = model_from_proto(proto, str(path), path.parent)  # the same validation `check` applies
     except ModelLoadError as exc:
         raise UsageError(f"{path}: {exc}") from None
     except UsageError:
@@ -57,20 +109,26 @@ def _load(path: Path) -> onnx.ModelProto:
     except Exception as exc:
         reason = " ".join(str(exc).split())[:200] or type(exc).__name__
         raise UsageError(f"{path}: not a valid ONNX protobuf ({reason})") from None
-    return proto
+    return proto, model
 
 
-def _verify(result: FixResult, path: Path, wanted: bool | None) -> list[str]:
-    """Lines for the report; raises FixError when a safe fix changes an output beyond tolerance."""
+def _verify(
+    result: FixResult, path: Path, wanted: bool | None, records: list[dict[str, Any]] | None = None
+) -> list[str]:
+    """Lines for the report (and, into `records`, one entry per output compared); raises FixError when an exact fix
+    changes an output beyond tolerance. Fixes that are not exact (unsafe ones, and keep-fp32 / --to-fp16, whose
+    float16 is never bit for bit) are measured: max abs error and cosine similarity per output."""
     from netlint.fixes import verify
+
+    records = records if records is not None else []
 
     if not result.applied or wanted is False:
         return []
     if wanted is None and not verify.available():
         return ["verify: skipped (onnxruntime is not installed: pip install 'netlint[verify]')"]
     lines: list[str] = []
-    safe_fixes = [a for a in result.applied if a.applicability == "safe"]
-    unsafe_fixes = [a for a in result.applied if a.applicability != "safe"]
+    safe_fixes = [a for a in result.applied if a.applicability == "safe" and getattr(a, "exact", True)]
+    unsafe_fixes = [a for a in result.applied if a not in safe_fixes]
     try:
         if safe_fixes:
             diffs = verify.compare(result.original, result.safe_only, path.parent)
@@ -81,6 +139,7 @@ def _verify(result: FixResult, path: Path, wanted: bool | None) -> list[str]:
                     f"verification failed: output '{bad[0].name}' of the model fixed by {rules} differs by up to "
                     f"{bad[0].max_abs:.3g} (rtol {verify.RTOL:g}, atol {verify.ATOL:g}); nothing written"
                 )
+            records.extend(_record(d, "exact") for d in diffs)
             worst = max((d.max_abs for d in diffs), default=0.0)
             match = "outputs match" if len(diffs) != 1 else "output matches"
             lines.append(
@@ -88,9 +147,12 @@ def _verify(result: FixResult, path: Path, wanted: bool | None) -> list[str]:
                 f"fixes (max abs error {worst:.3g})"
             )
         if unsafe_fixes:
+            kinds = {"unsafe fixes" if a.applicability != "safe" else a.fix for a in unsafe_fixes}
+            label = ", ".join(sorted(kinds))
             for diff in verify.compare(result.original, result.fixed, path.parent):
+                records.append(_record(diff, "measured"))
                 lines.append(
-                    f"verify (unsafe fixes): output '{diff.name}': max abs error {diff.max_abs:.4g}, "
+                    f"verify ({label}): output '{diff.name}': max abs error {diff.max_abs:.4g}, "
                     f"cosine similarity {diff.cosine:.6f}"
                 )
     except verify.VerifyUnavailable as exc:
@@ -124,6 +186,55 @@ def _summary(result: FixResult, path: Path, verify_lines: list[str], out: Path |
     what = f"{verb} {count} finding{'s' if count != 1 else ''}" if count else "Nothing to fix"
     lines.append(f"{what}{written}.")
     return "\n".join(lines) + "\n"
+
+
+def _record(diff: Any, check: str) -> dict[str, Any]:
+    def number(value: float) -> float | None:
+        return value if math.isfinite(value) else None  # JSON has no inf/NaN: null
+
+    return {
+        "name": diff.name,
+        "check": check,
+        "max_abs_error": number(diff.max_abs),
+        "cosine": number(diff.cosine),
+        "close": diff.close,
+    }
+
+
+def _json_summary(
+    result: FixResult, path: Path, lines: list[str], records: list[dict[str, Any]], out: Path | None, diff: bool
+) -> str:
+    """`netlint fix --format json`: what was applied (per rule, with descriptions), skipped (with reasons), the
+    verification of every output, and the op counts; one JSON object on stdout."""
+    import json
+
+    by_rule: dict[tuple[str, str, str, str], dict[str, Any]] = {}
+    for fix in result.applied:
+        key = (fix.code, fix.rule, fix.fix, fix.applicability)
+        entry = by_rule.setdefault(
+            key,
+            {"code": fix.code, "rule": fix.rule, "fix": fix.fix, "applicability": fix.applicability, "count": 0},
+        )
+        entry["count"] += 1
+        entry.setdefault("descriptions", []).append(fix.description)
+        entry["exact"] = entry.get("exact", True) and fix.applicability == "safe" and getattr(fix, "exact", True)
+    before, after = result.ops_before, result.ops_after
+    summary = {
+        "path": str(path),
+        "output": None if out is None else str(out),
+        "dry_run": diff,
+        "fixed": len(result.applied),
+        "fixes": list(by_rule.values()),
+        "skipped": [{"code": s.code, "fix": s.fix, "node": s.node, "reason": s.reason} for s in result.skipped],
+        "ops": {op: [before[op], after[op]] for op in sorted({*before, *after}) if before[op] != after[op]},
+        "verification": {
+            "outputs": records,
+            "messages": [line for line in lines if line.startswith("verify")],
+        },
+        "remaining": len(result.remaining),
+        "notes": list(result.notes),
+    }
+    return json.dumps(summary, indent=2, ensure_ascii=False) + "\n"
 
 
 def _op_changes(before: Counter[str], after: Counter[str]) -> str:

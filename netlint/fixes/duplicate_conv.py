@@ -91,13 +91,9 @@ def _activation_members(ctx: FixContext, out: str) -> list[int] | str:
 
 
 def unique_node_name(edit: GraphEdit, hint: str) -> str:
-    """A node name no node of the edit has (onnxruntime rejects a model with two nodes of one name)."""
-    names = {node.name for node in edit.nodes if node is not None}
-    name, suffix = hint, 1
-    while name in names:
-        name = f"{hint}_{suffix}"
-        suffix += 1
-    return name
+    """A node name no node of the edit has (onnxruntime rejects a model with two nodes of one name); the edit keeps
+    the taken names, so this is not a scan of the graph per call."""
+    return edit.unique_name(hint)
 
 
 def _outputs(ctx: FixContext, position: int) -> list[str]:

@@ -21,6 +21,29 @@ class InvariantError(Exception):
     """The edited graph is no longer well formed (a dangling input, a value produced twice, a missing output)."""
 
 
+class _Tracked(list):
+    """The round's node list, remembering every position handed out or replaced: a pass edits the NodeProtos it got
+    from the edit in place, so those are the only nodes whose index entries can be stale (see GraphEdit.reindex)."""
+
+    def __init__(self, nodes: list[onnx.NodeProto | None]) -> None:
+        super().__init__(nodes)
+        self.touched: set[int] = set()
+
+    def __getitem__(self, index):  # type: ignore[no-untyped-def]
+        if isinstance(index, int):
+            self.touched.add(index if index >= 0 else len(self) + index)
+        return super().__getitem__(index)
+
+    def __setitem__(self, index, value):  # type: ignore[no-untyped-def]
+        if isinstance(index, int):
+            self.touched.add(index if index >= 0 else len(self) + index)
+        super().__setitem__(index, value)
+
+    def append(self, node: onnx.NodeProto | None) -> None:
+        self.touched.add(len(self))
+        super().append(node)
+
+
 class GraphEdit:
     def __init__(self, model: onnx.ModelProto) -> None:
         self.model = model
@@ -31,13 +54,14 @@ class GraphEdit:
     # --- rounds ---------------------------------------------------------------------------------------------------
     def begin(self) -> None:
         """Start a round: node positions from here on match the IR built from the current proto."""
-        self.nodes = [onnx.NodeProto() for _ in self.graph.node]
-        for copy, node in zip(self.nodes, self.graph.node, strict=True):
+        nodes = [onnx.NodeProto() for _ in self.graph.node]
+        for copy, node in zip(nodes, self.graph.node, strict=True):
             copy.CopyFrom(node)
+        self.nodes = _Tracked(nodes)
         self._removed_initializers: set[str] = set()
         self._new_initializers: list[onnx.TensorProto] = []
         self._before: dict[int, int] = {}  # position of an inserted node -> position of the node it goes before
-        self.reindex()
+        self._full_reindex()
 
     def commit(self) -> None:
         """Write the round's nodes and initializers back into the graph and drop stale value_info entries."""
@@ -52,7 +76,7 @@ class GraphEdit:
             del self.graph.input[:]
             self.graph.input.extend(inputs)
         self.graph.initializer.extend(self._new_initializers)
-        present = self._names()
+        present = self._present()
         infos = [info for info in self.graph.value_info if info.name in present]
         if len(infos) != len(self.graph.value_info):
             del self.graph.value_info[:]
@@ -61,28 +85,99 @@ class GraphEdit:
 
     # --- index --------------------------------------------------------------------------------------------------------
     def reindex(self) -> None:
+        """Bring the index up to date with the node list. Only nodes handed out (node(), producer_of(), the list's
+        items) or replaced since the last reindex can have changed, so only those are re-indexed: one fix costs what
+        it touches, not the size of the graph (a full rebuild per fix made fixing a 100k-node model quadratic). A
+        change to a node with a subgraph body rebuilds everything (the captured names are a union)."""
+        touched = self.nodes.touched | self._held
+        self.nodes.touched = set()
+        self._held = touched  # the caller may still hold these NodeProtos and edit them: re-read until checked
+        self.outputs = {o.name for o in self.graph.output}
+        self.inputs = {i.name for i in self.graph.input}
+        current = []
+        for index in sorted(touched):  # all old entries out first, so a value that moves between nodes is not twice
+            old = self._io[index] if index < len(self._io) else None
+            node = list.__getitem__(self.nodes, index) if index < len(self.nodes) else None
+            if (old is not None and old[2]) or (node is not None and node.attribute and _subgraph_reads(node)):
+                self._full_reindex()
+                return
+            if old is not None:
+                self._unindex(index, old)
+            self._changed.setdefault(index, old[1] if old is not None else ())
+            current.append((index, node))
+        for index, node in current:
+            if node is not None:
+                self._index(index, node)
+
+    def _full_reindex(self) -> None:
         self.producer: dict[str, int] = {}
         self.consumers: dict[str, list[int]] = defaultdict(list)
         self.captured: set[str] = set()  # names read implicitly by subgraph bodies
-        for index, node in enumerate(self.nodes):
-            if node is None:
-                continue
-            for out in node.output:
-                if out:
-                    self.producer.setdefault(out, index)
-            reads = list(node.input)
-            inner = _subgraph_reads(node)
-            self.captured.update(inner)
-            for name in dict.fromkeys([*reads, *inner]):
-                if name:
-                    self.consumers[name].append(index)
+        self._io: list[tuple[tuple[str, ...], tuple[str, ...], bool] | None] = []
+        self._twice: set[str] = set()  # values a second node also writes (an invariant error)
+        self._changed: dict[int, tuple[str, ...]] = {}  # position -> its outputs before the change (checked next)
+        self._check_all = True
+        self._held: set[int] = set()  # positions handed out since the last check_invariants
+        self._used: set[str] = set()  # every name seen this round (a superset of the names in use), for unique_name
+        for index, node in enumerate(list.__iter__(self.nodes)):
+            if node is not None:
+                self._index(index, node)
+            else:
+                self._set_io(index, None)
+        self.nodes.touched = set()
         self.outputs = {o.name for o in self.graph.output}
         self.inputs = {i.name for i in self.graph.input}
         self.initializers = {t.name for t in self.graph.initializer if t.name not in self._removed_initializers}
         self.initializers.update(t.name for t in self._new_initializers)
+        self._used |= self.outputs | self.inputs | self.initializers | self.captured
+
+    def _set_io(self, index: int, io: tuple[tuple[str, ...], tuple[str, ...], bool] | None) -> None:
+        while len(self._io) <= index:
+            self._io.append(None)
+        self._io[index] = io
+
+    def _index(self, index: int, node: onnx.NodeProto) -> None:
+        outputs = tuple(node.output)
+        for out in outputs:
+            if out and self.producer.setdefault(out, index) != index:
+                self._twice.add(out)
+        inner = _subgraph_reads(node) if node.attribute else []  # most nodes have no attribute, none a body
+        self.captured.update(inner)
+        reads = tuple(name for name in dict.fromkeys([*node.input, *inner]) if name)
+        for name in reads:
+            self.consumers[name].append(index)
+        self._used.update(reads)
+        self._used.update(outputs)
+        if node.name:
+            self._used.add(node.name)  # unique_name serves node names too
+        self._set_io(index, (reads, outputs, bool(inner)))
+
+    def _unindex(self, index: int, old: tuple[tuple[str, ...], tuple[str, ...], bool]) -> None:
+        """Take a node's entries (as indexed then) out of the index."""
+        reads, outputs, _ = old
+        for out in outputs:
+            if out and self.producer.get(out) == index:
+                del self.producer[out]
+                others = [i for i in self._producers_of(out) if i != index]
+                if others:  # another node writes it too: it becomes the producer
+                    self.producer[out] = others[0]
+                if len(others) <= 1:
+                    self._twice.discard(out)
+        for name in reads:
+            readers = self.consumers.get(name)
+            if readers and index in readers:
+                readers.remove(index)
+                if not readers:
+                    del self.consumers[name]
+        self._io[index] = None
+
+    def _producers_of(self, name: str) -> list[int]:
+        if name not in self._twice:
+            return []
+        return [i for i, io in enumerate(self._io) if io is not None and name in io[1]]
 
     def node(self, index: int) -> onnx.NodeProto | None:
-        return self.nodes[index]
+        return self.nodes[index]  # recorded as touched: the caller may edit it
 
     def uses(self, name: str) -> list[int]:
         return self.consumers.get(name, [])
@@ -91,18 +186,21 @@ class GraphEdit:
         index = self.producer.get(name)
         return None if index is None else self.nodes[index]
 
-    def _names(self) -> set[str]:
-        names = {n for node in self.nodes if node is not None for n in [*node.input, *node.output] if n}
+    def _present(self) -> set[str]:
+        names = {n for node in list.__iter__(self.nodes) if node is not None for n in [*node.input, *node.output] if n}
         names |= {*self.initializers, *self.inputs, *self.outputs, *self.captured}
         return names
 
     # --- primitives (only called from a plan's apply) -----------------------------------------------------------------
     def unique_name(self, hint: str) -> str:
-        names = self._names()
+        """A name no value, initializer or node of this round used (never reused: a removed name stays taken); good
+        for a new value and for a new node (onnxruntime rejects two nodes of one name)."""
+        self.reindex()
         name, suffix = hint, 1
-        while name in names:
+        while name in self._used:
             name = f"{hint}_{suffix}"
             suffix += 1
+        self._used.add(name)
         return name
 
     def add_initializer(self, hint: str, array: np.ndarray) -> str:
@@ -111,7 +209,8 @@ class GraphEdit:
         self._new_initializers.append(tensor)
         if self.model.ir_version < 4:  # before IR 4, every initializer must also be a graph input
             self.graph.input.append(onnx.helper.make_tensor_value_info(name, tensor.data_type, list(tensor.dims)))
-        self.reindex()
+            self.inputs.add(name)
+        self.initializers.add(name)  # a fresh name nothing reads yet: producers and consumers are unchanged
         return name
 
     def insert_before(self, index: int, node: onnx.NodeProto) -> int:
@@ -123,12 +222,19 @@ class GraphEdit:
         self.reindex()
         return position
 
+    def append(self, node: onnx.NodeProto) -> int:
+        """Add `node` after every other node (for a node nothing in the graph reads, e.g. a Cast that produces a graph
+        output); returns its position."""
+        self.nodes.append(node)
+        self.reindex()
+        return len(self.nodes) - 1
+
     def _in_order(self) -> list[onnx.NodeProto | None]:
         inserted: dict[int, list[int]] = defaultdict(list)
         for position, anchor in self._before.items():
             inserted[anchor].append(position)
         order = [p for index in range(len(self.nodes)) if index not in self._before for p in [*inserted[index], index]]
-        return [self.nodes[p] for p in order]
+        return [list.__getitem__(self.nodes, p) for p in order]
 
     def set_conv_parameters(
         self, conv: onnx.NodeProto, weights: np.ndarray, bias: np.ndarray, tag: str, beta_one: bool = False
@@ -193,7 +299,7 @@ class GraphEdit:
                 self.initializers.discard(name)
                 continue
             index = self.producer.get(name)
-            node = self.nodes[index] if index is not None else None
+            node = list.__getitem__(self.nodes, index) if index is not None else None
             if node is None or _subgraph_reads(node):
                 continue
             if any(self.uses(out) or out in self.outputs for out in node.output if out):
@@ -204,7 +310,43 @@ class GraphEdit:
 
     # --- checks -------------------------------------------------------------------------------------------------------
     def check_invariants(self) -> None:
-        """Each value produced once, each input defined, each graph output produced: raised as InvariantError."""
+        """Each value produced once, each input defined, each graph output produced: raised as InvariantError. After
+        the first check of a round only the nodes changed since the last one (and the readers of what they no longer
+        write) are checked: the rest of the graph was checked already and is unchanged."""
+        self.reindex()
+        self._held = set()  # a fix is done when it is checked: what it held is indexed as it left it
+        if self._check_all:
+            self._check_everything()
+            self._check_all = False
+            self._changed = {}
+            return
+
+        def defined(name: str) -> bool:
+            return name in self.producer or name in self.initializers or name in self.inputs
+
+        for index, old_outputs in self._changed.items():
+            node = list.__getitem__(self.nodes, index) if index < len(self.nodes) else None
+            if node is not None:
+                for out in node.output:
+                    twice = out in self._twice and len(self._producers_of(out)) > 1
+                    constant = out in self.initializers or out in self.inputs
+                    if out and (twice or constant or self.producer.get(out) != index):
+                        raise InvariantError(f"value '{out}' is defined twice")
+                for name in node.input:
+                    if name and not defined(name) and name not in self.captured:
+                        label = node.name or node.op_type
+                        raise InvariantError(f"node '{label}' reads '{name}', which nothing defines")
+            for out in old_outputs:
+                readers = self.consumers.get(out, []) if out else []
+                if readers and not defined(out) and out not in self.captured:
+                    reader = list.__getitem__(self.nodes, readers[0])
+                    raise InvariantError(f"node '{reader.name or reader.op_type}' reads '{out}', which nothing defines")
+        self._changed = {}
+        for name in self.outputs:
+            if not defined(name):
+                raise InvariantError(f"graph output '{name}' is no longer produced")
+
+    def _check_everything(self) -> None:
         defined = {*self.initializers, *self.inputs}
         seen: set[str] = set()
         for node in self.nodes:

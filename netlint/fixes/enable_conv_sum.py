@@ -11,7 +11,8 @@ Guards (the finding is skipped, with the reason): any other blocker FU005 names 
 between the conv and the Add, the conv's output has other consumers, an activation the target cannot apply after
 the sum — which need a different, non-exact or manual change (fold the op with fold-batchnorm, duplicate the conv,
 reshape an operand, change the activation); a Conv whose output channels are unknown or that is gone. The blockers
-are read from the finding's reasons, which FU005 writes from fixed phrases (RULE_PHRASES below).
+come from the finding's structured data (FU005's `Finding.data`: `fuses`, `blocked` with a key per reason,
+`conv_without_bias`), never from its message text.
 """
 
 from __future__ import annotations
@@ -21,10 +22,8 @@ from onnx import helper
 
 from netlint.fixes.registry import FixContext, FixPass, Plan, label, node_names, register_fix
 
-# FU005's reason phrases (rules/fu005_conv_sum_blocked.py) for the two blockers this pass removes.
-NO_BIAS = "has no bias, which the target's fusion requires"
-SUM_ONLY = "matches Add nodes only, not Sum"
-BLOCKED = "cannot fuse into"  # FU005's message when the add does not fuse (otherwise only its activation is blocked)
+# FU005's blocker keys (rules/fu005_conv_sum_blocked.py) for the two blockers this pass removes.
+FIXABLE = frozenset({"bias", "sum"})
 
 
 @register_fix
@@ -36,24 +35,30 @@ class EnableConvSum(FixPass):
         add = ctx.proto(ctx.nodes[0])
         if add is None or add.op_type not in ("Add", "Sum"):
             return "the add is gone"
-        message = ctx.finding.message
-        if BLOCKED not in message:
+        data = ctx.finding.data
+        if "fuses" not in data:
+            return "the finding carries no FU005 data (a rule pack older than this pass?)"
+        if data["fuses"]:
             return "only the add's activation is blocked: use an activation the target applies after the sum (manual)"
-        reasons = message.split(": ", 1)[1].split("; ") if ": " in message else []
-        others = [reason for reason in reasons if NO_BIAS not in reason and SUM_ONLY not in reason]
+        blocked = data.get("blocked", [])
+        others = [b["reason"] for b in blocked if b["key"] not in FIXABLE]
         if others:
             return f"not fixed automatically: {'; '.join(others)}"
+        position_of = dict(zip(ctx.finding.nodes, ctx.nodes, strict=False))
         biasless = []
-        for position in ctx.nodes[1:]:
-            conv = edit.node(position)
-            if conv is None or conv.op_type != "Conv" or f"{label(conv)} {NO_BIAS}" not in message:
-                continue
+        for conv_id in dict.fromkeys(data.get("conv_without_bias", [])):
+            position = position_of.get(conv_id)
+            conv = edit.node(position) if position is not None else None
+            if conv is None or conv.op_type != "Conv":
+                return f"the conv '{conv_id}' is gone"
+            if len(conv.input) > 2 and conv.input[2]:
+                continue  # it got a bias meanwhile
             weight = graph.value(conv.input[1]) if len(conv.input) > 1 else None
             if weight is None or weight.shape is None or not isinstance(weight.shape[0], int):
                 return f"the output channels of {label(conv)} are unknown"
             dtype = np.dtype(weight.dtype) if weight.dtype else np.dtype(np.float32)
             biasless.append((position, np.zeros(weight.shape[0], dtype)))
-        to_add = add.op_type == "Sum" and SUM_ONLY in message and len(add.input) == 2
+        to_add = add.op_type == "Sum" and any(b["key"] == "sum" for b in blocked) and len(add.input) == 2
         if not biasless and not to_add:
             return "nothing this pass can change (no bias-less conv or two-input Sum named in the finding)"
 

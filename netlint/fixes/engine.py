@@ -20,12 +20,13 @@ from pathlib import Path
 import onnx
 
 from netlint.config import Settings
-from netlint.engine import lint_model
+from netlint.engine import ModelReport, lint_model
 from netlint.errors import NetlintError
 from netlint.fixes.edit import GraphEdit, InvariantError
 from netlint.fixes.registry import FixContext, all_passes
 from netlint.io.onnx_io import model_from_proto
-from netlint.rule import Finding
+from netlint.ir import Model
+from netlint.rule import Finding, Impact
 
 MAX_ROUNDS = 10
 
@@ -41,6 +42,10 @@ class AppliedFix:
     fix: str
     applicability: str
     description: str
+    exact: bool = True  # verified to rtol/atol; False: the error of every output is reported (unsafe, keep-fp32)
+    nodes: list[str] = field(default_factory=list)  # the finding's node ids (in the graph of the round it was fixed)
+    touched: set[str] = field(default_factory=set)  # the tensors the fix read or wrote (`fix --report` draws them)
+    impact: Impact | None = None  # the finding's predicted saving on the target, when it was priced
 
 
 @dataclass
@@ -71,27 +76,106 @@ class FixResult:
         return Counter(node.op_type for node in self.fixed.graph.node)
 
 
-def fix_model(proto: onnx.ModelProto, path: str, base: Path, settings: Settings, *, unsafe: bool = False) -> FixResult:
-    """Fix a copy of `proto` (which is left as it was)."""
+def fix_model(
+    proto: onnx.ModelProto,
+    path: str,
+    base: Path,
+    settings: Settings,
+    *,
+    unsafe: bool = False,
+    model: Model | None = None,
+    to_fp16: bool = False,
+) -> FixResult:
+    """Fix a copy of `proto` (which is left as it was). `model` is the IR of `proto` if the caller built it already
+    (the first round lints it instead of converting the proto again). The exact fixes run to their fixpoint first
+    (`safe_only` is that model, what the exact verification checks); then the inexact ones (unsafe with
+    --unsafe-fixes, and safe passes that are not exact, like keep-fp32); then `to_fp16` converts the model."""
     work = copy.deepcopy(proto)
     result = FixResult(proto, work, work)
-    _run(work, path, base, settings, {"safe"}, result)
-    if unsafe:
-        result.safe_only = copy.deepcopy(work)
-        _run(work, path, base, settings, {"safe", "unsafe"}, result)
+    state = _run(work, path, base, settings, {"safe"}, result, (model, None) if model else None, exact_only=True)
+    passes = all_passes()
+    inexact = state is not None and any(
+        f.fix is not None and f.fix.name in passes and not getattr(passes[f.fix.name], "exact", True)
+        for f in state[1].findings
+    )
+    if unsafe or inexact:
+        state = _run(work, path, base, settings, {"safe", "unsafe"} if unsafe else {"safe"}, result, state)
+    if to_fp16:
+        _to_fp16(work, path, base, settings, result, state[0] if state else None)
     return result
 
 
-def _run(
-    proto: onnx.ModelProto, path: str, base: Path, settings: Settings, allowed: set[str], result: FixResult
+def _snapshot(result: FixResult) -> None:
+    """Keep the model as the exact fixes left it, before anything inexact changes it."""
+    if result.safe_only is result.fixed:
+        result.safe_only = copy.deepcopy(result.fixed)
+
+
+def _to_fp16(
+    proto: onnx.ModelProto, path: str, base: Path, settings: Settings, result: FixResult, model: Model | None
 ) -> None:
+    """`--to-fp16`: float16 everywhere except the islands QT005 (judged for an fp16 target) keeps in float32."""
+    from netlint.fixes import keep_fp32
+    from netlint.rule import Context, all_rules
+    from netlint.targets import load_target
+
+    model = model or _convert(proto, path, base)
+    if keep_fp32.unsafe_in(model.graph, keep_fp32.HALF) or any(
+        v.dtype == keep_fp32.HALF and not v.is_const for v in model.graph.values.values()
+    ):
+        result.notes.append("--to-fp16: the model computes in float16 already (keep-fp32 moves unsafe ops back)")
+        return
+    target = settings.target if settings.target.numeric() == ("float", 16) else load_target("generic", "fp16")
+    findings = list(all_rules()["QT005"]().scan(model.graph, Context(target, options=settings.rule_options)))
+    edit = GraphEdit(proto)
+    half, kept = keep_fp32.to_fp16(edit, model.graph, keep_fp32.unsafe_positions(model.graph, findings))
+    if not half:
+        result.notes.append("--to-fp16: no float32 op to convert")
+        return
+    description = f"--to-fp16: {half} ops in float16, {kept} kept in float32 (QT005's unsafe ops and their islands)"
+    applied = AppliedFix("QT005", "fp16-unsafe", "keep-fp32", "safe", description, exact=False)
+    try:
+        edit.reindex()
+        edit.check_invariants()
+    except InvariantError as exc:
+        raise FixError(f"QT005 (keep-fp32) --to-fp16 broke the graph: {exc}") from None
+    _snapshot(result)
+    edit.commit()
+    _check(proto, [applied], base)
+    result.applied.append(applied)
+    result.remaining = lint_model(_convert(proto, path, base), settings).findings
+
+
+def _slower(finding: Finding, settings: Settings) -> str | None:
+    """Why a fix is not applied: the cost model predicts it slows the target down (netlint.cost.impact), unless
+    --keep-slower-fixes."""
+    impact = finding.impact
+    if impact is None or impact.saving_ms >= -1e-9 or settings.keep_slower_fixes:
+        return None
+    return f"predicted {-impact.saving_ms:.3g} ms slower on {impact.target} (--keep-slower-fixes applies it anyway)"
+
+
+def _run(
+    proto: onnx.ModelProto,
+    path: str,
+    base: Path,
+    settings: Settings,
+    allowed: set[str],
+    result: FixResult,
+    state: tuple[Model, ModelReport | None] | None = None,
+    exact_only: bool = False,
+) -> tuple[Model, ModelReport] | None:
+    """Rounds to a fixpoint; returns the IR and report of the final proto when the last round left it unchanged (so
+    the next run can start from them), else None. `exact_only` leaves the passes that are not exact for later."""
     passes = all_passes()
     skipped: dict[tuple[str, str, str], SkippedFix] = {}
+    model, report = state if state is not None else (None, None)
     for _ in range(MAX_ROUNDS):
         result.rounds += 1
         skipped = {}  # the last round's reasons are the final ones: it planned every finding that remains
-        model = model_from_proto(proto, path, base)
-        report = lint_model(model, settings)
+        if model is None:
+            model = _convert(proto, path, base)
+        report = report or lint_model(model, settings)
         if report.errors:
             raise FixError(f"linting the fixed graph failed: {report.errors[0]}")
         result.remaining = report.findings
@@ -103,11 +187,18 @@ def _run(
             fix = finding.fix
             if fix is None or fix.applicability not in allowed or fix.name not in passes:
                 continue
+            exact = fix.applicability == "safe" and getattr(passes[fix.name], "exact", True)
+            if exact_only and not exact:
+                continue
             where = finding.nodes[0] if finding.nodes else "<initializers>"
             nodes = [positions.get(node_id) for node_id in finding.nodes]
             if any(position is None for position in nodes):
                 reason = "the nodes are inside a subgraph (If/Loop/Scan body): not fixed yet"
                 skipped.setdefault((finding.code, where, reason), SkippedFix(finding.code, fix.name, where, reason))
+                continue
+            slower = _slower(finding, settings)
+            if slower is not None:
+                skipped.setdefault((finding.code, where, slower), SkippedFix(finding.code, fix.name, where, slower))
                 continue
             ctx = FixContext(edit, model.graph, finding, nodes, settings.rule_options)  # type: ignore[arg-type]
             try:
@@ -126,22 +217,74 @@ def _run(
             except InvariantError as exc:
                 raise FixError(f"{finding.code} ({fix.name}) broke the graph at '{where}': {exc}") from None
             claimed |= plan.touched
-            this_round.append(AppliedFix(finding.code, finding.name, fix.name, fix.applicability, plan.description))
+            applied = AppliedFix(finding.code, finding.name, fix.name, fix.applicability, plan.description, exact)
+            applied.nodes, applied.touched, applied.impact = list(finding.nodes), set(plan.touched), finding.impact
+            this_round.append(applied)
         if not this_round:
             break
+        model, report = None, None  # the proto changes: the next round converts and lints it again
+        if not exact_only:
+            _snapshot(result)
         edit.commit()
-        _check(proto, this_round)
+        _check(proto, this_round, base)
         result.applied.extend(this_round)
     else:
-        model = model_from_proto(proto, path, base)
-        result.remaining = lint_model(model, settings).findings
+        result.remaining = lint_model(_convert(proto, path, base), settings).findings
         result.notes.append(f"stopped after {MAX_ROUNDS} rounds of fixes; run `netlint fix` again to continue")
     result.skipped = list(skipped.values())
+    return None if model is None or report is None else (model, report)
 
 
-def _check(proto: onnx.ModelProto, applied: list[AppliedFix]) -> None:
+# Initializers at least this large are hidden from shape inference between rounds (see _convert).
+LARGE_TENSOR_BYTES = 1 << 12
+STUB_LOCATION = "netlint-shape-inference-stub"
+
+
+def _convert(proto: onnx.ModelProto, path: str, base: Path) -> Model:
+    """The IR of the fixed proto. model_from_proto runs onnx shape inference when the graph lacks value_info, which
+    serializes the whole model: once folds have materialised the weights (light_resnet50: 100 MB), that copy cost
+    more than the lint. So inference runs here on the same graph with its large initializers' bytes set aside
+    (marked external, which shape inference never reads: it needs their types and dims only, and reads values of
+    small constants such as Reshape's shape), and the inferred value_info is lent to the proto while it is converted.
+    The proto is restored exactly."""
+    graph = proto.graph
+    big = [t for t in graph.initializer if len(t.raw_data) >= LARGE_TENSOR_BYTES and not t.external_data]
+    outputs = {o.name for o in graph.output}
+    known = {vi.name for vi in graph.value_info}
+    produced = [out for node in graph.node for out in node.output if out and out not in outputs]
+    if not big or not produced or 2 * sum(out in known for out in produced) >= len(produced):
+        return model_from_proto(proto, path, base)
+    saved = [t.raw_data for t in big]
     try:
-        onnx.checker.check_model(proto)
+        for tensor in big:
+            tensor.ClearField("raw_data")
+            tensor.data_location = onnx.TensorProto.EXTERNAL
+            tensor.external_data.add(key="location", value=STUB_LOCATION)
+        inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=False).graph.value_info
+    except Exception:
+        inferred = None  # model_from_proto below infers (and reports a failure as a note)
+    finally:
+        for tensor, raw in zip(big, saved, strict=True):
+            del tensor.external_data[:]
+            tensor.ClearField("data_location")
+            tensor.raw_data = raw
+    count = len(graph.value_info)
+    if inferred is not None:
+        graph.value_info.extend(info for info in inferred if info.name not in known)
+    try:
+        return model_from_proto(proto, path, base)
+    finally:
+        del graph.value_info[count:]
+
+
+def _check(proto: onnx.ModelProto, applied: list[AppliedFix], base: Path = Path(".")) -> None:
+    """onnx.checker on the fixed proto; it resolves external data locations against the working directory, so it
+    runs from the model's folder (where they are)."""
+    import contextlib
+
+    try:
+        with contextlib.chdir(base):
+            onnx.checker.check_model(proto)
     except Exception as exc:
         rules = ", ".join(sorted({f"{a.code} ({a.fix})" for a in applied}))
         reason = " ".join(str(exc).split())[:300]

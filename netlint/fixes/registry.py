@@ -21,7 +21,7 @@ from netlint.ir import Graph
 from netlint.rule import Finding
 
 # Every other module of this package is one pass (named like the pass, with underscores), found by listing the folder.
-INFRASTRUCTURE = frozenset({"command", "edit", "engine", "output", "registry", "verify"})
+INFRASTRUCTURE = frozenset({"command", "edit", "engine", "output", "registry", "verify", "tflite"})
 
 
 @dataclass

@@ -5,8 +5,8 @@ What it rewrites: Sigmoid → HardSigmoid(alpha = 1/6, beta = 0.5) where the tar
 Clip(−1, 1) where it fuses Clip; otherwise (and for SiLU, Gelu, Mish, Elu, HardSwish, ...) → Relu. An activation
 written as several nodes (SiLU = Sigmoid + Mul, Gelu's Div/Erf/Add/Mul/Mul, ...) is replaced as a whole: one node
 reads the composite's input and writes its output under the output node's name, and the other nodes are removed.
-The kinds the target fuses are read from FU003's finding ("<target> fuses only ..."), so the substitute is one the
-re-lint accepts.
+The kinds the target fuses are read from FU003's structured finding data (`Finding.data["fusable"]`), so the
+substitute is one the re-lint accepts.
 
 Why it is unsafe: it changes the function (e.g. |Sigmoid − HardSigmoid| ≤ 0.05, SiLU → Relu differs by up to
 ≈0.28 around x ≈ −1.3, Gelu → Relu by ≈0.17): run only with --unsafe-fixes; the verify step reports the maximum
@@ -27,7 +27,6 @@ from netlint.ir import Node
 
 # The nearest fusable kind, and how to write it; anything else becomes Relu.
 PREFERRED = {"Sigmoid": "HardSigmoid", "Tanh": "Clip"}
-FUSES_ONLY = " fuses only "  # FU003's message: "...: <target> fuses only Relu, Relu6, ..."
 
 
 @register_fix
@@ -36,7 +35,9 @@ class SubstituteActivation(FixPass):
 
     def plan(self, ctx: FixContext) -> Plan | str:
         graph, edit = ctx.graph, ctx.edit
-        fusable = _fusable(ctx.finding.message)
+        if "fusable" not in ctx.finding.data:
+            return "the finding carries no FU003 data (a rule pack older than this pass?)"
+        fusable = set(ctx.finding.data["fusable"])
         conv = graph.nodes[ctx.nodes[0]]
         acts = [graph.nodes[p] for p in ctx.nodes[1:] if graph.activation(graph.nodes[p])]
         acts = [node for node in acts if node is not conv]
@@ -85,14 +86,6 @@ class SubstituteActivation(FixPass):
 
         touched = {name for member in members for name in [*member.inputs, *member.outputs] if name}
         return Plan(touched, f"unsafe: replaced {kind} {_shown(act)} by {substitute} ({label(out)})", apply)
-
-
-def _fusable(message: str) -> set[str]:
-    """The activation kinds FU003's message says the target fuses."""
-    if FUSES_ONLY not in message:
-        return {"Relu"}
-    listing = message.split(FUSES_ONLY, 1)[1].split(";", 1)[0]
-    return {kind.strip() for kind in listing.split(",")}
 
 
 def _shown(node: Node) -> str:

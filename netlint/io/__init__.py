@@ -8,7 +8,13 @@ from netlint.errors import ModelLoadError
 from netlint.ir import Model
 
 MODEL_SUFFIXES = (".onnx", ".tflite")
-_LFS_POINTER = b"version https://git-lfs.github.com/spec/"
+# A Git LFS pointer's first line (git-lfs docs/spec.md); hawser.github.com was the spec's URL before git-lfs 1.0.
+_LFS_POINTERS = (b"version https://git-lfs.github.com/spec/", b"version https://hawser.github.com/spec/")
+LFS_SKIPPED = "skipped: Git LFS pointer, not the model (git lfs pull)"
+
+
+class LfsPointerError(ModelLoadError):
+    """The file is a Git LFS pointer: the checkout has not fetched the model (`check --skip-lfs-pointers` skips it)."""
 
 
 def detect_format(path: Path) -> str:
@@ -22,8 +28,10 @@ def detect_format(path: Path) -> str:
         raise ModelLoadError(f"cannot open: {exc.strerror or exc}") from None
     if not head:
         raise ModelLoadError("empty file (0 bytes)")
-    if head.startswith(_LFS_POINTER):
-        raise ModelLoadError("Git LFS pointer file, not the model itself (fetch it with `git lfs pull`)")
+    if head.startswith(_LFS_POINTERS):
+        raise LfsPointerError(
+            "Git LFS pointer file, not the model itself (fetch it with `git lfs pull`, or pass --skip-lfs-pointers)"
+        )
     if len(head) >= 8 and head[4:8] == b"TFL3":
         return "tflite"
     suffix = path.suffix.lower()

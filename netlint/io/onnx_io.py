@@ -3,9 +3,12 @@ missing external file makes only the constants stored in it unavailable (topolog
 
 from __future__ import annotations
 
+import gc
 import math
+import mmap
 import os
-from functools import cache
+import sys
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +40,15 @@ def model_from_proto(proto: onnx.ModelProto, path: str, base: Path) -> Model:
     notes: list[str] = []
     proto = _with_shapes(proto, notes)
     reader = _ExternalData(base, notes)
-    graph = _convert_graph(proto.graph, None, "", reader)
+    # The conversion allocates a few objects per node and frees none: the cyclic GC would rescan the growing heap
+    # again and again (a third of the load time of a 100k-node graph), and there is no garbage for it to find.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        graph = _convert_graph(proto.graph, None, "", reader)
+    finally:
+        if collecting:
+            gc.enable()
     metadata = {prop.key: prop.value for prop in proto.metadata_props}
     metadata.update(
         producer=f"{proto.producer_name} {proto.producer_version}".strip(),
@@ -74,6 +85,7 @@ class _ExternalData:
         self.notes = notes
         self._reported: set[str] = set()
         self._files: dict[str, tuple[Path, str | None, int]] = {}  # location -> (file, problem, size): one check each
+        self._maps: dict[Path, _SharedMap] = {}
 
     def _file(self, location: str) -> tuple[Path, str | None, int]:
         """Resolve and check a location once per model (a model with 10k weights names one or two files)."""
@@ -111,8 +123,10 @@ class _ExternalData:
             elif offset + (length or needed) > size or (length or needed) < needed:
                 problem = f"external data for '{tensor.name}' lies past the end of '{location}'"
             else:
-                shape = tuple(tensor.dims)
-                return ConstData(lambda: np.memmap(target, dtype=dtype, mode="r", offset=offset, shape=shape))
+                shared = self._maps.get(target)
+                if shared is None:
+                    shared = self._maps[target] = _SharedMap(target)
+                return ConstData(_Mapped(shared, dtype, offset, tuple(tensor.dims)))
         if location not in self._reported:
             self._reported.add(location)
             self.notes.append(f"{problem}: rules that need those weight values skip the nodes that use them")
@@ -133,45 +147,149 @@ def _np_dtype(elem_type: int) -> np.dtype | None:
         return None
 
 
+_DTYPE_NAMES: dict[int, str | None] = {0: None}  # ONNX elem_type -> numpy dtype name (np.dtype.name is slow)
+
+
 def _dtype_name(elem_type: int) -> str | None:
-    dtype = _np_dtype(elem_type) if elem_type else None
-    return dtype.name if dtype is not None else None
+    try:
+        return _DTYPE_NAMES[elem_type]
+    except KeyError:
+        dtype = _np_dtype(elem_type)
+        name = _DTYPE_NAMES[elem_type] = dtype.name if dtype is not None else None
+        return name
 
 
 def _shape_of(type_proto: onnx.TypeProto) -> tuple[int | str | None, ...] | None:
-    if not type_proto.HasField("tensor_type") or not type_proto.tensor_type.HasField("shape"):
+    if not type_proto.HasField("tensor_type"):
         return None
-    dims: list[int | str | None] = []
-    for dim in type_proto.tensor_type.shape.dim:
-        if dim.HasField("dim_value"):
-            dims.append(int(dim.dim_value))
-        elif dim.HasField("dim_param"):
-            dims.append(dim.dim_param)
-        else:
-            dims.append(None)
-    return tuple(dims)
+    tensor_type = type_proto.tensor_type
+    if not tensor_type.HasField("shape"):
+        return None
+    return tuple(
+        [
+            dim.dim_value if dim.HasField("dim_value") else dim.dim_param if dim.HasField("dim_param") else None
+            for dim in tensor_type.shape.dim
+        ]
+    )
 
 
-def _tensor_constant(tensor: TensorProto, reader: _ExternalData) -> ConstData:
+# Inline tensors up to this size are copied out of the protobuf, so the IR holds no reference into it and the
+# ModelProto (on a 100k-node graph, as large as the IR) is freed once loading returns. Larger ones keep a reference:
+# copying them would double the memory their weights take.
+COPY_INLINE_BYTES = 1 << 16
+_RAW_DTYPES = frozenset(
+    {
+        TensorProto.FLOAT,
+        TensorProto.DOUBLE,
+        TensorProto.FLOAT16,
+        TensorProto.INT8,
+        TensorProto.INT16,
+        TensorProto.INT32,
+        TensorProto.INT64,
+        TensorProto.UINT8,
+        TensorProto.UINT16,
+        TensorProto.UINT32,
+        TensorProto.UINT64,
+        TensorProto.BOOL,
+    }
+)  # what numpy_helper.to_array reads as np.frombuffer(raw_data, dtype).reshape(dims)
+
+
+def _tensor_constant(tensor: TensorProto, reader: _ExternalData, shape: tuple[int, ...]) -> ConstData:
     if tensor.data_location == TensorProto.EXTERNAL:
         return reader.constant(tensor)
-    return ConstData(lambda: numpy_helper.to_array(tensor))
+    return _inline_constant(tensor, shape)
+
+
+def _inline_constant(tensor: TensorProto, shape: tuple[int, ...] | None = None) -> ConstData:
+    """A tensor stored in the protobuf, decoded on first use exactly as numpy_helper.to_array decodes it."""
+    dtype = _np_dtype(tensor.data_type)
+    if dtype is None or math.prod(tensor.dims) * dtype.itemsize > COPY_INLINE_BYTES:
+        return ConstData(lambda: numpy_helper.to_array(tensor))
+    if tensor.HasField("segment"):  # to_array refuses segments: let it say so on use
+        return ConstData(lambda: numpy_helper.to_array(tensor))
+    if tensor.data_type in _RAW_DTYPES and tensor.HasField("raw_data") and _LITTLE_ENDIAN:
+        return ConstData(_RawData(tensor.raw_data, dtype, shape if shape is not None else tuple(tensor.dims)))
+    return ConstData(partial(_from_serialized, tensor.SerializeToString()))
+
+
+_LITTLE_ENDIAN = sys.byteorder == "little"
+
+
+class _SharedMap:
+    """One read-only memory map of an external data file, opened on the first read of any tensor in it: an np.memmap
+    per tensor costs an open() and an mmap() each (60 us; a large model reads thousands of small tensors)."""
+
+    __slots__ = ("map", "path")
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.map: mmap.mmap | None = None
+
+    def get(self) -> mmap.mmap:
+        if self.map is None:
+            with open(self.path, "rb") as handle:
+                self.map = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+        return self.map
+
+
+class _Mapped:
+    """The loader of an external tensor: a view of its bytes in the file's shared map (slots: lighter than a
+    closure). Empty tensors take np.memmap, which has its own rules for them."""
+
+    __slots__ = ("count", "dtype", "file", "offset", "shape")
+
+    def __init__(self, file: _SharedMap, dtype: np.dtype, offset: int, shape: tuple[int, ...]) -> None:
+        self.file, self.dtype, self.offset, self.shape = file, dtype, offset, shape
+        self.count = math.prod(shape)
+
+    def __call__(self) -> np.ndarray:
+        if self.count == 0:
+            return np.memmap(self.file.path, dtype=self.dtype, mode="r", offset=self.offset, shape=self.shape)
+        return np.frombuffer(self.file.get(), self.dtype, count=self.count, offset=self.offset).reshape(self.shape)
+
+
+class _RawData:
+    """The loader of a copied raw_data payload (a class with slots: lighter than a closure, ~100k per large model)."""
+
+    __slots__ = ("dims", "dtype", "raw")
+
+    def __init__(self, raw: bytes, dtype: np.dtype, dims: tuple[int, ...]) -> None:
+        self.raw, self.dtype, self.dims = raw, dtype, dims
+
+    def __call__(self) -> np.ndarray:
+        return np.frombuffer(self.raw, dtype=self.dtype).reshape(self.dims)
+
+
+def _from_serialized(data: bytes) -> np.ndarray:
+    return numpy_helper.to_array(TensorProto.FromString(data))
 
 
 def _convert_graph(graph: onnx.GraphProto, parent: Graph | None, prefix: str, reader: _ExternalData) -> Graph:
+    """The IR of one (sub)graph. The hot loop of loading: one pass over the protobuf, no per-item helper calls where
+    a dict lookup does (a 100k-node graph runs it 100k times). Tensor names are shared str objects (the values
+    dict's keys), so each name is stored once however many nodes read it."""
     values: dict[str, Value] = {}
+    shapes: dict[tuple[int | str | None, ...], tuple[int | str | None, ...]] = {}  # equal shapes share one tuple
     for info in [*graph.input, *graph.output, *graph.value_info]:
-        values.setdefault(
-            info.name,
-            Value(info.name, _dtype_name(info.type.tensor_type.elem_type), _shape_of(info.type), NCHW),
-        )
+        name = info.name
+        if name not in values:
+            type_proto = info.type
+            shape = _shape_of(type_proto)
+            if shape is not None:
+                shape = shapes.setdefault(shape, shape)
+            values[name] = Value(name, _dtype_name(type_proto.tensor_type.elem_type), shape, NCHW)
     initializers = set()
     for tensor in graph.initializer:
-        initializers.add(tensor.name)
-        value = values.setdefault(tensor.name, Value(tensor.name, layout=NCHW))
+        name = tensor.name
+        initializers.add(name)
+        value = values.get(name)
+        if value is None:
+            value = values[name] = Value(name)
         value.dtype = _dtype_name(tensor.data_type)
-        value.shape = tuple(int(d) for d in tensor.dims)
-        value.data = _tensor_constant(tensor, reader)
+        shape = tuple(tensor.dims)
+        value.shape = shape = shapes.setdefault(shape, shape)
+        value.data = _tensor_constant(tensor, reader, shape)
     for sparse in graph.sparse_initializer:
         name = sparse.values.name
         initializers.add(name)
@@ -185,37 +303,65 @@ def _convert_graph(graph: onnx.GraphProto, parent: Graph | None, prefix: str, re
     # Subgraphs need their parent graph object for outer-scope lookups, so the graph is indexed after its nodes.
     ir_graph = Graph(graph.name, nodes, values, inputs, [o.name for o in graph.output], parent)
     ir_graph.input_initializers = frozenset(i.name for i in graph.input if i.name in initializers)
+    names = {name: name for name in values}  # one str object per tensor name, however many nodes read it
+    shared = names.setdefault
+    ops: dict[tuple[str, str], tuple[str, str]] = {}  # (op_type, domain) -> (op, source_op), shared str objects
+    graph_attr, graphs_attr = AttributeProto.GRAPH, AttributeProto.GRAPHS
     for index, proto_node in enumerate(graph.node):
-        node_id = _unique_id(proto_node.name or f"{proto_node.op_type}_{index}", used_ids, prefix)
+        op_type, domain = proto_node.op_type, proto_node.domain
+        op = ops.get((op_type, domain))
+        if op is None:
+            op = ops[(op_type, domain)] = (op_type, op_type if not domain else f"{domain}.{op_type}")
+        node_id = f"{prefix}{proto_node.name or f'{op_type}_{index}'}"
+        if node_id in used_ids:
+            node_id = _unique_id(proto_node.name or f"{op_type}_{index}", used_ids, prefix)
+        else:
+            used_ids.add(node_id)
         attrs: dict[str, Any] = {}
         subgraphs: dict[str, Graph] = {}
-        for attr in proto_node.attribute:
-            if attr.type == AttributeProto.GRAPH:
-                subgraphs[attr.name] = _convert_graph(attr.g, ir_graph, f"{node_id}/{attr.name}/", reader)
-            elif attr.type == AttributeProto.GRAPHS:
-                for k, sub in enumerate(attr.graphs):
-                    key = f"{attr.name}[{k}]"
-                    subgraphs[key] = _convert_graph(sub, ir_graph, f"{node_id}/{key}/", reader)
-            else:
-                attrs[attr.name] = _attribute_value(attr)
+        if proto_node.attribute:
+            for attr in proto_node.attribute:
+                kind = attr.type
+                if kind == graph_attr:
+                    subgraphs[attr.name] = _convert_graph(attr.g, ir_graph, f"{node_id}/{attr.name}/", reader)
+                elif kind == graphs_attr:
+                    for k, sub in enumerate(attr.graphs):
+                        key = f"{attr.name}[{k}]"
+                        subgraphs[key] = _convert_graph(sub, ir_graph, f"{node_id}/{key}/", reader)
+                else:
+                    attrs[attr.name] = _attribute_value(attr)
+        outputs = [shared(name, name) for name in proto_node.output]
         node = Node(
             node_id,
-            proto_node.op_type,
-            list(proto_node.input),
-            list(proto_node.output),
+            op[0],
+            [shared(name, name) for name in proto_node.input],
+            outputs,
             attrs,
-            source_op=proto_node.op_type if not proto_node.domain else f"{proto_node.domain}.{proto_node.op_type}",
-            domain=proto_node.domain,
+            source_op=op[1],
+            domain=domain,
             subgraphs=subgraphs,
+            markers=_markers(proto_node),
         )
-        if proto_node.op_type == "Constant" and node.outputs:
-            _constant_node_value(proto_node, values.setdefault(node.outputs[0], Value(node.outputs[0], layout=NCHW)))
-        for name in node.outputs:
-            if name:
-                values.setdefault(name, Value(name, layout=NCHW))
+        if op_type == "Constant" and outputs:
+            _constant_node_value(proto_node, values.setdefault(outputs[0], Value(outputs[0], layout=NCHW)))
+        for name in outputs:
+            if name and name not in values:
+                values[name] = Value(name)
         nodes.append(node)
     ir_graph.reindex()
     return ir_graph
+
+
+def _markers(proto_node: onnx.NodeProto) -> tuple[tuple[str, str], ...]:
+    """The node's doc_string and metadata_props values that may hold `netlint: ignore` markers (netlint.suppression
+    parses them; most nodes have none, so this is one substring test each)."""
+    found: list[tuple[str, str]] = []
+    if "netlint" in proto_node.doc_string.lower():
+        found.append(("doc_string", proto_node.doc_string))
+    for prop in proto_node.metadata_props:
+        if prop.key == "netlint" or "netlint" in prop.value.lower():
+            found.append((f"metadata_props[{prop.key!r}]", prop.value))
+    return tuple(found)
 
 
 def _sparse_constant(sparse: onnx.SparseTensorProto) -> ConstData:
@@ -248,7 +394,23 @@ def _unique_id(candidate: str, used: set[str], prefix: str) -> str:
     return node_id
 
 
+_SCALAR_ATTRS = {AttributeProto.INT: "i", AttributeProto.FLOAT: "f"}
+_LIST_ATTRS = {AttributeProto.INTS: "ints", AttributeProto.FLOATS: "floats"}
+
+
 def _attribute_value(attr: AttributeProto) -> Any:
+    """An attribute as a Python value; the common kinds are read directly (onnx.helper.get_attribute_value's chain of
+    type tests costs more than the read itself)."""
+    kind = attr.type
+    if not attr.ref_attr_name:  # a reference attribute makes get_attribute_value raise, as before
+        field = _SCALAR_ATTRS.get(kind)
+        if field is not None:
+            return getattr(attr, field)
+        field = _LIST_ATTRS.get(kind)
+        if field is not None:
+            return list(getattr(attr, field))
+        if kind == AttributeProto.STRING:
+            return attr.s.decode("utf-8", "replace")
     if attr.type == AttributeProto.TENSOR:
         return numpy_helper.to_array(attr.t)
     if attr.type == AttributeProto.SPARSE_TENSOR:
@@ -267,7 +429,7 @@ def _constant_node_value(proto_node: onnx.NodeProto, value: Value) -> None:
         if attr.name == "value":
             value.dtype = _dtype_name(attr.t.data_type)
             value.shape = tuple(int(d) for d in attr.t.dims)
-            value.data = ConstData(lambda t=attr.t: numpy_helper.to_array(t))
+            value.data = _inline_constant(attr.t)
         elif attr.name in ("value_float", "value_int"):
             array = np.asarray(
                 attr.f if attr.name == "value_float" else attr.i,

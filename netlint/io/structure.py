@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from netlint.errors import ModelLoadError
 from netlint.ir import Graph, Model, Node
+from netlint.ir.graph import _captured
 
 
 def check_structure(model: Model, dangling_notes: bool = True) -> None:
@@ -25,19 +26,25 @@ def check_structure(model: Model, dangling_notes: bool = True) -> None:
 def _check_single_producer(graph: Graph) -> None:
     written: dict[str, Node] = {}
     for node in graph.nodes:
-        for name in node.outputs:
+        outputs = node.outputs
+        for name in outputs:
             first = written.setdefault(name, node) if name else node
             if first is not node:
                 raise ModelLoadError(
                     f"invalid graph: tensor '{name}' is written by two nodes, '{first.id}' and '{node.id}'"
                 )
-        named = [name for name in node.outputs if name]
-        if len(set(named)) != len(named):
-            raise ModelLoadError(f"invalid graph: node '{node.id}' writes one tensor twice")
+        if len(outputs) > 1:
+            named = [name for name in outputs if name]
+            if len(set(named)) != len(named):
+                raise ModelLoadError(f"invalid graph: node '{node.id}' writes one tensor twice")
 
 
 def _check_acyclic(graph: Graph) -> None:
-    """Kahn's algorithm over the producer -> consumer edges (subgraph captures included, as `consumers` has them)."""
+    """Kahn's algorithm over the producer -> consumer edges (subgraph captures included, as `consumers` has them),
+    after a one-pass test for the usual case: ONNX requires file order to be topological, and a graph whose every
+    node reads only what earlier nodes wrote has no cycle."""
+    if _in_topological_order(graph):
+        return
     indegree = {node.id: 0 for node in graph.nodes}
     for node in graph.nodes:
         for name in node.outputs:
@@ -57,6 +64,20 @@ def _check_acyclic(graph: Graph) -> None:
         return
     on_cycle = _node_on_cycle(graph, {node_id for node_id, count in indegree.items() if count > 0})
     raise ModelLoadError(f"invalid graph: a cycle through node '{on_cycle.id}' (a node depends on its own result)")
+
+
+def _in_topological_order(graph: Graph) -> bool:
+    """Whether every value a node reads (its inputs and what its subgraphs capture) that some node of `graph` writes
+    was written by an earlier node. Then the nodes in file order are a topological order: no cycle."""
+    producer = graph._producer
+    written: set[str] = set()
+    for node in graph.nodes:
+        reads = [*node.inputs, *_captured(node)] if node.subgraphs else node.inputs
+        for name in reads:
+            if name and name not in written and name in producer:
+                return False
+        written.update(node.outputs)
+    return True
 
 
 def _node_on_cycle(graph: Graph, left: set[str]) -> Node:
@@ -86,7 +107,7 @@ def _dangling_note(graph: Graph) -> str | None:
     while scope is not None:
         defined.update(scope.inputs, scope.input_initializers)
         defined.update(name for name, value in scope.values.items() if value.is_const)
-        defined.update(out for node in scope.nodes for out in node.outputs)
+        defined.update(scope._producer)  # every non-empty node output (empty names are never reported)
         scope = scope.parent
     missing: dict[str, str] = {}
     for node in graph.nodes:

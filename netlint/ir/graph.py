@@ -8,7 +8,7 @@ data is read only when a rule asks for it, and a constant whose data is missing 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from netlint.ir.composites import Composite
 
 NCHW = "NCHW"
+_UNKNOWN = object()  # "not computed yet" in memo dicts whose values may be None
 NHWC = "NHWC"
 
 # The most elements a constant computed from a declared shape (ConstantOfShape, a sparse initializer) may have: a
@@ -35,7 +36,7 @@ class ConstantUnavailable(Exception):
     """A constant exists but its data cannot be read (e.g. its external data file is missing)."""
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)  # slots: a 100k-node graph holds ~300k of these
 class ConstData:
     """Where a constant's values come from; `load` runs on first use only and its result is cached."""
 
@@ -55,7 +56,7 @@ class ConstData:
         return self._array
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class QuantParams:
     """Affine quantization of a tensor: real = (q - zero_point) * scale, per tensor or along `axis`."""
 
@@ -68,7 +69,7 @@ class QuantParams:
         return self.scale.size > 1
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Value:
     """A tensor: graph input, constant, or the output of a node."""
 
@@ -99,7 +100,7 @@ class Value:
         return dim if isinstance(dim, int) else None
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Node:
     """One operator. `op` is the canonical (ONNX) op type; `source_op` is what the file called it."""
 
@@ -112,6 +113,9 @@ class Node:
     domain: str = ""
     fused_activation: str | None = None
     subgraphs: dict[str, Graph] = field(default_factory=dict)
+    # (where, text) of the node's texts that mention `netlint` (ONNX doc_string, metadata_props): suppression
+    # markers, parsed by netlint.suppression
+    markers: tuple[tuple[str, str], ...] = ()
 
     @property
     def output(self) -> str:
@@ -155,18 +159,28 @@ class Graph:
         self._producer: dict[str, Node] = {}
         self._consumers: dict[str, list[Node]] = {}
         self._by_id: dict[str, Node] = {}
+        producer, consumers, by_id = self._producer, self._consumers, self._by_id
         for node in self.nodes:
-            self._by_id[node.id] = node
+            by_id[node.id] = node
             for out in node.outputs:
-                if out:
-                    self._producer.setdefault(out, node)
-            # A node owning subgraphs also reads the outer values its bodies capture (implicit inputs).
-            for inp in dict.fromkeys([*node.inputs, *_captured(node)]):
+                if out and out not in producer:
+                    producer[out] = node
+            reads: Iterable[str] = node.inputs
+            if node.subgraphs:  # a node owning subgraphs also reads the outer values its bodies capture
+                reads = dict.fromkeys([*reads, *_captured(node)])
+            elif len(reads) > 1 and len(set(reads)) < len(reads):  # a node reading one value twice consumes it once
+                reads = dict.fromkeys(reads)
+            for inp in reads:
                 if inp:
-                    self._consumers.setdefault(inp, []).append(node)
+                    readers = consumers.get(inp)
+                    if readers is None:
+                        consumers[inp] = [node]
+                    else:
+                        readers.append(node)
         self._composites: dict[str, Composite] | None = None
         self._nx: nx.DiGraph | None = None
         self._origins: dict[str, Value | Node | None] = {}  # memo of _const_origin's walks through pass-through ops
+        self._activations: dict[str, str | None] = {}  # memo of `activation`
 
     # --- plain structure -------------------------------------------------------------------------------------------
     def node(self, node_id: str) -> Node | None:
@@ -210,8 +224,10 @@ class Graph:
         return self._const_origin(name) is not None
 
     def _const_origin(self, name: str) -> Value | Node | None:
-        value = self.value(name)
-        if value is not None and value.is_const:  # fast paths for the two common cases: a weight...
+        value = self.values.get(name)
+        if value is None and self.parent is not None:
+            value = self.value(name)
+        if value is not None and value.data is not None:  # fast paths for the two common cases: a weight...
             return value
         node = self._producer.get(name)
         if node is None or (node.op not in PASS_THROUGH_OPS and node.op != "ConstantOfShape"):  # ...an activation
@@ -304,10 +320,13 @@ class Graph:
     # --- dataflow seen through pass-through nodes and composite activations ------------------------------------------
     def source(self, name: str) -> str:
         """The value `name` carries, looking back through Identity/Cast/Q/DQ (what the data really is)."""
+        node = self._producer.get(name)
+        if node is None or node.op not in PASS_THROUGH_OPS or not node.inputs:  # most values: no walk, no set
+            return name
         seen: set[str] = set()
         while name not in seen:
             seen.add(name)
-            node = self.producer(name)
+            node = self._producer.get(name)
             if node is None or node.op not in PASS_THROUGH_OPS or not node.inputs:
                 return name
             name = node.inputs[0]
@@ -315,7 +334,7 @@ class Graph:
 
     def effective_producer(self, name: str) -> Node | None:
         """The node that really computes `name`, looking back through pass-through nodes."""
-        return self.producer(self.source(name))
+        return self._producer.get(self.source(name))
 
     def effective_consumers(self, name: str) -> tuple[list[Node], bool]:
         """The nodes that really read `name` (looking forward through pass-through nodes), and whether the data
@@ -356,23 +375,31 @@ class Graph:
 
     def composite(self, node: Node) -> Composite | None:
         """The composite activation `node` belongs to, if any."""
-        if self._composites is None:
+        composites = self._composites
+        if composites is None:
             from netlint.ir.composites import find_composites
 
-            self._composites = {}
+            composites = self._composites = {}
             for composite in find_composites(self):
                 for member in composite.nodes:
-                    self._composites.setdefault(member.id, composite)
-        return self._composites.get(node.id)
+                    composites.setdefault(member.id, composite)
+        return composites.get(node.id)
 
     def activation(self, node: Node) -> str | None:
-        """The activation `node` computes (see netlint.ir.ops.activation_kind); a composite's inner nodes are None."""
-        from netlint.ir.ops import activation_kind
-
+        """The activation `node` computes (see netlint.ir.ops.activation_kind); a composite's inner nodes are None.
+        Remembered per node: several rules ask it of every node (it reads Clip bounds and the composite index)."""
+        known = self._activations.get(node.id, _UNKNOWN)
+        if known is not _UNKNOWN:
+            return known  # type: ignore[return-value]
         composite = self.composite(node)
         if composite is not None:
-            return composite.kind if node is composite.output_node else None
-        return activation_kind(self, node)
+            kind = composite.kind if node is composite.output_node else None
+        else:
+            from netlint.ir.ops import activation_kind
+
+            kind = activation_kind(self, node)
+        self._activations[node.id] = kind
+        return kind
 
     # --- algorithms that pay for a networkx view ---------------------------------------------------------------------
     def nx(self) -> nx.DiGraph:

@@ -34,6 +34,8 @@ def to_github(reports: list[ModelReport]) -> str:
         path = relative_path(report.path)
         for error in report.errors:
             lines.append(_command("error", {"file": path, "title": "netlint"}, error))
+        if report.format is None and not report.errors:  # skipped (a Git LFS pointer with --skip-lfs-pointers)
+            lines.extend(_command("notice", {"file": path, "title": "netlint"}, note) for note in report.notes)
         for finding in report.findings:
             node = finding.nodes[0] if finding.nodes else "-"
             message = f"{finding.message} [node {node}]"

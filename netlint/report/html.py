@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import jinja2
 from markupsafe import Markup
@@ -24,10 +25,13 @@ from netlint.docs import render_rule_doc, templates_dir
 from netlint.engine import ModelReport
 from netlint.errors import NetlintError
 from netlint.io import load_model
-from netlint.ir import Graph, Model
+from netlint.ir import Graph, Model, Node
 from netlint.report.svg import bar_chart, format_amount, graph_svg
 from netlint.rule import SEVERITIES, Finding, Rule, all_rules
 from netlint.targets import Target, load_target
+
+if TYPE_CHECKING:  # netlint.fixes imports onnx: only `netlint fix --report` needs it
+    from netlint.fixes.engine import AppliedFix, FixResult, SkippedFix
 
 TEMPLATE = "report.html.j2"
 CHART_ROWS = 12  # op types shown in the breakdown; the rest are summed into "other"
@@ -47,9 +51,25 @@ class ReportInput:
 @dataclass
 class FindingView:
     finding: Finding
-    impact_us: float | None
+    impact_us: float | None  # the proxy: predicted time of the kernels the finding's nodes run in
     picture: Markup
     search: str  # lower-cased text the page's free-text filter matches against
+
+    @property
+    def saving_ms(self) -> float | None:
+        """The predicted saving of the fix on the target (netlint.cost.impact), None when it was not priced."""
+        return self.finding.impact.saving_ms if self.finding.impact is not None else None
+
+    @property
+    def saving_text(self) -> str | None:
+        impact = self.finding.impact
+        return saving_text(impact.saving_ms, impact.saving_share) if impact is not None else None
+
+    @property
+    def rank(self) -> float:
+        """What orders findings of one severity: the saving in us when priced, else the kernel-time proxy."""
+        saving = self.saving_ms
+        return saving * 1000 if saving is not None else (self.impact_us or 0.0)
 
 
 @dataclass
@@ -59,6 +79,12 @@ class RuleGroup:
     severity: str  # the worst severity in the group
     impact_us: float | None
     findings: list[FindingView] = field(default_factory=list)
+    saving_ms: float | None = None  # the sum of its priced findings' savings (each fix predicted alone)
+    saving_share: float = 0.0
+
+    @property
+    def saving_text(self) -> str | None:
+        return saving_text(self.saving_ms, self.saving_share) if self.saving_ms is not None else None
 
 
 @dataclass
@@ -86,6 +112,7 @@ class ModelView:
     cost: CostView | None
     cost_error: str | None
     skipped: list[tuple[str, str, int]]
+    latency: str | None = None  # the model's predicted latency from the lint (report.cost), when it has one
 
 
 @cache
@@ -166,6 +193,11 @@ def _model_view(index: int, item: ReportInput) -> ModelView:
         cost=_cost_view(cost) if cost is not None else None,
         cost_error=cost_error,
         skipped=[(code, reason, count) for (code, reason), count in sorted(skipped.items())],
+        latency=(
+            format_amount(report.cost.latency_ms * 1000, "us")
+            if report.cost is not None and report.cost.latency_ms is not None
+            else None
+        ),
     )
 
 
@@ -201,7 +233,8 @@ def _groups(findings: list[Finding], where: dict[str, Graph], cost: ModelCost | 
     for finding in findings:
         text = " ".join([finding.code, finding.name, finding.message, *finding.nodes, *finding.tensors])
         views.append(FindingView(finding, _impact(finding, kernels), Markup(""), text.lower()))
-    views.sort(key=lambda view: (SEVERITY_RANK[view.finding.severity], -(view.impact_us or 0.0)))
+    # severity first; then priced findings by their predicted saving, then unpriced ones by the kernel-time proxy
+    views.sort(key=lambda view: (SEVERITY_RANK[view.finding.severity], view.saving_ms is None, -view.rank))
     for view in views[:MAX_PICTURES]:  # the highest-ranked ones; the page stays a few MB with thousands of findings
         graph = where.get(view.finding.nodes[0]) if view.finding.nodes else None
         if graph is not None:
@@ -216,7 +249,26 @@ def _groups(findings: list[Finding], where: dict[str, Graph], cost: ModelCost | 
         group.findings.append(view)
         if view.impact_us is not None:
             group.impact_us = (group.impact_us or 0.0) + view.impact_us
-    return sorted(groups.values(), key=lambda g: (SEVERITY_RANK[g.severity], -(g.impact_us or 0.0), g.code))
+        if view.finding.impact is not None:
+            group.saving_ms = (group.saving_ms or 0.0) + view.finding.impact.saving_ms
+            group.saving_share += view.finding.impact.saving_share
+    return sorted(
+        groups.values(),
+        key=lambda g: (
+            SEVERITY_RANK[g.severity],
+            g.saving_ms is None,
+            -(g.saving_ms * 1000 if g.saving_ms is not None else (g.impact_us or 0.0)),
+            g.code,
+        ),
+    )
+
+
+def saving_text(saving_ms: float, share: float) -> str:
+    """`saves 1.23 ms (4.5%)`, or `costs 0.2 ms more (1.0%)` when the fix is predicted to be slower."""
+    amount = format_amount(abs(saving_ms) * 1000, "us")
+    if saving_ms < 0:
+        return f"costs {amount} more ({abs(share):.1%})"
+    return f"saves {amount} ({share:.1%})"
 
 
 def _cost_view(cost: ModelCost) -> CostView:
@@ -255,3 +307,128 @@ def _cost_view(cost: ModelCost) -> CostView:
 
 def rule_anchor(rule: type[Rule] | str) -> str:
     return f"rule-{rule if isinstance(rule, str) else rule.code}"
+
+
+# --- `netlint fix --report`: the page for one fix run -------------------------------------------------------------
+
+FIX_TEMPLATE = "fix-report.html.j2"
+MAX_FIX_PICTURES = 200  # applied fixes drawn before and after (two pictures each)
+
+
+@dataclass
+class FixView:
+    """One applied fix: what it did, and the graph around it before (original model) and after (fixed model)."""
+
+    fix: AppliedFix
+    before: Markup
+    after: Markup
+    after_note: str | None  # why the after picture has nothing highlighted
+    saving: str | None
+
+
+@dataclass
+class FixPage:
+    path: str
+    output: str | None
+    target_label: str
+    latency_before: str | None
+    latency_after: str | None
+    latency_change: str | None
+    latency_note: str | None
+    ops: list[tuple[str, int, int]]  # op type, count before, count after (changed ones only)
+    fixes: list[FixView]
+    skipped: list[SkippedFix]
+    remaining: int
+    verification: list[dict[str, Any]]
+    verify_lines: list[str]
+    notes: list[str]
+
+
+def render_fix_report(
+    path: str,
+    output: str | None,
+    original: Model,
+    fixed: Model | None,
+    result: FixResult,
+    target: Target,
+    verify_lines: Sequence[str],
+    records: Sequence[dict[str, Any]],
+) -> str:
+    """The page for `netlint fix --report`: per applied fix the graph around it before and after, the predicted
+    latency of both models on the target, and the verification of every output. `fixed` is the IR of
+    result.fixed (None when it could not be converted: the page then has no after pictures)."""
+    before_us, after_us, note = None, None, None
+    try:
+        before_us = cost_model(original, target).latency_us
+        after_us = cost_model(fixed, target).latency_us if fixed is not None else None
+    except Exception as exc:  # the page must not die with the cost model; say what happened
+        note = f"the cost model failed: {type(exc).__name__}: {exc}"
+    if note is None and before_us is None:
+        note = f"no latency model for {target.label}"
+    change = None
+    if before_us is not None and after_us is not None:
+        delta = before_us - after_us
+        change = saving_text(delta / 1000, delta / before_us if before_us > 0 else 0.0)
+    before_ops, after_ops = result.ops_before, result.ops_after
+    ops = [
+        (op, before_ops[op], after_ops[op])
+        for op in sorted({*before_ops, *after_ops})
+        if before_ops[op] != after_ops[op]
+    ]
+    page = FixPage(
+        path=path,
+        output=output,
+        target_label=target.label,
+        latency_before=format_amount(before_us, "us") if before_us is not None else None,
+        latency_after=format_amount(after_us, "us") if after_us is not None else None,
+        latency_change=change,
+        latency_note=note,
+        ops=ops,
+        fixes=_fix_views(original.graph, fixed.graph if fixed is not None else None, result.applied),
+        skipped=list(result.skipped),
+        remaining=len(result.remaining),
+        verification=list(records),
+        verify_lines=list(verify_lines),
+        notes=list(result.notes),
+    )
+    return (
+        environment().get_template(FIX_TEMPLATE).render(version=__version__, page=page, max_pictures=MAX_FIX_PICTURES)
+    )
+
+
+def _signature(node: Node) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+    return node.op, tuple(node.inputs), tuple(node.outputs)
+
+
+def _fix_views(before: Graph, after: Graph | None, applied: Sequence[AppliedFix]) -> list[FixView]:
+    """Before: the finding's nodes in the original graph (or, for a fix of a later round whose nodes an earlier fix
+    made, the nodes writing the tensors it touched). After: the nodes of the fixed graph that write a touched tensor
+    and are not in the original as they were: what replaced them. A fix that only removed nodes is drawn around the
+    nodes that now read its tensors, with nothing highlighted."""
+    unchanged = {_signature(node) for node in before.nodes}
+    views = []
+    for index, fix in enumerate(applied):
+        saving = saving_text(fix.impact.saving_ms, fix.impact.saving_share) if fix.impact is not None else None
+        view = FixView(fix, Markup(""), Markup(""), None, saving)
+        views.append(view)
+        touched = fix.touched
+        if index >= MAX_FIX_PICTURES or not touched:
+            continue
+        hit = [
+            node_id
+            for node_id in fix.nodes
+            if (node := before.node(node_id)) is not None and touched & {*node.inputs, *node.outputs}
+        ]
+        hit = hit or [node.id for node in before.nodes if touched & set(node.outputs)]
+        view.before = graph_svg(before, hit)
+        if after is None:
+            continue
+        writers = [node for node in after.nodes if touched & set(node.outputs)]
+        new = [node.id for node in writers if _signature(node) not in unchanged] or [node.id for node in writers]
+        if new:
+            view.after = graph_svg(after, new)
+        else:
+            readers = [node.id for node in after.nodes if touched & set(node.inputs)]
+            view.after = graph_svg(after, readers, highlight=())
+            view.after_note = "the fix removed these nodes: the picture shows what reads their tensors now"
+    return views

@@ -8,10 +8,10 @@ from dataclasses import asdict
 from typing import Any
 
 from netlint import __version__
-from netlint.engine import ModelReport
-from netlint.rule import Finding
+from netlint.engine import CostSummary, ModelReport
+from netlint.rule import Finding, Impact
 
-SCHEMA_VERSION = "1.1"  # 1.1: model.precision and model.chip
+SCHEMA_VERSION = "1.2"  # 1.1: model.precision and model.chip; 1.2: finding.impact and model.cost
 
 
 def finding_json(finding: Finding) -> dict[str, Any]:
@@ -24,6 +24,38 @@ def finding_json(finding: Finding) -> dict[str, Any]:
         "tensors": finding.tensors,
         "fix": asdict(finding.fix) if finding.fix is not None else None,
         "help": finding.help,
+        "impact": impact_json(finding.impact),
+    }
+
+
+def impact_json(impact: Impact | None) -> dict[str, Any] | None:
+    """What the finding's fix is predicted to save on the target (negative: slower), or None when not priced."""
+    if impact is None:
+        return None
+    return {
+        "target": impact.target,
+        "latency_ms_before": round(impact.latency_ms_before, 6),
+        "latency_ms_after": round(impact.latency_ms_after, 6),
+        "saving_ms": round(impact.saving_ms, 6),
+        "saving_share": round(impact.saving_share, 6),
+    }
+
+
+def cost_json(cost: CostSummary | None) -> dict[str, Any] | None:
+    """The model's predicted cost on the target; latency_ms is None for targets without a cost model (generic)."""
+    if cost is None:
+        return None
+    return {
+        "target": cost.target,
+        "precision": cost.precision,
+        "latency_ms": round(cost.latency_ms, 6) if cost.latency_ms is not None else None,
+        "macs": cost.macs,
+        "bytes": cost.bytes,
+        "coverage": round(cost.coverage, 6),
+        "by_op_type": cost.by_op_type,
+        "fallback_ops": cost.fallback_ops,
+        "partitions": cost.partitions,
+        "assumed": cost.assumed,
     }
 
 
@@ -38,6 +70,7 @@ def model_json(report: ModelReport) -> dict[str, Any]:
         "errors": report.errors,
         "skipped": [asdict(skip) for skip in report.skipped],
         "notes": report.notes,
+        "cost": cost_json(report.cost),
     }
 
 

@@ -6,7 +6,7 @@ into the page as markup: jinja2's autoescape does not look inside it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from html import escape
 
@@ -102,9 +102,14 @@ def _layers(area: Neighbourhood) -> list[list[Node]]:
     return [[by_id[node_id] for node_id in sorted(layer, key=order.__getitem__)] for layer in generations]
 
 
-def graph_svg(graph: Graph, node_ids: Sequence[str], cap: int = MAX_NODES) -> Markup:
-    """The graph around `node_ids`: matched nodes highlighted, op types, ids and output shapes in the boxes."""
+def graph_svg(
+    graph: Graph, node_ids: Sequence[str], cap: int = MAX_NODES, highlight: Collection[str] | None = None
+) -> Markup:
+    """The graph around `node_ids`: matched nodes highlighted (or, when given, the `highlight` ones: the picture
+    after a fix that removed the nodes is centred on their neighbours), op types, ids and output shapes in the boxes."""
     area = neighbourhood(graph, node_ids, cap)
+    if highlight is not None:
+        area.matched = {node.id for node in area.nodes if node.id in highlight}
     if not area.nodes:
         return Markup("")
     layers = _layers(area)

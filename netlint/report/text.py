@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 
 from netlint.engine import ModelReport
+from netlint.rule import Finding, Impact
 from netlint.terminal import safe
 
 _COLOURS = {"error": "31", "warning": "33", "info": "36", "path": "1", "dim": "2"}
@@ -16,13 +17,15 @@ def render_text(reports: list[ModelReport], colour: bool = False) -> str:
 
     lines: list[str] = []
     severities: Counter[str] = Counter()
-    unreadable = 0
+    unreadable = skipped_models = 0
     for report in reports:
         path = safe(report.path)
         for error in report.errors:
             lines.append(f"{paint(path, 'path')}: {paint('error', 'error')}: {safe(error)}")
-        unreadable += report.format is None
-        for finding in report.findings:
+        unreadable += report.format is None and bool(report.errors)
+        skipped_model = report.format is None and not report.errors  # a Git LFS pointer with --skip-lfs-pointers
+        skipped_models += skipped_model
+        for finding in ranked(report.findings):
             severities[finding.severity] += 1
             node = safe(finding.nodes[0]) if finding.nodes else "-"
             code = paint(finding.code, finding.severity)
@@ -32,13 +35,18 @@ def render_text(reports: list[ModelReport], colour: bool = False) -> str:
                 hint = f"{hint} (fix: {finding.fix.name}, {finding.fix.applicability})".strip()
             if hint:
                 lines.append(paint(f"  help: {hint}", "dim"))
+            if finding.impact is not None:
+                lines.append(paint(f"  impact: {impact_text(finding.impact)}", "dim"))
         skipped: dict[tuple[str, str], int] = defaultdict(int)
         for skip in report.skipped:
             skipped[(skip.code, skip.reason)] += 1
         for (code, reason), count in sorted(skipped.items()):
             nodes = "node" if count == 1 else "nodes"
             lines.append(f"{paint(path, 'path')}: note: {code} skipped {count} {nodes}: {safe(reason)}")
-        lines.extend(f"{paint(path, 'path')}: note: {safe(note)}" for note in report.notes)
+        label = "" if skipped_model else "note: "  # a skipped model's note says "skipped: why"
+        lines.extend(f"{paint(path, 'path')}: {label}{safe(note)}" for note in report.notes)
+        if report.cost is not None and report.cost.latency_ms is not None:
+            lines.append(f"{paint(path, 'path')}: {safe(cost_text(report))}")
     total = sum(severities.values())
     models = f"{len(reports)} model{'s' if len(reports) != 1 else ''}"
     targets = sorted({_target_label(report) for report in reports} - {"generic"})
@@ -49,9 +57,44 @@ def render_text(reports: list[ModelReport], colour: bool = False) -> str:
         lines.append(f"Found {total} finding{'s' if total != 1 else ''} ({counts}) in {models}.")
     else:
         lines.append(f"No findings in {models}.")
+    if skipped_models:
+        lines.append(f"{skipped_models} model{'s' if skipped_models != 1 else ''} skipped.")
     if unreadable:
         lines.append(f"{unreadable} model{'s' if unreadable != 1 else ''} could not be read.")
     return "\n".join(lines) + "\n"
+
+
+def ranked(findings: list[Finding]) -> list[Finding]:
+    """Priced findings first, the largest predicted saving first; then the others in the rules' order."""
+    priced = [f for f in findings if f.impact is not None]
+    priced.sort(key=lambda f: -f.impact.saving_ms)  # type: ignore[union-attr]
+    return [*priced, *(f for f in findings if f.impact is None)]
+
+
+def impact_text(impact: Impact) -> str:
+    """'saves 0.42 ms (3.1%) on ort-cpu', 'slows ort-cpu down by 0.3 ms (2.0%)', 'saves nothing on ort-cpu'."""
+    saving, share = impact.saving_ms, abs(impact.saving_share)
+    if abs(saving) < 5e-7:
+        return f"saves nothing on {impact.target}"
+    if saving > 0:
+        return f"saves {_ms(saving)} ({share:.1%}) on {impact.target}"
+    return f"slows {impact.target} down by {_ms(-saving)} ({share:.1%})"
+
+
+def cost_text(report: ModelReport) -> str:
+    """The model line: the predicted latency on the target, its MACs, and what the cost model could not cover."""
+    cost = report.cost
+    assert cost is not None and cost.latency_ms is not None
+    line = f"predicted latency {_ms(cost.latency_ms)} on {_target_label(report)} ({cost.macs / 1e9:.3g} GMACs"
+    if cost.coverage < 1.0:
+        line += f", cost model covers {cost.coverage:.0%} of nodes"
+    if cost.fallback_ops:
+        line += f", {cost.fallback_ops} op{'s' if cost.fallback_ops != 1 else ''} on the CPU"
+    return line + ")"
+
+
+def _ms(value: float) -> str:
+    return f"{value:.3g} ms" if value >= 0.001 else f"{value * 1000:.3g} µs"
 
 
 def _target_label(report: ModelReport) -> str:

@@ -16,8 +16,8 @@ Layout of a target document (every section but [target] is optional; `generic.to
     [shapes]        static, source
     [throughput]    macs_per_cycle.<precision> (MACs per cycle of the conv/matmul engine), source
     [[runtime.rewrites]]  fix, source: a netlint fix pass the target's runtime applies by itself when it loads a model
-    [cost]          source, the throughput numbers of COST_NUMBERS (units in the key names), views_free, assumed (the
-                    keys nobody sourced, dotted: "memory_gb_per_s", "precision.int16.vector_gops_per_s"),
+    [cost]          source, the numbers of COST_NUMBERS (units in the key names), views_free, data_dependent_ops,
+                    assumed (the keys nobody sourced, dotted: "memory_gb_per_s", "precision.int16.vector_gops_per_s"),
                     precision.<p> (the same numbers, overriding per precision)
 
 Each fact's `source` must be one of the strings listed in `target.sources`.
@@ -54,9 +54,15 @@ COST_NUMBERS = frozenset(
         "vector_gops_per_s",
         "memory_gb_per_s",
         "kernel_overhead_us",
+        "fallback_intercept_us",  # a node the accelerator cannot run costs this on the CPU ...
+        "fallback_us_per_mb",  # ... plus this per MB (1e6 bytes) it touches (Vela-style linear cost)
+        "transfer_gb_per_s",  # a tensor crossing a partition border: bandwidth ...
+        "transfer_overhead_us",  # ... and fixed cost per crossing
+        "data_dependent_ratio",  # worst / best time of data_dependent_ops on the same tensor (>= 1)
     }
 )
 COST_FLAGS = frozenset({"views_free"})
+COST_LISTS = frozenset({"data_dependent_ops"})  # op types (canonical names)
 
 _PRECISION_NAME = re.compile(r"[a-z0-9][a-z0-9_-]*")
 _CAMEL_CASE = re.compile(r"[A-Z][A-Za-z0-9]*")
@@ -80,7 +86,7 @@ _SECTIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "shapes": (frozenset({"static", "source"}), frozenset()),
     "throughput": (frozenset({"macs_per_cycle", "source"}), frozenset()),
     "runtime": (frozenset({"rewrites"}), frozenset()),
-    "cost": (frozenset({"source"}), COST_NUMBERS | COST_FLAGS | {"assumed", "precision"}),
+    "cost": (frozenset({"source"}), COST_NUMBERS | COST_FLAGS | COST_LISTS | {"assumed", "precision"}),
 }
 _REWRITE_KEYS = (frozenset({"fix", "source"}), frozenset())
 _RESIDUAL_KEYS = (frozenset({"activations", "requires_bias", "requires_same_shape", "source"}), frozenset())
@@ -398,7 +404,7 @@ class _Validator:
             key = f"cost.precision.{name}"
             self.declared_precision(name, key)
             entry = self.table(entry, key)
-            self.keys(entry, key, (frozenset(), COST_NUMBERS | COST_FLAGS))
+            self.keys(entry, key, (frozenset(), COST_NUMBERS | COST_FLAGS | COST_LISTS))
             present |= {f"precision.{name}.{number}" for number in self.cost_numbers(entry, key)}
         for index, name in enumerate(self.strings(table.get("assumed", []), "cost.assumed")):
             if name not in present:
@@ -415,9 +421,13 @@ class _Validator:
                     _join(key, name),
                     f"expected a {'non-negative' if name.endswith('_us') else 'positive'} number, got {value}",
                 )
+        if "data_dependent_ratio" in table and table["data_dependent_ratio"] < 1:
+            self.fail(_join(key, "data_dependent_ratio"), f"expected a ratio >= 1, got {table['data_dependent_ratio']}")
         for name in COST_FLAGS & table.keys():
             self.boolean(table[name], _join(key, name))
-        return set((COST_NUMBERS | COST_FLAGS) & table.keys())
+        for name in COST_LISTS & table.keys():
+            self.strings(table[name], _join(key, name), item=self.op_type)
+        return set((COST_NUMBERS | COST_FLAGS | COST_LISTS) & table.keys())
 
 
 def op_type_problem(name: str) -> str | None:

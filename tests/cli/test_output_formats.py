@@ -25,8 +25,8 @@ FACENET = "facenet_mtcnn_pnet.onnx"
 MOBILENET = "tv_mobilenet_v2_bn_unfolded_noweights.onnx"
 
 TOP_KEYS = {"netlint_version", "schema_version", "models"}
-MODEL_KEYS = {"path", "format", "target", "precision", "chip", "findings", "errors", "skipped", "notes"}
-FINDING_KEYS = {"code", "name", "severity", "message", "nodes", "tensors", "fix", "help"}
+MODEL_KEYS = {"path", "format", "target", "precision", "chip", "findings", "errors", "skipped", "notes", "cost"}
+FINDING_KEYS = {"code", "name", "severity", "message", "nodes", "tensors", "fix", "help", "impact"}
 SKIP_KEYS = {"code", "node", "reason"}
 SEVERITIES = {"error", "warning", "info"}
 FINDING_LINE = re.compile(

@@ -67,12 +67,11 @@ def test_fused_activation_saves_latency() -> None:
     ort_rates = rates_for(load_target("ort-cpu"))
     ort = cost_model(model, "ort-cpu")
     assert htp.latency_us is not None and ort.latency_us is not None and ort_rates is not None
-    # on ORT the sigmoid adds its ops to the conv's kernel but no launch and no traffic
+    # on ORT the sigmoid joins the conv's kernel: no launch, no traffic, and its ops hide behind the MACs
     conv = ort.node("conv")
     expected = (
         max(
-            conv.cost.macs / (ort_rates.conv_gmacs_per_s * 1e3)
-            + ort.node("act").cost.ops / (ort_rates.vector_gops_per_s * 1e3),
+            conv.cost.macs / (ort_rates.conv_gmacs_per_s * 1e3),
             conv.cost.bytes / (ort_rates.memory_gb_per_s * 1e3),
         )
         + ort_rates.kernel_overhead_us

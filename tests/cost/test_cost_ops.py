@@ -345,3 +345,82 @@ def test_tflite_binary_ops_match_onnx(op: str) -> None:
     t.output(t.add(xt, yt) if op == "Add" else t.mul(xt, yt))
     tflite_cost = only(costs(t.build()), op)
     assert onnx_cost == tflite_cost
+
+
+# --- every op the IR can hold is costed, free, control flow, or a listed gap -------------------------------------
+def _ir_op_types() -> set[str]:
+    import onnx.defs
+
+    from netlint.io.tflite_ops import CUSTOM_MAP, OP_MAP
+
+    onnx_ops = {s.name for s in onnx.defs.get_all_schemas_with_history() if s.domain in ("", "ai.onnx")}
+    return onnx_ops | set(OP_MAP.values()) | set(CUSTOM_MAP.values())
+
+
+def test_every_op_is_costed_free_control_flow_or_a_listed_gap() -> None:
+    from netlint.cost.model import CONTROL_FLOW_OPS
+    from netlint.cost.ops import KNOWN_GAPS, SHAPE_OPS, _handler
+
+    unaccounted = sorted(
+        op
+        for op in _ir_op_types()
+        if _handler(op) is None and op not in KNOWN_GAPS and op not in SHAPE_OPS | CONTROL_FLOW_OPS | {"Constant"}
+    )
+    assert unaccounted == [], f"ops with no cost formula and no KNOWN_GAPS entry: {unaccounted}"
+    assert not [op for op in KNOWN_GAPS if _handler(op) is not None], "an op is both costed and listed as a gap"
+
+
+def test_a_listed_gap_says_why() -> None:
+    b = GraphBuilder()
+    x = b.input("x", [4, 3])
+    b.output(b.node("NonZero", [x], name="nz", shape=[2, None]))
+    result = costs(b.build(check=False))
+    assert result.node("nz").cost is None
+    assert result.node("nz").gap == "no cost formula for op NonZero (output size depends on the data)"
+
+
+def test_einsum_matmul_and_batched_forms() -> None:
+    b = GraphBuilder()
+    a = b.input("a", [2, 5, 7])
+    c = b.input("c", [2, 7, 4])
+    mm = b.node("Einsum", [a, c], name="bmm", shape=[2, 5, 4], equation="bij,bjk->bik")
+    e, f = b.input("e", [3, 2, 5, 7]), b.input("f", [1, 2, 7, 4])
+    bc = b.node("Einsum", [e, f], name="ell", shape=[3, 2, 5, 4], equation="...ij,...jk->...ik")
+    t = b.node("Einsum", [a], name="tr", shape=[2, 7, 5], equation="bij->bji")
+    b.output(mm, bc, t)
+    result = costs(b.build())
+    assert node_named(result, "bmm").macs == 2 * 5 * 7 * 4  # same as the equivalent MatMul
+    assert node_named(result, "ell").macs == 3 * 2 * 5 * 7 * 4  # '...' broadcasts [3, 2] against [1, 2]
+    transpose = node_named(result, "tr")
+    assert (transpose.macs, transpose.ops) == (0, 2 * 5 * 7)
+
+
+def test_attention_4d_macs_and_softmax_ops() -> None:
+    b = GraphBuilder(opset=23)
+    q, k, v = b.input("q", [1, 4, 10, 8]), b.input("k", [1, 4, 12, 8]), b.input("v", [1, 4, 12, 16])
+    b.output(b.node("Attention", [q, k, v], name="att", shape=[1, 4, 10, 16]))
+    cost = node_named(costs(b.build()), "att")
+    scores = 1 * 4 * 10 * 12
+    assert cost.op_class == MATMUL
+    assert cost.macs == scores * (8 + 16)  # Q.K^T then P.V
+    assert cost.ops == 4 * scores
+    assert cost.bytes_read == (4 * 10 * 8 + 4 * 12 * 8 + 4 * 12 * 16) * F32
+
+
+def test_grid_sample_and_new_elementwise_ops() -> None:
+    b = GraphBuilder(opset=26)
+    x = b.input("x", [1, 3, 8, 8])
+    grid = b.input("grid", [1, 4, 4, 2])
+    gs = b.node("GridSample", [x, grid], name="gs", shape=[1, 3, 4, 4], mode="linear")
+    b.output(
+        gs,
+        b.node("Shrink", [x], name="shrink"),
+        b.node("CumProd", [x, b.const("ax", np.array(1, np.int64))], name="cp"),
+    )
+    result = costs(b.build())
+    assert node_named(result, "gs").ops == 3 * 4 * 4 * 2 * 2  # 2 ops per output element per spatial axis
+    assert node_named(result, "gs").bytes_read == (3 * 8 * 8 + 4 * 4 * 2) * F32
+    assert node_named(result, "shrink").op_class == ELTWISE and node_named(result, "shrink").ops == 3 * 8 * 8
+    cumprod = node_named(result, "cp")
+    assert (cumprod.ops, cumprod.param_bytes) == (3 * 8 * 8, 0)  # the axis is control data, not a parameter
+    assert result.coverage == 1.0

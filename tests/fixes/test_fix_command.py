@@ -88,9 +88,11 @@ def test_a_failing_verification_writes_nothing(tmp_path, monkeypatch, capsys):
 def test_bad_inputs_exit_2_with_one_line(run_cli, tmp_path, data_dir):
     bad = tmp_path / "bad.onnx"
     bad.write_bytes(b"\x08\xff\xff garbage")
+    truncated = tmp_path / "truncated.tflite"
+    truncated.write_bytes((data_dir / "keras_mobilenet_v3_small_int8.tflite").read_bytes()[:4096])
     for args, expected in (
         (["fix", bad, "-o", tmp_path / "o.onnx"], "not a valid ONNX"),
-        (["fix", data_dir / "keras_mobilenet_v3_small_int8.tflite", "-o", tmp_path / "o.tflite"], "not supported yet"),
+        (["fix", truncated, "-o", tmp_path / "o.tflite"], "TFLite"),
         (["fix", tmp_path / "missing.onnx", "-o", tmp_path / "o.onnx"], "cannot open"),
         (["fix", bad], "-o FILE or --in-place"),
     ):
@@ -187,3 +189,95 @@ def test_killing_fix_at_any_moment_never_leaves_a_partial_model(tmp_path, light_
         assert not [p for p in tmp_path.iterdir() if p.name.startswith(f"out_{delay}") and p != out]
     assert digest(source) == before
     assert complete < 5  # at least one kill landed before the end (else the test proves nothing)
+
+
+def test_exit_non_zero_on_fix_fails_only_when_something_was_fixed(run_cli, tmp_path):
+    model = conv_bn_model(tmp_path / "m.onnx")
+    fixed = run_cli("fix", model, "-o", tmp_path / "out.onnx", "--exit-non-zero-on-fix")
+    assert fixed.returncode == 1, fixed.stderr
+    assert (tmp_path / "out.onnx").is_file() and "Fixed 1 finding" in fixed.stdout
+    again = run_cli("fix", tmp_path / "out.onnx", "--in-place", "--exit-non-zero-on-fix")
+    assert again.returncode == 0, again.stderr
+    assert "Nothing to fix" in again.stdout
+    assert run_cli("fix", model, "--diff", "--exit-non-zero-on-fix").returncode == 1
+    assert run_cli("fix", model, "-o", tmp_path / "plain.onnx").returncode == 0  # without the flag: 0
+
+
+def test_json_summary_lists_fixes_skips_and_verification(run_cli, tmp_path):
+    import json
+
+    b = GraphBuilder(seed=1)
+    x = b.input("x", [1, 4, 8, 8])
+    y = b.batchnorm(b.conv(x, 8, name="conv"), name="bn")
+    b.output(b.node("Softsign", [b.conv(y, 8, name="conv2")], name="act"))  # FU003: unsafe, not applied
+    model = b.save(tmp_path / "m.onnx")
+    result = run_cli("fix", model, "-o", tmp_path / "out.onnx", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["output"] == str(tmp_path / "out.onnx") and summary["fixed"] == 1
+    (fix,) = summary["fixes"]
+    assert (fix["code"], fix["fix"], fix["applicability"], fix["count"], fix["exact"]) == (
+        "FU006",
+        "fold-batchnorm",
+        "safe",
+        1,
+        True,
+    )
+    assert "folded BatchNormalization 'bn'" in fix["descriptions"][0]
+    assert summary["ops"]["BatchNormalization"] == [1, 0]
+    (output,) = summary["verification"]["outputs"]
+    assert output["check"] == "exact" and output["close"] is True and output["cosine"] > 0.999999
+    assert summary["remaining"] >= 1  # the FU003 finding, whose fix is unsafe
+    unsafe = json.loads(run_cli("fix", model, "--diff", "--unsafe-fixes", "--format", "json").stdout)
+    assert unsafe["dry_run"] is True and unsafe["output"] is None
+    assert {f["fix"]: f["exact"] for f in unsafe["fixes"]} == {"fold-batchnorm": True, "substitute-activation": False}
+    assert {o["check"] for o in unsafe["verification"]["outputs"]} == {"exact", "measured"}
+
+
+def test_to_fp16_on_the_command_line(run_cli, tmp_path):
+    b = GraphBuilder(seed=2)
+    x = b.input("x", [1, 4, 8, 8])
+    b.output(b.node("Softmax", [b.conv(b.relu(b.conv(x, 8, name="c1")), 8, name="c2")], name="softmax", axis=1))
+    model = b.save(tmp_path / "m.onnx")
+    result = run_cli("fix", model, "-o", tmp_path / "half.onnx", "--to-fp16")
+    assert result.returncode == 0, result.stderr
+    assert "QT005 keep-fp32 (safe): 1 fix" in result.stdout
+    assert "verify (keep-fp32): output 'softmax_out'" in result.stdout and "cosine similarity" in result.stdout
+    half = onnx.load(str(tmp_path / "half.onnx"))
+    onnx.checker.check_model(half, full_check=True)
+    assert {t.data_type for t in half.graph.initializer} == {onnx.TensorProto.FLOAT16}
+    assert half.graph.output[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT
+    assert "--to-fp16" in run_cli("fix", "--help").stdout
+
+
+def test_the_fix_hook_fixes_every_model_and_fails_when_it_changed_one(tmp_path):
+    """The `netlint-fix` pre-commit hook's entry (run with sh, as pre-commit does): every model is fixed in place,
+    and the exit status is 1 (--exit-non-zero-on-fix) if any was changed, 0 once they are clean."""
+    import os
+    import subprocess
+    import sys
+
+    import pytest
+
+    yaml = pytest.importorskip("yaml")
+    hooks = yaml.safe_load((Path(__file__).resolve().parents[2] / ".pre-commit-hooks.yaml").read_text())
+    entry = next(hook["entry"] for hook in hooks if hook["id"] == "netlint-fix")
+    assert "--exit-non-zero-on-fix" in entry
+    shims = tmp_path / "bin"
+    shims.mkdir()
+    (shims / "netlint").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m netlint "$@"\n')
+    (shims / "netlint").chmod(0o755)
+    first, second = conv_bn_model(tmp_path / "a.onnx"), conv_bn_model(tmp_path / "b.onnx")
+    env = {**os.environ, "PATH": f"{shims}{os.pathsep}{os.environ['PATH']}"}
+
+    def hook() -> subprocess.CompletedProcess:
+        command = f"{entry} a.onnx b.onnx"
+        return subprocess.run(["sh", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+    changed = hook()
+    assert changed.returncode == 1, changed.stderr
+    assert changed.stdout.count("Fixed 1 finding") == 2  # the second model is fixed too
+    for model in (first, second):
+        assert "FU006" not in codes(findings_of(onnx.load(str(model))))
+    clean = hook()
+    assert clean.returncode == 0, clean.stdout + clean.stderr

@@ -89,6 +89,9 @@ def test_info_finding_on_a_target_exempting_relu_is_not_duplicated():
     assert [f.severity for f in findings] == ["info"]
     settings = settings_for(FileConfig(), Overrides(select=["FU001"], target="qualcomm-htp"))
     result = fix_model(model, "<memory>.onnx", Path("."), settings)
+    assert result.applied == [] and "slower on qualcomm-htp" in result.skipped[0].reason  # the cost model says no
+    settings.keep_slower_fixes = True  # and so does the pass itself
+    result = fix_model(model, "<memory>.onnx", Path("."), settings)
     assert result.applied == [] and "only adds MACs" in result.skipped[0].reason
     # SiLU is not exempt there: that one is duplicated
     silu = conv_relu_add(silu=True)

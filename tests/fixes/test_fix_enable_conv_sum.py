@@ -99,3 +99,32 @@ def test_resnet50_sums_become_adds_and_fuse(light_dir, tmp_path):
     assert findings_of(result.fixed, select=["FU005"], target="ort-cpu") == []
     assert_equivalent(model, result.fixed, rtol=0, atol=0)
     assert (fused_convs(model, tmp_path), fused_convs(result.fixed, tmp_path)) == (0, 16)
+
+
+def test_the_pass_reads_the_findings_data_not_its_message():
+    """The blockers come from FU005's `Finding.data`: rewording the message changes nothing, and the data names the
+    bias-less conv and the Sum."""
+    from netlint.fixes.edit import GraphEdit
+    from netlint.fixes.enable_conv_sum import EnableConvSum
+    from netlint.fixes.registry import FixContext
+    from netlint.testing import load
+
+    model = residual(op="Sum")
+    ir = load(model)
+    (finding,) = findings_of(model, select=["FU005"], target="ort-cpu")
+    assert finding.data["fuses"] is False and finding.data["conv_without_bias"] == ["conv"]
+    assert sorted(b["key"] for b in finding.data["blocked"]) == ["bias", "sum"]
+    finding.message = "something else entirely; no phrases here"
+    positions = {node.id: index for index, node in enumerate(ir.graph.nodes)}
+    edit = GraphEdit(model)
+    plan = EnableConvSum().plan(FixContext(edit, ir.graph, finding, [positions[n] for n in finding.nodes]))
+    assert not isinstance(plan, str), plan
+    assert "zero bias" in plan.description and "written as Add" in plan.description
+    blocked = residual(bias=True, between=True)
+    (other,) = findings_of(blocked, select=["FU005"], target="ort-cpu")
+    assert [b["key"] for b in other.data["blocked"]] == ["between"]
+    other.message = "reworded"
+    ir = load(blocked)
+    positions = {node.id: index for index, node in enumerate(ir.graph.nodes)}
+    reason = EnableConvSum().plan(FixContext(GraphEdit(blocked), ir.graph, other, [positions[n] for n in other.nodes]))
+    assert isinstance(reason, str) and "sits between" in reason

@@ -58,3 +58,39 @@ def _linked_passes() -> set[str]:
     alternatives = {name: getattr(cls, "alternative_to", None) for name, cls in passes.items()}
     assert all(target in passes for target in alternatives.values() if target)
     return {name for name, target in alternatives.items() if not target}
+
+
+def test_incremental_index_matches_a_full_rebuild():
+    """GraphEdit re-indexes only the nodes a fix was handed or replaced; after edits made through the primitives and
+    directly on handed-out NodeProtos, its index equals a rebuild from scratch, and a broken edit is still caught."""
+    import pytest
+    from onnx import helper
+
+    from netlint.fixes.edit import GraphEdit, InvariantError
+    from netlint.testing import GraphBuilder
+
+    b = GraphBuilder(seed=5)
+    x = b.input("x", [1, 4, 6, 6])
+    y = b.relu(b.batchnorm(b.conv(x, 4, name="c1"), name="bn"), name="r1")
+    b.output(b.conv(b.relu(y, name="r2"), 4, name="c2"))
+    edit = GraphEdit(b.build())
+
+    def snapshot(e: GraphEdit) -> tuple:
+        return dict(e.producer), {k: sorted(v) for k, v in e.consumers.items() if v}
+
+    relu = edit.node(2)
+    assert relu is not None and relu.op_type == "Relu"
+    relu.input[0] = edit.node(0).output[0]  # skip the batchnorm, by hand
+    edit.prune([edit.node(1).output[0]])
+    cast_out = edit.unique_name("cast")
+    edit.insert_before(3, helper.make_node("Cast", [relu.output[0]], [cast_out], to=1))
+    edit.node(3).input[0] = cast_out
+    edit.reindex()
+    edit.check_invariants()
+    incremental = snapshot(edit)
+    edit._full_reindex()
+    assert snapshot(edit) == incremental
+    assert "bn" not in {n.name for n in edit.nodes if n is not None}
+    edit.node(4).input[0] = "nowhere"  # a broken edit
+    with pytest.raises(InvariantError, match="nowhere"):
+        edit.check_invariants()

@@ -68,7 +68,8 @@ def test_the_substitute_is_one_the_target_fuses():
 
 
 def test_sigmoid_becomes_hard_sigmoid_where_that_fuses():
-    """No built-in target fuses HardSigmoid but not Sigmoid, so the pass is planned on a finding that says so."""
+    """No built-in target fuses HardSigmoid but not Sigmoid, so the pass is planned on a finding that says so (in
+    its structured data: the message is reworded to show the pass does not read it)."""
     from netlint.fixes.edit import GraphEdit
     from netlint.fixes.registry import FixContext
     from netlint.fixes.substitute_activation import SubstituteActivation
@@ -79,8 +80,9 @@ def test_sigmoid_becomes_hard_sigmoid_where_that_fuses():
     fixed.CopyFrom(model)
     ir = load(fixed)
     finding = findings_of(fixed, select=["FU003"])[0]
-    head, _ = finding.message.split(" fuses only ")
-    finding.message = f"{head} fuses only Relu, HardSigmoid"
+    assert finding.data["fusable"] == ["Relu", "Relu6", "ReluN1To1", "Relu0To1", "Clip"]  # generic's kinds
+    finding.data["fusable"] = ["Relu", "HardSigmoid"]
+    finding.message = "reworded: the target fuses only Tanh"
     positions = {node.id: index for index, node in enumerate(ir.graph.nodes)}
     edit = GraphEdit(fixed)
     plan = SubstituteActivation().plan(FixContext(edit, ir.graph, finding, [positions[n] for n in finding.nodes]))

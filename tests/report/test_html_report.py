@@ -88,12 +88,46 @@ def test_report_of_a_real_model_has_every_finding_a_picture_and_the_latency(tmp_
     assert "fold-batchnorm" in text and "(safe)" in text
 
 
-def test_findings_are_ranked_by_severity_then_predicted_impact(tmp_path, run_cli, data_dir) -> None:
+def test_findings_are_ranked_by_the_predicted_saving_of_their_fix(tmp_path, run_cli, data_dir) -> None:
+    """Priced findings (finding.impact) first, by saving; the others after them, by the kernel-time proxy."""
     html = _report(tmp_path, run_cli, data_dir / MOBILENET, "--target", "ti-tda4vm")
     page = parse(html)
-    for group in {f["data-rule"] for f in page.with_class("details", "finding")}:
-        impacts = [float(f["data-impact"]) for f in page.with_class("details", "finding") if f["data-rule"] == group]
-        assert impacts == sorted(impacts, reverse=True) and impacts[0] > 0
+    findings = page.with_class("details", "finding")
+    assert any("data-saving" in f for f in findings)
+    for group in {f["data-rule"] for f in findings}:
+        members = [f for f in findings if f["data-rule"] == group]
+        priced = [float(f["data-saving"]) for f in members if "data-saving" in f]
+        assert priced == sorted(priced, reverse=True)
+        assert all("data-saving" in f for f in members[: len(priced)])  # the priced ones come first
+        proxy = [float(f["data-impact"]) for f in members[len(priced) :] if "data-impact" in f]
+        assert proxy == sorted(proxy, reverse=True)
+    text = " ".join(page.text)
+    best = max(float(f["data-saving"]) for f in findings if "data-saving" in f)
+    assert re.search(r"saves [\d.]+ [mu]s \(\d+\.\d%\)", text)
+    assert f"saves {best * 1000:.1f} us" in text or f"saves {best:.2f} ms" in text
+
+
+def test_saving_text_says_saves_or_costs_more() -> None:
+    from netlint.report.html import saving_text
+
+    assert saving_text(1.5, 0.25) == "saves 1.50 ms (25.0%)"
+    assert saving_text(-0.2, -0.01) == "costs 200.0 us more (1.0%)"
+
+
+def test_groups_rank_by_their_total_saving_and_show_it() -> None:
+    from netlint.report.html import _groups
+    from netlint.rule import Finding, Impact
+
+    def finding(code: str, saving: float | None) -> Finding:
+        impact = Impact("t", 10.0, 10.0 - saving) if saving is not None else None
+        return Finding(code, code.lower(), "warning", f"{code} {saving}", [], [], impact=impact)
+
+    groups = _groups(
+        [finding("AA001", 0.1), finding("BB001", 2.0), finding("AA001", 0.3), finding("CC001", None)], {}, None
+    )
+    assert [g.code for g in groups] == ["BB001", "AA001", "CC001"]
+    assert [f.finding.impact.saving_ms for f in groups[1].findings] == pytest.approx([0.3, 0.1])
+    assert groups[1].saving_text == "saves 400.0 us (4.0%)" and groups[2].saving_text is None
 
 
 def test_severity_ranks_before_impact() -> None:
@@ -255,3 +289,17 @@ def test_thousands_of_findings_stay_usable() -> None:
     assert html.count('<svg class="graph"') == MAX_PICTURES
     assert all("open" not in group for group in page.with_class("details", "group"))
     assert len(html.encode()) < 5_000_000
+
+
+def test_the_lints_predicted_latency_is_shown_without_the_model(data_dir) -> None:
+    """report.cost (from the lint) gives the latency even when the model is not at hand for the breakdown."""
+    report = lint(data_dir / MOBILENET, target="ti-tda4vm")
+    assert report.cost is not None and report.cost.latency_ms
+    html = render_html([ReportInput(report)])
+    page = parse(html)
+    latency = [t for t in page.text if "on ti-tda4vm" in t]
+    shown = (
+        f"{report.cost.latency_ms:.2f} ms" if report.cost.latency_ms >= 1 else f"{report.cost.latency_ms * 1000:.1f} us"
+    )
+    assert any(shown in t for t in latency), latency
+    assert '<svg class="chart"' not in html  # the per-op breakdown needs the model

@@ -381,3 +381,32 @@ def test_mixnet_split_concat_stays_under_the_default(data_dir: Path) -> None:
 def test_tflite_mobilenet_has_no_data_movers(data_dir: Path) -> None:
     report = dm001(data_dir / "keras_mobilenet_v2_a035_int8.tflite")
     assert report.findings == [] and report.skipped == [] and report.errors == []
+
+
+# --- with a cost model: the predicted time share --------------------------------------------------------------------
+def test_a_target_with_a_cost_model_uses_the_predicted_time_share() -> None:
+    from netlint.cost import cost_model
+
+    model = _shuffle_model()
+    [f] = dm001(model, target="ti-tda4vm").findings
+    assert "of the predicted latency on ti-tda4vm" in f.message
+    cost = cost_model(load(model), "ti-tda4vm")
+    movers = sum(e.latency_us or 0.0 for e in cost.nodes if e.op in MOVERS)
+    share = re.search(r"take (\d+)% of the predicted latency", f.message)
+    assert share is not None and int(share.group(1)) == round(100 * movers / cost.latency_us)
+    assert f.nodes[0] in {e.id for e in cost.nodes if e.op in MOVERS}
+    [g] = dm001(model).findings  # generic has no cost model: the byte share
+    assert "of the tensor traffic" in g.message
+
+
+def test_time_share_threshold_uses_max_share() -> None:
+    from netlint.cost import cost_model
+
+    model = _shuffle_model()
+    cost = cost_model(load(model), "ti-tda4vm")
+    share = sum(e.latency_us or 0.0 for e in cost.nodes if e.op in MOVERS) / cost.latency_us
+    settings = settings_for(FileConfig(), Overrides(target="ti-tda4vm", select=["DM001"]))
+    settings.rule_options = {"DM001": {"max-share": share + 0.01}}
+    assert lint_model(load(model), settings).findings == []
+    settings.rule_options = {"DM001": {"max-share": share - 0.01}}
+    assert len(lint_model(load(model), settings).findings) == 1

@@ -1,0 +1,380 @@
+"""Linting many models: from the content cache, in-process, or in a process pool; and the map functions
+`lint_bytes` / `lint_path` for distributing a model zoo over an existing engine (Dask, Ray: docs/scaling.md).
+
+The pool uses the 'forkserver' start method (not fork: the parent may have threads, e.g. onnx's or numpy's), with
+netlint's engine and loaders preloaded in the server, so each worker starts by forking a process that has already
+imported them. Workers ignore SIGINT: Ctrl-C reaches the parent, which cancels what has not started and terminates
+the workers. Results come back in the order of the input, whatever order the workers finish in. An exception in a
+worker is that model's error line; a worker that dies (a crash in a native library) breaks the pool, and every model
+it had not finished is retried alone in a fresh one-worker pool, so only the model that kills its worker gets the
+error.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import tempfile
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from netlint.engine import ModelReport, lint_file
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future, ProcessPoolExecutor
+
+    from netlint.cache import Cache
+    from netlint.config import Settings
+
+START_METHOD = "forkserver" if sys.platform != "win32" else "spawn"  # forkserver: POSIX only
+PRELOAD = ["netlint.batch", "netlint.engine", "netlint.io.onnx_io", "netlint.report.baseline", "onnx"]
+WORKER_DIED = "internal error: the worker process linting this model died (please report this)"
+MAX_DEATHS = 3
+WINDOW = 4  # models queued per worker, so that no worker waits for this process to hand out the next one
+# Starting a pool costs about 0.3-1 s (the fork server imports onnx and netlint; measured in docs/performance.md),
+# while a small model lints in 10-30 ms: a pool pays from about 16 models, or from 2 when there is much to load.
+MIN_POOL_MODELS = 16
+MIN_POOL_BYTES = 64 << 20
+
+Progress = Callable[[int, int, Path], None]
+
+
+def default_jobs() -> int:
+    """The CPUs this process may run on (its affinity mask, not the machine's count)."""
+    counter = getattr(os, "process_cpu_count", None)  # Python 3.13+
+    if counter is not None:
+        return counter() or 1
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def lint_many(
+    work: Sequence[tuple[Path, Settings]],
+    *,
+    jobs: int = 1,
+    cache: Cache | None = None,
+    progress: Progress | None = None,
+) -> list[ModelReport]:
+    """Lint each (path, settings) pair; the reports in the order of `work`. Cache hits are read in this process;
+    the misses are linted here when `jobs` is 1 or there are few of them, else in a pool of `jobs` workers."""
+    from netlint.cache import cache_key, settings_stamp
+
+    reports: list[ModelReport | None] = [None] * len(work)
+    keys: list[str | None] = [None] * len(work)
+    stamps: dict[int, str] = {}  # id(settings) -> its stamp; the settings live in `work` for the whole call
+    done = 0
+    for index, (path, settings) in enumerate(work):
+        if cache is not None:
+            stamp = stamps.get(id(settings)) or stamps.setdefault(id(settings), settings_stamp(settings))
+            keys[index] = key = cache_key(path, settings, stamp)
+            if key is not None and (hit := cache.get(key, str(path))) is not None:
+                reports[index] = hit
+                done += 1
+                if progress is not None:
+                    progress(done, len(work), path)
+    misses = [index for index, report in enumerate(reports) if report is None]
+    folder = str(cache.folder) if cache is not None and cache.writable else None
+
+    def finished(index: int, report: ModelReport, warning: str | None) -> None:
+        nonlocal done
+        reports[index] = report
+        done += 1
+        if warning and cache is not None and cache.warning is None:
+            cache.warning, cache.writable = warning, False
+        if progress is not None:
+            progress(done, len(work), work[index][0])
+
+    if jobs <= 1 or not _pool_pays(work, misses) or not _workers_can_start():
+        for index in misses:
+            path, settings = work[index]
+            finished(index, *_lint_one(path, settings, keys[index], folder, cache))
+    else:
+        _lint_in_pool(work, misses, keys, folder, min(jobs, len(misses)), finished, cache)
+    return [report for report in reports if report is not None]
+
+
+def _pool_pays(work: Sequence[tuple[Path, Settings]], misses: list[int]) -> bool:
+    """Whether linting `misses` in worker processes is likely faster than here, from their count and total size
+    (loading is linear in the file's bytes)."""
+    if len(misses) >= MIN_POOL_MODELS:
+        return True
+    if len(misses) < 2:
+        return False
+    total = 0
+    for index in misses:
+        try:
+            total += work[index][0].stat().st_size
+        except OSError:
+            continue
+    return total >= MIN_POOL_BYTES
+
+
+def _workers_can_start() -> bool:
+    """Workers re-import the parent's __main__ by its path; a __main__ read from stdin (`python - <<EOF`) has no
+    file to import, and every worker would die at start."""
+    main = sys.modules.get("__main__")
+    if main is None or getattr(getattr(main, "__spec__", None), "name", None):
+        return True
+    path = getattr(main, "__file__", None)
+    return path is None or os.path.isfile(path)
+
+
+def _lint_one(
+    path: Path, settings: Settings, key: str | None, folder: str | None, cache: Cache | None = None
+) -> tuple[ModelReport, str | None]:
+    """Lint one model and store it in the cache; a crash is the model's error, never a traceback."""
+    try:
+        report = lint_file(path, settings)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:  # MemoryError, RecursionError and bugs alike: one line for this model
+        return _failed(
+            path, settings, f"internal error: {type(exc).__name__}: {_one_line(exc)} (please report this)"
+        ), None
+    if key is not None and folder is not None:
+        if cache is None:
+            from netlint.cache import Cache
+
+            cache = Cache(Path(folder))
+        cache.put(key, report)
+        return report, cache.warning
+    return report, None
+
+
+def _failed(path: Path, settings: Settings, reason: str) -> ModelReport:
+    target = settings.target
+    return ModelReport(str(path), None, target.name, target.precision, target.chip, errors=[reason])
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text[:300] + ("..." if len(text) > 300 else "")
+
+
+# --- the pool --------------------------------------------------------------------------------------------------------
+_SETTINGS: list[Settings] = []  # in a worker: the distinct settings of the run, sent once by the initializer
+Finished = Callable[[int, ModelReport, "str | None"], None]
+
+
+def _worker_init(settings: bytes) -> None:
+    """Ignore Ctrl-C (the parent's to handle), then load the rule packs before unpickling the settings: their rule
+    classes pickle by reference, and a source checkout's pack is importable only once all_rules() has loaded it."""
+    import pickle
+
+    from netlint.rule import all_rules
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    all_rules()
+    _SETTINGS[:] = pickle.loads(settings)
+
+
+def _worker(path: str, which: int, key: str | None, folder: str | None) -> tuple[ModelReport, str | None]:
+    return _lint_one(Path(path), _SETTINGS[which], key, folder)
+
+
+def _pool(workers: int, settings: list[Settings]) -> ProcessPoolExecutor:
+    import multiprocessing  # here, not at the top: start-up of a run that needs no pool stays lean
+    import pickle
+    from concurrent.futures import ProcessPoolExecutor
+
+    context = multiprocessing.get_context(START_METHOD)
+    if START_METHOD == "forkserver":
+        context.set_forkserver_preload(PRELOAD)
+    blob = pickle.dumps(settings)
+    return ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_init, initargs=(blob,))
+
+
+@dataclass
+class _Run:
+    """One run's work list and where results go; `which` maps a work index to its settings' position in `distinct`
+    (each distinct Settings is pickled once per worker, not once per model)."""
+
+    work: Sequence[tuple[Path, Settings]]
+    keys: list[str | None]
+    folder: str | None
+    finished: Finished
+    cache: Cache | None
+    distinct: list[Settings]
+    which: dict[int, int]
+
+    def submit(self, executor: ProcessPoolExecutor, index: int) -> Future[Any]:
+        path = str(self.work[index][0])
+        return executor.submit(_worker, path, self.which[index], self.keys[index], self.folder)
+
+    def fail(self, index: int, reason: str) -> None:
+        path, settings = self.work[index]
+        self.finished(index, _failed(path, settings, f"internal error: {reason} (please report this)"), None)
+
+
+def _lint_in_pool(
+    work: Sequence[tuple[Path, Settings]],
+    misses: list[int],
+    keys: list[str | None],
+    folder: str | None,
+    jobs: int,
+    finished: Finished,
+    cache: Cache | None,
+) -> None:
+    """`jobs` workers lint while this process only hands out models and collects reports (a model that crashes
+    its process never takes this one with it). A pool broken by a dying worker is replaced: the models it lost are
+    retried alone, the ones not started go to the next round."""
+    distinct: list[Settings] = []
+    which: dict[int, int] = {}
+    for index in misses:
+        settings = work[index][1]
+        position = next((n for n, known in enumerate(distinct) if known is settings), None)
+        if position is None:
+            distinct.append(settings)
+            position = len(distinct) - 1
+        which[index] = position
+    run = _Run(work, keys, folder, finished, cache, distinct, which)
+    queue = list(misses)
+    deaths = 0  # in a row: past MAX_DEATHS, workers die whatever they run, and retrying is pointless
+    while queue:
+        lost, queue = _round(run, queue, jobs)
+        for index in lost:  # alone, so that a model that kills its worker takes down only itself
+            if deaths < MAX_DEATHS and not _round(run, [index], 1)[0]:
+                deaths = 0
+                continue
+            deaths += 1
+            run.fail(index, "the worker process linting this model died")
+
+
+def _round(run: _Run, indices: list[int], workers: int) -> tuple[list[int], list[int]]:
+    """Lint `indices` with a pool of `workers`, keeping WINDOW models queued per worker; returns the indices lost to
+    a broken pool, and those not started when it broke."""
+    from concurrent.futures import FIRST_COMPLETED, wait
+    from concurrent.futures.process import BrokenProcessPool
+
+    pending = deque(indices)
+    inflight: dict[Future[Any], int] = {}
+    lost: list[int] = []
+    executor = _pool(workers, run.distinct)
+
+    def refill() -> None:
+        while pending and len(inflight) < WINDOW * workers and not lost:
+            index = pending.popleft()
+            try:
+                inflight[run.submit(executor, index)] = index
+            except BrokenProcessPool:
+                lost.append(index)
+
+    try:
+        refill()
+        while inflight:
+            done, _ = wait(list(inflight), return_when=FIRST_COMPLETED)
+            for future in done:
+                index = inflight.pop(future)
+                try:
+                    run.finished(index, *future.result())
+                except BrokenProcessPool:
+                    lost.append(index)
+                except Exception as exc:  # a result that would not pickle, and the like: one line for this model
+                    run.fail(index, f"{type(exc).__name__}: {_one_line(exc)}")
+            refill()
+    except BaseException:
+        _stop(executor)
+        raise
+    executor.shutdown(wait=True)
+    return lost, list(pending)
+
+
+def _stop(executor: ProcessPoolExecutor) -> None:
+    """Cancel what has not started and end the workers now (Ctrl-C): do not wait for running models."""
+    executor.shutdown(wait=False, cancel_futures=True)
+    terminate = getattr(executor, "terminate_workers", None)  # Python 3.14+
+    if terminate is not None:
+        terminate()
+        return
+    for process in list((getattr(executor, "_processes", None) or {}).values()):
+        process.terminate()
+
+
+# --- the map functions -----------------------------------------------------------------------------------------------
+def lint_bytes(
+    data: bytes,
+    *,
+    name: str = "model.onnx",
+    target: str | None = None,
+    precision: str | None = None,
+    chip: str | None = None,
+    select: Sequence[str] | None = None,
+    extend_select: Sequence[str] = (),
+    ignore: Sequence[str] = (),
+    config: str | Path | None = None,
+) -> dict[str, Any]:
+    """Lint a model held in memory; the JSON report's entry for it (netlint.report.json_report.model_json), with
+    `name` as its path. No configuration file is searched (`config` names one to use); external data is absent, so
+    rules that need external weights skip those nodes (topology-only lint). The format comes from the bytes (TFLite
+    carries 'TFL3'), else from `name`'s suffix."""
+    from netlint.report.json_report import model_json
+
+    settings = _settings(target, precision, chip, select, extend_select, ignore, config, None)
+    suffix = Path(name).suffix or ".onnx"
+    with tempfile.TemporaryDirectory(prefix="netlint-") as folder:
+        path = Path(folder) / f"model{suffix}"
+        path.write_bytes(data)
+        report = lint_file(path, settings)
+    report.path = name
+    return model_json(report)
+
+
+def lint_path(
+    path: str | os.PathLike[str],
+    *,
+    target: str | None = None,
+    precision: str | None = None,
+    chip: str | None = None,
+    select: Sequence[str] | None = None,
+    extend_select: Sequence[str] = (),
+    ignore: Sequence[str] = (),
+    config: str | Path | None = None,
+    isolated: bool = False,
+    cache_dir: str | Path | None = None,
+) -> dict[str, Any]:
+    """Lint one model file as `netlint check` would (its configuration is searched from its folder unless `config`
+    or `isolated` is given); the JSON report's entry for it. With `cache_dir`, results are cached there."""
+    from netlint.report.json_report import model_json
+
+    model = Path(path)
+    settings = _settings(
+        target, precision, chip, select, extend_select, ignore, config, model.parent.resolve(), isolated
+    )
+    cache = None
+    if cache_dir is not None:
+        from netlint.cache import Cache
+
+        cache = Cache(Path(cache_dir))
+    (report,) = lint_many([(model, settings)], cache=cache)
+    return model_json(report)
+
+
+def _settings(
+    target: str | None,
+    precision: str | None,
+    chip: str | None,
+    select: Sequence[str] | None,
+    extend_select: Sequence[str],
+    ignore: Sequence[str],
+    config: str | Path | None,
+    search_from: Path | None,
+    isolated: bool = False,
+) -> Settings:
+    from netlint.config import FileConfig, Overrides, find_config, read_config_file, settings_for
+
+    if config is not None:
+        file_config = read_config_file(Path(config))
+    elif search_from is None or isolated:
+        file_config = FileConfig()
+    else:
+        file_config = find_config(search_from)
+    overrides = Overrides(
+        target, precision, chip, list(select) if select is not None else None, list(extend_select), list(ignore)
+    )
+    return settings_for(file_config, overrides)

@@ -1,0 +1,377 @@
+"""The content cache: a model's ModelReport, keyed by a hash of everything that decides it.
+
+Like ruff's `.ruff_cache`: a folder (default `.netlint_cache` in the working directory) with a CACHEDIR.TAG (backup
+tools skip it) and a .gitignore of `*` (git never sees it). One JSON file per entry, never pickle: a repository can
+ship a cache folder, and reading it must not run code. An entry that is corrupt, foreign (its recorded key differs
+from its file name), of another format or of another netlint version is ignored and rewritten. Writes go to a
+temporary file in the entry's folder and are renamed into place, so concurrent writers (`-j N`) never leave a
+partial entry; two writers of one key write the same bytes.
+
+The key hashes:
+- the model file's bytes (SHA-256);
+- for ONNX, each external data file the model names: its location, whether it resolves inside the model's folder,
+  its size and modification time in nanoseconds, or that it is absent. Not its bytes: external weights can be
+  gigabytes that no rule reads, and hashing them would cost more than linting. A rewrite that keeps both size and
+  mtime is missed (as in make);
+- netlint's version and the size and mtime of the modules a report depends on (engine, IR, loaders, cost model,
+  targets, fingerprints, and each selected rule's module), so a source checkout being edited invalidates its entries;
+- the settings, every field: the selected rules, the target's name, its parsed file content, precision and chip,
+  rule options, severity overrides, per-node ignores, whether fingerprints are wanted, and any field added later.
+The model's path is not in the key (only content is), so a renamed or copied model is a hit; the report is given the
+path it is read for.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import mmap
+import os
+import sys
+import tempfile
+import types
+import typing
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+from typing import Any, Literal, Union
+
+from netlint import __version__
+from netlint.engine import CostSummary, ModelReport
+from netlint.report.baseline import FindingKey
+from netlint.rule import Finding, FixRef, Impact, Skip
+
+if typing.TYPE_CHECKING:
+    from netlint.config import Settings
+
+CACHE_FORMAT = 1  # bump when the entry layout changes
+DEFAULT_DIR = ".netlint_cache"
+CACHEDIR_TAG = (
+    "Signature: 8a477f597d28d172789f06886806bc55\n"
+    "# This file is a cache directory tag created by netlint.\n"
+    "# For information about cache directory tags see https://bford.info/cachedir/\n"
+)
+_LOCATION = b"\x0a\x08location\x12"  # StringStringEntryProto{key: "location", value: ...} as protobuf writes it
+_TYPES = {  # for resolving annotations written under TYPE_CHECKING or as strings
+    "FindingKey": FindingKey,
+    "CostSummary": CostSummary,
+    "Finding": Finding,
+    "FixRef": FixRef,
+    "Impact": Impact,
+    "Skip": Skip,
+}
+
+
+# --- keys ------------------------------------------------------------------------------------------------------------
+def cache_key(path: Path, settings: Settings, stamp: str | None = None) -> str | None:
+    """The entry key for linting `path` with `settings`; None when the file cannot be read (nothing is cached).
+    `stamp` is `settings_stamp(settings)` when the caller has it already (one per run, not one per model)."""
+    try:
+        with path.open("rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size == 0:
+                content, locations = hashlib.sha256(b"").hexdigest(), []
+            else:
+                with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
+                    content = hashlib.sha256(view).hexdigest()
+                    locations = _external_locations(view) if path.suffix.lower() != ".tflite" else []
+    except (OSError, ValueError):
+        return None
+    digest = hashlib.sha256()
+    for part in (
+        f"netlint-cache {CACHE_FORMAT} {__version__}",
+        _code_stamp(tuple(f"{rule.__module__}.{rule.__qualname__}" for rule in settings.rules)),
+        stamp if stamp is not None else settings_stamp(settings),
+        content,
+        json.dumps([_external_stamp(path.parent, location) for location in locations]),
+    ):
+        digest.update(part.encode("utf-8", "surrogateescape") + b"\0")
+    return digest.hexdigest()
+
+
+def settings_stamp(settings: Settings) -> str:
+    """Every field of the settings (fields added later included), as one canonical string; the configuration file's
+    path is left out (its contents are in the other fields)."""
+    fields = {name: value for name, value in vars(settings).items() if name != "config_path"}
+    fields["rules"] = [rule.code for rule in settings.rules]
+    target = settings.target
+    fields["target"] = [target.name, target.precision, target.chip, target.data]
+    return json.dumps(fields, sort_keys=True, default=_canonical)
+
+
+def _canonical(value: Any) -> Any:
+    """JSON for what json cannot write: sets sorted (their order varies between processes), the rest as repr."""
+    if isinstance(value, set | frozenset):
+        return sorted(value, key=repr)
+    if isinstance(value, tuple):
+        return list(value)
+    return repr(value)
+
+
+def _external_locations(view: mmap.mmap) -> list[str]:
+    """External data locations named in a serialized ModelProto, found without parsing it (a hit must not load)."""
+    found: dict[str, None] = {}
+    start = view.find(_LOCATION)
+    while start != -1:
+        at = start + len(_LOCATION)
+        length, shift = 0, 0
+        while at < len(view) and shift < 35:  # a varint length
+            byte = view[at]
+            at += 1
+            length |= (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                break
+        found[bytes(view[at : at + min(length, 4096)]).decode("utf-8", "replace")] = None
+        start = view.find(_LOCATION, at)
+    return sorted(found)
+
+
+def _external_stamp(folder: Path, location: str) -> list[Any]:
+    try:
+        target = folder / location
+        stat = target.stat()
+        inside = target.resolve().is_relative_to(folder.resolve())
+    except (OSError, ValueError):
+        return [location, "absent"]
+    return [location, inside, stat.st_size, stat.st_mtime_ns]
+
+
+LINT_CODE = (
+    "__init__.py",
+    "engine.py",
+    "rule.py",
+    "pattern.py",
+    "config.py",
+    "suppression.py",
+    "cache.py",
+    "report/baseline.py",
+)
+LINT_PACKAGES = ("ir", "io", "cost", "targets")  # with the rule modules: the code a report depends on
+
+
+@cache
+def _code_stamp(rule_modules: tuple[str, ...]) -> str:
+    """Size and mtime of the modules a report depends on: editing a source checkout misses the cache."""
+    package = Path(__file__).resolve().parent
+    files = [package / name for name in LINT_CODE]
+    for folder in LINT_PACKAGES:
+        files.extend(sorted((package / folder).glob("*.py")))
+    for name in rule_modules:
+        module = sys.modules.get(name.rsplit(".", 1)[0])
+        if module is not None and getattr(module, "__file__", None):
+            files.append(Path(module.__file__))  # type: ignore[arg-type]
+    stamp = []
+    for file in files:
+        try:
+            stat = file.stat()
+            stamp.append(f"{file.name}:{stat.st_size}:{stat.st_mtime_ns}")
+        except OSError:
+            stamp.append(f"{file.name}:-")
+    return hashlib.sha256("\n".join(stamp).encode("utf-8", "surrogateescape")).hexdigest()
+
+
+# --- serializing reports ---------------------------------------------------------------------------------------------
+def report_to_json(report: ModelReport) -> dict[str, Any]:
+    """The report as JSON values: every dataclass by its fields (generic, like dataclasses.asdict without its deep
+    copies), tuples tagged, numpy scalars as their exact Python value."""
+    return _encode(report)
+
+
+def report_from_json(value: Any) -> ModelReport:
+    """Rebuild a ModelReport from `report_to_json` output, typed by the dataclasses' annotations; any mismatch is
+    a ValueError/TypeError/KeyError."""
+    return _build(ModelReport, value)
+
+
+def _encode(value: Any) -> Any:
+    if value is None or type(value) in (str, int, float, bool):
+        return value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {name: _encode(getattr(value, name)) for name in _field_names(type(value))}
+    if isinstance(value, dict):
+        if not all(isinstance(key, str) for key in value):
+            raise TypeError("only string keys survive JSON")
+        return {key: _encode(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_encode(item) for item in value]
+    if isinstance(value, tuple):
+        return {"__tuple__": [_encode(item) for item in value]}
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if hasattr(value, "item") and getattr(value, "shape", None) == ():  # a numpy scalar: its exact Python value
+        return _encode(value.item())
+    raise TypeError(f"cannot cache a {type(value).__name__}")
+
+
+@cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, dict):
+        if set(value) == {"__tuple__"}:
+            return tuple(_decode(item) for item in value["__tuple__"])
+        return {key: _decode(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_decode(item) for item in value]
+    return value
+
+
+def _build(tp: Any, value: Any) -> Any:
+    return _converter(tp)(value)
+
+
+@cache
+def _converter(tp: Any) -> Callable[[Any], Any]:
+    """A function that checks and rebuilds a JSON value as `tp`; made once per type (rebuilding is on the hot path
+    of a run served from the cache)."""
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        return _dataclass_converter(tp)
+    if origin in (Union, types.UnionType):
+        arms = [arm for arm in typing.get_args(tp) if arm is not type(None)]
+        inner = _converter(arms[0]) if len(arms) == 1 else _decode
+        optional = len(arms) < len(typing.get_args(tp))
+        return lambda value: None if value is None and optional else inner(value)
+    if origin is list:
+        (item,) = typing.get_args(tp) or (Any,)
+        convert = _converter(item)
+
+        def to_list(value: Any) -> list[Any]:
+            if not isinstance(value, list):
+                raise TypeError("expected a list")
+            return [convert(entry) for entry in value]
+
+        return to_list
+    if origin is dict:
+        _, item = typing.get_args(tp) or (str, Any)
+        convert = _converter(item)
+
+        def to_dict(value: Any) -> dict[str, Any]:
+            if not isinstance(value, dict):
+                raise TypeError("expected an object")
+            return {key: convert(entry) for key, entry in value.items()}
+
+        return to_dict
+    if origin is Literal:
+        allowed = typing.get_args(tp)
+
+        def literal(value: Any) -> Any:
+            if value not in allowed:
+                raise ValueError(f"{value!r} is not one of {allowed}")
+            return value
+
+        return literal
+    if tp is Any:
+        return _decode
+    if tp in (int, float):
+
+        def number(value: Any) -> Any:  # as stored: an int where a float is declared stays an int (prints the same)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise TypeError(f"expected a number, got {type(value).__name__}")
+            return value
+
+        return number
+    if isinstance(tp, type):
+
+        def exact(value: Any) -> Any:
+            if not isinstance(value, tp):
+                raise TypeError(f"expected {tp.__name__}, got {type(value).__name__}")
+            return value
+
+        return exact
+    return lambda value: value
+
+
+def _dataclass_converter(cls: type) -> Callable[[Any], Any]:
+    hints = typing.get_type_hints(cls, localns=_TYPES)
+    names = frozenset(f.name for f in dataclasses.fields(cls) if f.init)
+    converters: dict[str, Callable[[Any], Any]] = {}
+
+    def build(value: Any) -> Any:
+        if not isinstance(value, dict):
+            raise TypeError(f"{cls.__name__}: expected an object")
+        if value.keys() != names:
+            raise KeyError(f"{cls.__name__}: fields {sorted(set(value) ^ names)} differ")
+        if not converters:  # filled on first use: a dataclass may refer to itself
+            converters.update({name: _converter(hints[name]) for name in names})
+        return cls(**{name: converters[name](item) for name, item in value.items()})
+
+    return build
+
+
+# --- the store -------------------------------------------------------------------------------------------------------
+class Cache:
+    """Entries under `folder`/v{CACHE_FORMAT}/; `get` never raises, `put` reports the first write failure once."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = Path(folder)
+        self.hits = 0
+        self.writable = True
+        self.warning: str | None = None
+
+    def _entry(self, key: str) -> Path:
+        return self.folder / f"v{CACHE_FORMAT}" / key[:2] / f"{key}.json"
+
+    def get(self, key: str, path: str) -> ModelReport | None:
+        """The cached report for `key`, given `path`; None for a miss or an unusable entry."""
+        try:
+            document = json.loads(self._entry(key).read_bytes())
+            if document.get("format") != CACHE_FORMAT or document.get("key") != key:
+                return None
+            if document.get("netlint_version") != __version__:
+                return None
+            report = report_from_json(document["report"])
+        except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
+            return None
+        report.path = path
+        self.hits += 1
+        return report
+
+    def put(self, key: str, report: ModelReport) -> bool:
+        """Store `report` (reports with errors are not stored: they are cheap to redo and may be transient). A
+        report whose contents would not come back equal (an unforeseen type in Finding.data) is not stored."""
+        if report.errors or not self.writable:
+            return False
+        try:
+            encoded = report_to_json(report)
+            if report_from_json(json.loads(json.dumps(encoded))) != report:
+                return False
+            text = json.dumps(
+                {"format": CACHE_FORMAT, "netlint_version": __version__, "key": key, "report": encoded},
+                ensure_ascii=False,
+                separators=(",", ":"),
+            )
+        except (TypeError, ValueError, KeyError, RecursionError):
+            return False
+        entry = self._entry(key)
+        temporary: str | None = None
+        try:
+            self._prepare()
+            entry.parent.mkdir(parents=True, exist_ok=True)
+            handle, temporary = tempfile.mkstemp(dir=entry.parent, prefix=f".{key[:16]}.", suffix=".tmp")
+            with os.fdopen(handle, "w", encoding="utf-8") as out:
+                out.write(text)
+            os.replace(temporary, entry)
+            return True
+        except OSError as exc:
+            if temporary is not None:
+                Path(temporary).unlink(missing_ok=True)
+            self.writable = False
+            self.warning = f"cache disabled: cannot write {self.folder}: {exc.strerror or exc}"
+            return False
+
+    def _prepare(self) -> None:
+        """Create the folder with its CACHEDIR.TAG and .gitignore (once; racing creators write the same files)."""
+        tag = self.folder / "CACHEDIR.TAG"
+        if tag.is_file():
+            return
+        self.folder.mkdir(parents=True, exist_ok=True)
+        for name, text in (("CACHEDIR.TAG", CACHEDIR_TAG), (".gitignore", "# Automatically created by netlint.\n*\n")):
+            handle, temporary = tempfile.mkstemp(dir=self.folder, prefix=f".{name}.", suffix=".tmp")
+            with os.fdopen(handle, "w", encoding="utf-8") as out:
+                out.write(text)
+            os.replace(temporary, self.folder / name)

@@ -1,0 +1,285 @@
+"""`netlint calibrate`: measure this machine's runtime and write a target file with the fitted [cost] numbers and the
+observed [fusion] table.
+
+The output starts from a base target (`--base`, default ort-cpu for onnxruntime and generic for LiteRT) and keeps
+its facts (supported ops, runtime rewrites, layout, residual fusion, cost flags and the [cost] keys calibration does
+not measure); it replaces the name, adds the calibration run to the sources, and replaces the measured [cost] numbers
+and the fusing activations. The file is validated like any target before it is written, atomically.
+Exit codes: 0 written, 2 an error (unknown runtime, runtime not installed, unwritable output, bad base target).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime
+import os
+import platform
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from netlint.errors import EXIT_CLEAN, UsageError
+
+RUNTIMES = ("onnxruntime", "litert")
+DEFAULT_BASE = {"onnxruntime": "ort-cpu", "litert": "generic"}
+DEFAULT_BUDGET_S = 60.0
+DATA_DEPENDENT = 1.5  # PRelu on random-sign data this many times slower than on one-signed data: data dependent
+
+CALIBRATE_HELP = """Measure this machine with micro-benchmarks built in memory (dense and depthwise convs, memory-bound
+and elementwise ops, chains of tiny ops, conv + activation pairs), interleaved and repeated on one pinned thread by
+default, and write a target file: [cost] with the fitted throughputs and overhead, [fusion] with the activations
+observed to fuse into a conv (nn-Meter's test: fused iff T1 + T2 - T12 > 0.5 min(T1, T2)). Use it with
+`netlint check --target FILE.toml`. Exit codes: 0 written, 2 an error."""
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    calibrate = commands.add_parser(
+        "calibrate",
+        help="measure this machine's runtime and write a target file with fitted cost numbers",
+        description=CALIBRATE_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    calibrate.add_argument(
+        "--runtime", default="onnxruntime", help="onnxruntime (default) or litert (needs ai-edge-litert)"
+    )
+    calibrate.add_argument(
+        "-o", "--output", metavar="FILE", required=True, help="the target .toml to write (atomically)"
+    )
+    calibrate.add_argument(
+        "--budget-s", type=float, default=DEFAULT_BUDGET_S, metavar="S", help="bound on the run time (default: 60)"
+    )
+    calibrate.add_argument("--threads", type=int, default=1, metavar="N", help="runtime threads, pinned (default: 1)")
+    calibrate.add_argument("--name", help="the target's name (default: the output file's stem)")
+    calibrate.add_argument(
+        "--base", metavar="TARGET", help="target whose other facts the file keeps (default: ort-cpu / generic)"
+    )
+    calibrate.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+
+
+def run_calibrate(args: argparse.Namespace) -> int:
+    from netlint.calibrate.bench import make_runner, pinned
+    from netlint.calibrate.suite import run_suite
+    from netlint.cli import write_atomically
+    from netlint.targets import load_target
+
+    if args.runtime not in RUNTIMES:
+        raise UsageError(f"unknown runtime '{args.runtime}' (expected {' or '.join(RUNTIMES)})")
+    if not args.budget_s > 0:
+        raise UsageError(f"--budget-s must be positive, got {args.budget_s}")
+    if args.threads < 1:
+        raise UsageError(f"--threads must be at least 1, got {args.threads}")
+    output = Path(args.output)
+    if not output.parent.is_dir() or not os.access(output.parent, os.W_OK):
+        raise UsageError(f"cannot write {output}: folder {output.parent} does not exist or is not writable")
+    base = load_target(args.base or DEFAULT_BASE[args.runtime])
+    try:
+        runner = make_runner(args.runtime, args.threads)
+    except ImportError:
+        package = "onnxruntime" if args.runtime == "onnxruntime" else "ai-edge-litert"
+        raise UsageError(f"--runtime {args.runtime} needs the {package} package (pip install {package})") from None
+    show = not args.quiet and sys.stderr.isatty() and not os.environ.get("CI")
+
+    def progress(message: str) -> None:
+        print(f"\rnetlint calibrate: {message}\033[K", end="", file=sys.stderr, flush=True)
+
+    with pinned(args.threads) as pinning:
+        result = run_suite(runner, budget_s=args.budget_s, progress=progress if show else None, pinning=pinning)
+    if show:
+        print("\r\033[K", end="", file=sys.stderr, flush=True)
+    name = args.name or output.stem
+    document = target_document(base.data, result, name)
+    text = dumps(document, header=_header(result))
+    validate(text, str(output))
+    write_atomically(output, text)
+    if not args.quiet:
+        print(summary(result, output), file=sys.stderr)
+    return EXIT_CLEAN
+
+
+# --- the document -------------------------------------------------------------------------------------------------
+def machine() -> str:
+    """'AMD EPYC 7B13, 2 logical CPUs' (Linux: /proc/cpuinfo's model name), else platform.processor()."""
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.lower().startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    model = model or platform.processor() or platform.machine() or "unknown CPU"
+    return f"{model}, {os.cpu_count()} logical CPUs, {platform.system()} {platform.machine()}"
+
+
+def source_line(result: Any) -> str:
+    runner = result.runner
+    today = datetime.date.today().isoformat()
+    threads = f"{runner.threads} thread{'s' if runner.threads != 1 else ''}"
+    return (
+        f"netlint calibrate on {machine()}: {runner.runtime} {runner.version}, {threads} ({result.pinning}), "
+        f"fp32 micro-models, medians of {result.rounds} interleaved rounds, {today} — docs/cost-model.md"
+    )
+
+
+def target_document(base: dict[str, Any], result: Any, name: str) -> dict[str, Any]:
+    """The base target's document with the calibration's name, source, [cost] numbers and fusing activations."""
+    from netlint.targets.schema import COST_NUMBERS
+
+    document = copy.deepcopy(base)
+    source = source_line(result)
+    target = document["target"]
+    target["name"] = name
+    runner = result.runner
+    target["description"] = f"{runner.runtime} {runner.version} on {machine()}, calibrated by `netlint calibrate`."
+    target["kind"] = "cpu"
+    target["sources"] = [*target.get("sources", []), source]
+    if target.pop("precisions", None):  # one float precision is measured: facts per precision do not carry over
+        target.pop("default_precision", None)
+        for section in ("throughput", "data_movers"):
+            document.pop(section, None)
+    cost = document.get("cost", {})
+    numbers = {key: round(value, 4) for key, value in result.fitted.numbers().items() if key in COST_NUMBERS}
+    cost.pop("precision", None)
+    cost.pop("clock_ghz", None)  # a CPU's throughput is measured, not derived from a clock
+    cost.update(numbers)
+    _data_dependence(cost, result.prelu_ratio)
+    if "views_free" not in cost and runner.runtime == "onnxruntime":
+        cost["views_free"] = True  # ORT's Reshape/Squeeze/Unsqueeze/Flatten alias their input (not measured)
+        cost["assumed"] = [*cost.get("assumed", []), "views_free"]
+    if "assumed" in cost:
+        kept = [key for key in cost["assumed"] if key not in numbers and key.split(".")[0] in cost]
+        if kept:
+            cost["assumed"] = kept
+        else:
+            del cost["assumed"]
+    cost["source"] = source
+    document["cost"] = cost
+    fusion = document.get("fusion", {})
+    fusion.pop("conditional", None)  # chip/precision conditions do not apply to one measured machine
+    fusion["precision"] = {"all": {"activations": list(result.fusions)}}
+    fusion["source"] = source
+    fusion.setdefault("requires_lone_consumer", True)
+    document["fusion"] = fusion
+    return document
+
+
+def _data_dependence(cost: dict[str, Any], ratio: float | None) -> None:
+    """PRelu measured on random-sign and one-signed data: a ratio of DATA_DEPENDENT or more lists it among the
+    data-dependent ops, with the ratio as the range's high end (where the target schema has those keys)."""
+    from netlint.targets import schema
+
+    if ratio is None or "data_dependent_ratio" not in schema.COST_NUMBERS:
+        return
+    ops = [op for op in cost.get("data_dependent_ops", []) if op != "PRelu"]
+    if ratio >= DATA_DEPENDENT:
+        ops.append("PRelu")
+    if ops and "data_dependent_ops" in getattr(schema, "COST_LISTS", ()):
+        cost["data_dependent_ops"] = sorted(ops)
+        cost["data_dependent_ratio"] = round(max(ratio, 1.0), 2)
+    else:
+        cost.pop("data_dependent_ops", None)
+        cost.pop("data_dependent_ratio", None)
+
+
+def _header(result: Any) -> str:
+    from netlint.calibrate.fit import verdict
+
+    fitted = result.fitted
+    lines = [
+        "Written by `netlint calibrate` (see docs/cost-model.md); re-run it rather than editing the numbers.",
+        f"Per-call cost of the runtime (fitted, not used by the cost model): {fitted.call_overhead_us:.1f} us.",
+        *(
+            [f"PRelu on random-sign / one-signed data (64x56x56): {result.prelu_ratio:.2f}x."]
+            if result.prelu_ratio is not None
+            else []
+        ),
+        "Fusion test (nn-Meter): fused iff T1 + T2 - T12 > 0.5 min(T1, T2), each less the per-call cost; inconclusive",
+        "when the pair saves more than 1.5 min(T1, T2) or min(T1, T2) < 0.2 max(T1, T2); T in us:",
+    ]
+    base = fitted.call_overhead_us
+    for kind, (t1, t2, t12) in sorted(result.pairs.items()):
+        outcome = verdict(t1 - base, t2 - base, t12 - base)
+        lines.append(f"  {kind}: T1 {t1:.1f}, T2 {t2:.1f}, T12 {t12:.1f} -> {outcome}")
+    return "\n".join(f"# {line}" for line in lines)
+
+
+def summary(result: Any, output: Path) -> str:
+    numbers = ", ".join(f"{key} = {value:.3g}" for key, value in result.fitted.numbers().items())
+    fused = ", ".join(result.fusions) or "none"
+    return f"netlint: wrote {output} ({numbers}; fused: {fused})"
+
+
+def validate(text: str, where: str) -> None:
+    from netlint.targets.schema import validate_target
+
+    validate_target(tomllib.loads(text), where)
+
+
+# --- a small TOML writer (tomllib reads only) ---------------------------------------------------------------------
+def dumps(document: dict[str, Any], header: str = "") -> str:
+    """TOML for a target document: scalars and arrays of scalars, tables, arrays of tables."""
+    lines: list[str] = [header, ""] if header else []
+    _table(document, [], lines)
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _table(table: dict[str, Any], path: list[str], lines: list[str]) -> None:
+    scalars = {k: v for k, v in table.items() if not _is_table(v) and not _is_table_array(v)}
+    if path and (scalars or not any(_is_table(v) or _is_table_array(v) for v in table.values())):
+        lines.append(f"[{'.'.join(map(_key, path))}]")
+    for key, value in scalars.items():
+        lines.append(f"{_key(key)} = {_value(value)}")
+    if scalars:
+        lines.append("")
+    for key, value in table.items():
+        if _is_table(value):
+            _table(value, [*path, key], lines)
+        elif _is_table_array(value):
+            for entry in value:
+                lines.append(f"[[{'.'.join(map(_key, [*path, key]))}]]")
+                nested = {k: v for k, v in entry.items() if not _is_table(v) and not _is_table_array(v)}
+                for item, item_value in nested.items():
+                    lines.append(f"{_key(item)} = {_value(item_value)}")
+                lines.append("")
+                for item, item_value in entry.items():
+                    if _is_table(item_value):
+                        _table(item_value, [*path, key, item], lines)
+
+
+def _is_table(value: Any) -> bool:
+    return isinstance(value, dict)
+
+
+def _is_table_array(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(item, dict) for item in value)
+
+
+def _key(key: str) -> str:
+    return key if key and all(ch.isalnum() or ch in "-_" for ch in key) else _string(key)
+
+
+def _string(text: str) -> str:
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+    escaped = "".join(ch if ch >= " " or ch == "\t" else f"\\u{ord(ch):04x}" for ch in escaped)
+    return f'"{escaped}"'
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, str):
+        return _string(value)
+    if isinstance(value, list):
+        items = [_value(item) for item in value]
+        if sum(len(item) + 2 for item in items) > 100:  # one item a line, like the built-in targets
+            return "[\n" + "".join(f"    {item},\n" for item in items) + "]"
+        return "[" + ", ".join(items) + "]"
+    if isinstance(value, datetime.date):
+        return value.isoformat()
+    raise TypeError(f"cannot write {type(value).__name__} to TOML")

@@ -1,0 +1,168 @@
+"""Turning micro-benchmark timings into the cost model's numbers (pure functions: no runtime, no clock).
+
+Every family of micro-models varies one amount of work (MACs, elements, bytes, kernels) and keeps everything else
+fixed, so the time is `intercept + work / rate`: a least-squares line through (work, time), weighted to minimise
+relative errors, gives the rate as the inverse slope, and the intercept absorbs what does not scale (the runtime's
+per-call cost, one kernel launch). Slopes are what the cost model needs; intercepts are reported, not used.
+
+Fusion (nn-Meter's fusion tester, Zhang et al., MobiSys 2021, arXiv:2105.13914 / github.com/microsoft/nn-Meter):
+two ops run as one kernel iff T1 + T2 - T12 > 0.5 * min(T1, T2), T1 and T2 the ops alone, T12 the pair.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+FUSION_THRESHOLD = 0.5
+CONSISTENCY_SLACK = 1.5
+BALANCE = 0.2
+
+# Families of micro-benchmarks and what their `work` counts.
+CONV = "conv"  # dense Conv MACs
+DEPTHWISE = "depthwise"  # depthwise Conv MACs
+MEMORY = "memory"  # bytes read + written by a memory-bound Add
+ELTWISE = "eltwise"  # elementwise ops (one per output element), with the bytes they move
+OVERHEAD = "overhead"  # kernels in a chain of tiny ops
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One micro-model's median time. `work` is what the family varies; `ops` and `bytes` are what the cost model
+    counts for it (used by the elementwise fit, which must respect the memory roofline)."""
+
+    family: str
+    name: str
+    work: float
+    time_us: float
+    ops: float = 0.0
+    bytes: float = 0.0
+
+
+@dataclass(frozen=True)
+class Line:
+    """time_us = intercept_us + work * slope_us (slope: microseconds per unit of work)."""
+
+    slope_us: float
+    intercept_us: float
+    points: int
+
+    @property
+    def rate_per_us(self) -> float:
+        return 1.0 / self.slope_us
+
+
+def fused(t1: float, t2: float, t12: float, threshold: float = FUSION_THRESHOLD) -> bool:
+    """nn-Meter's rule: the pair runs as one kernel iff running it together saves more than `threshold` of the
+    shorter op's time (T1 + T2 - T12 > threshold * min(T1, T2)). Times must already exclude per-call overhead."""
+    return t1 + t2 - t12 > threshold * min(t1, t2)
+
+
+def consistent(t1: float, t2: float, t12: float, slack: float = CONSISTENCY_SLACK, balance: float = BALANCE) -> bool:
+    """netlint's guards on the fusion test. Fusing can at most hide the cheaper op, so a pair that saves more than
+    `slack` times min(T1, T2) is not explained by fusion; and when one op is over 1/`balance` times slower than the
+    other, a few percent of its run-to-run (or data-dependent) variation exceed half the cheaper op, the threshold
+    (PRelu on ONNX Runtime: ~10x a 1x1 conv, and slower alone than after a conv). Either way the verdict is
+    inconclusive and no fusion is recorded."""
+    shorter, longer = min(t1, t2), max(t1, t2)
+    return t1 + t2 - t12 <= slack * shorter and shorter >= balance * longer
+
+
+def verdict(t1: float, t2: float, t12: float) -> str:
+    """'fused', 'not fused' or 'inconclusive' (see `consistent`)."""
+    if not consistent(t1, t2, t12):
+        return "inconclusive"
+    return "fused" if fused(t1, t2, t12) else "not fused"
+
+
+def fit_line(work: Sequence[float], times_us: Sequence[float]) -> Line:
+    """Least-squares line through (work, time), minimising relative errors (sizes span 100x, and a cache-missing
+    largest case would otherwise set the rate for all). A non-positive slope (noise swamped the work) falls back to the
+    slope through the origin of the largest case, so a rate is always positive and finite."""
+    x = np.asarray(work, dtype=float)
+    y = np.asarray(times_us, dtype=float)
+    if x.size == 0 or x.size != y.size:
+        raise ValueError("fit_line needs as many times as work amounts, at least one")
+    if x.size >= 2 and np.ptp(x) > 0:
+        weight = 1.0 / np.maximum(y, 1e-9)  # relative errors: the largest case must not set the rate alone
+        design = np.column_stack([x, np.ones_like(x)]) * weight[:, None]
+        (slope, intercept), *_ = np.linalg.lstsq(design, y * weight, rcond=None)
+        if slope > 0:
+            return Line(float(slope), float(intercept), int(x.size))
+    biggest = int(np.argmax(x))
+    return Line(float(max(y[biggest], 1e-9) / max(x[biggest], 1e-9)), 0.0, int(x.size))
+
+
+def fit_vector_rate(samples: Iterable[Sample], memory_gb_per_s: float, intercept_us: float) -> float:
+    """The elementwise op rate (1e9 ops/s) that best explains the elementwise samples under the cost model's
+    roofline, time = intercept + max(ops / rate, bytes / bandwidth): a 1-D search minimising squared log error
+    (a rate above every sample's memory bound changes nothing, so the smallest such rate wins ties)."""
+    rows = [s for s in samples if s.ops > 0]
+    if not rows:
+        raise ValueError("no elementwise samples")
+    ops = np.array([s.ops for s in rows])
+    traffic_us = np.array([s.bytes for s in rows]) / (memory_gb_per_s * 1e3)
+    measured = np.maximum(np.array([s.time_us for s in rows]) - intercept_us, 1e-3)
+    best_rate, best_error = 0.0, np.inf
+    for rate in np.geomspace(0.01, 1000.0, 2001):  # 1e9 ops/s, 0.5% steps
+        predicted = np.maximum(ops / (rate * 1e3), traffic_us)
+        error = float(np.sum(np.log(predicted / measured) ** 2))
+        if error < best_error - 1e-12:
+            best_rate, best_error = float(rate), error
+    return best_rate
+
+
+@dataclass(frozen=True)
+class Fitted:
+    """The cost model's numbers (units in the names) plus the fitted intercepts, for the report."""
+
+    conv_gmacs_per_s: float
+    depthwise_gmacs_per_s: float
+    vector_gops_per_s: float
+    memory_gb_per_s: float
+    kernel_overhead_us: float
+    call_overhead_us: float  # the per-run intercept of the kernel chain: the runtime's own cost per call
+
+    def numbers(self) -> dict[str, float]:
+        return {
+            "conv_gmacs_per_s": self.conv_gmacs_per_s,
+            "depthwise_gmacs_per_s": self.depthwise_gmacs_per_s,
+            "vector_gops_per_s": self.vector_gops_per_s,
+            "memory_gb_per_s": self.memory_gb_per_s,
+            "kernel_overhead_us": self.kernel_overhead_us,
+        }
+
+
+def fit_cost(samples: Sequence[Sample]) -> Fitted:
+    """Fit every number from the samples of each family (see the module docstring); raises ValueError when a family
+    is missing."""
+
+    def family(name: str) -> list[Sample]:
+        rows = [s for s in samples if s.family == name]
+        if not rows:
+            raise ValueError(f"no {name} samples")
+        return rows
+
+    def line(name: str) -> Line:
+        rows = family(name)
+        return fit_line([s.work for s in rows], [s.time_us for s in rows])
+
+    overhead = line(OVERHEAD)
+    memory = line(MEMORY)
+    memory_gb_per_s = memory.rate_per_us / 1e3  # bytes per microsecond -> 1e9 bytes per second
+    return Fitted(
+        conv_gmacs_per_s=line(CONV).rate_per_us / 1e3,
+        depthwise_gmacs_per_s=line(DEPTHWISE).rate_per_us / 1e3,
+        vector_gops_per_s=fit_vector_rate(family(ELTWISE), memory_gb_per_s, memory.intercept_us),
+        memory_gb_per_s=memory_gb_per_s,
+        kernel_overhead_us=max(overhead.slope_us, 0.0),
+        call_overhead_us=max(overhead.intercept_us, 0.0),
+    )
+
+
+def observed_fusions(pairs: dict[str, tuple[float, float, float]], baseline_us: float = 0.0) -> list[str]:
+    """Activation kinds whose (T_conv, T_act, T_pair) timings pass the fusion test and the consistency guard once
+    `baseline_us` (the runtime's per-call cost, present in each of the three runs) is taken off each."""
+    return sorted(kind for kind, times in pairs.items() if verdict(*(t - baseline_us for t in times)) == "fused")

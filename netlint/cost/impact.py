@@ -1,0 +1,526 @@
+"""Prices findings on the target: the latency their fix (or, for manual rules, the advised change) saves there.
+
+The predicted latency is a sum over kernels, so a fix changes only the kernels around the nodes it edits. For each
+finding this module takes the finding's nodes plus one hop of neighbours (producers of their inputs, readers of
+their outputs), builds a small graph of them (sharing the model's values, so shapes and dtypes are the model's),
+simulates the fix's rewrite on a copy of those nodes in the IR (fold-batchnorm drops the BN, duplicate-conv adds a
+twin conv the activation reads, eltwise-as-conv writes the elementwise op as a 1x1 conv, ...), and re-costs both
+small graphs with netlint.cost.cost_model. The difference is the saving; the model's latency minus it is the
+latency after. Work per finding is bounded by its neighbourhood, and repeated blocks (the same ops, attributes and
+shapes) are costed once, so pricing is linear in the number of findings and never re-costs the whole model.
+
+The IR simulation mirrors what each ONNX fix pass writes, so it works for TFLite models too (which have no fix
+passes yet). A fix the target's runtime applies by itself when it loads the model saves nothing there. Rules whose
+change this module cannot model (HW002's channel padding, QT006's precision change, DM001, ...) get no impact.
+"""
+
+from __future__ import annotations
+
+import copy
+import weakref
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from netlint.cost.model import ModelCost, cost_model
+from netlint.engine import CostSummary
+from netlint.ir import ConstantUnavailable, Graph, Node
+from netlint.ir.graph import ConstData, Value
+from netlint.ir.ops import CONV_OPS
+from netlint.rule import Finding, Impact
+from netlint.targets import Target
+
+_COSTS: weakref.WeakKeyDictionary[Graph, dict[tuple[str, int], ModelCost]] = weakref.WeakKeyDictionary()
+BN_OPS = frozenset({"BatchNormalization"})
+AFFINE_OPS = frozenset({"Mul", "Add", "Sub", "Div"})
+RESHAPE_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze"})
+ELTWISE_OPS = frozenset({"Add", "Sub", "Mul", "Sum"})
+BYPASSED = frozenset({"Identity", "Dropout"})
+
+
+def model_cost(graph: Graph, target: Target) -> ModelCost:
+    """cost_model(graph, target), computed once per graph and target selection (the engine and DM001 share it)."""
+    per_graph = _COSTS.setdefault(graph, {})
+    key = (target.label, id(target))
+    if key not in per_graph:
+        per_graph[key] = cost_model(graph, target)
+    return per_graph[key]
+
+
+def summary(cost: ModelCost, target: Target) -> CostSummary:
+    """The report's view of a ModelCost."""
+    rated = cost.latency_us is not None
+    by_op: dict[str, dict[str, float]] = {}
+    for op, row in sorted(cost.by_op_type.items(), key=lambda item: (-item[1].latency_us, -item[1].bytes, item[0])):
+        entry: dict[str, float] = {"count": row.count, "macs": row.macs, "bytes": row.bytes}
+        if rated:
+            entry["latency_ms"] = row.latency_us / 1000
+        by_op[op] = entry
+    partitions = getattr(cost, "partitions", 0) or 0
+    fallback = getattr(cost, "fallback_nodes", None)
+    return CostSummary(
+        target=target.name,
+        precision=target.precision,
+        latency_ms=cost.latency_us / 1000 if cost.latency_us is not None else None,
+        macs=cost.macs,
+        bytes=cost.bytes,
+        coverage=cost.coverage,
+        by_op_type=by_op,
+        fallback_ops=len(fallback) if fallback is not None else _fallback_ops(cost, target),
+        partitions=partitions if isinstance(partitions, int) else len(partitions),
+        assumed=list(cost.rates.assumed) if cost.rates is not None else [],
+    )
+
+
+def _fallback_ops(cost: ModelCost, target: Target) -> int:
+    """Nodes the target says it cannot run on its accelerator (until the cost model reports its fallback nodes)."""
+    if target.section("ops") is None:
+        return 0
+    return sum(1 for entry in cost.nodes if entry.cost is not None and target.supports_op(entry.op) is False)
+
+
+# --- pricing -------------------------------------------------------------------------------------------------------
+def price_findings(graph: Graph, findings: Iterable[Finding], target: Target, cost: ModelCost) -> None:
+    """Set `impact` on every finding of `graph` whose change this module models (others keep None)."""
+    if cost.latency_us is None:
+        return
+    total = cost.latency_us
+    memo: dict[Any, float | None] = {}
+    for finding in findings:
+        saving = _saving_us(graph, finding, target, memo)
+        if saving is not None:
+            finding.impact = Impact(target.label, total / 1000, (total - saving) / 1000)
+
+
+def _saving_us(graph: Graph, finding: Finding, target: Target, memo: dict[Any, float | None]) -> float | None:
+    fix = finding.fix.name if finding.fix is not None else None
+    simulate = SIMULATIONS.get(fix or "")
+    if fix is None or simulate is None:
+        return None
+    if target.applies_fix(fix):
+        return 0.0  # the runtime does it on load: the model it runs is already fixed
+    nodes = [graph.node(node_id) for node_id in finding.nodes]
+    if not nodes or any(node is None for node in nodes):
+        return None  # e.g. a finding inside an If/Loop body
+    found: list[Node] = nodes  # type: ignore[assignment]
+    around = _neighbourhood(graph, found)
+    kept = {node.id for node in around}
+    outside = {
+        out
+        for node in around
+        for out in node.outputs
+        if out and (graph.is_graph_output(out) or any(c.id not in kept for c in graph.consumers(out)))
+    }
+    try:
+        edited = simulate(graph, list(around), [node.id for node in found])  # simulations copy what they change
+    except (ConstantUnavailable, ValueError, TypeError, KeyError, IndexError):
+        return None
+    if edited is None:
+        return None
+    after, new_values = edited
+    described: dict[Any, tuple] = memo.setdefault("described", {})  # type: ignore[assignment]
+    key = (
+        fix,
+        _signature(graph, around, outside, {}, described),
+        _signature(graph, after, outside, new_values, described),
+    )
+    if key not in memo:
+        memo[key] = _cost_delta(graph, around, after, outside, new_values, target)
+    return memo[key]
+
+
+def _neighbourhood(graph: Graph, nodes: list[Node]) -> list[Node]:
+    """The nodes plus their producers and readers, in graph order."""
+    chosen: dict[str, Node] = {node.id: node for node in nodes}
+    for node in nodes:
+        for name in node.inputs:
+            producer = graph.producer(name) if name else None
+            if producer is not None and not graph.is_const(name):
+                chosen.setdefault(producer.id, producer)
+        for out in node.outputs:
+            for reader in graph.consumers(out) if out else ():
+                chosen.setdefault(reader.id, reader)
+    order = {node.id: index for index, node in enumerate(nodes)}
+    if len(chosen) == len(nodes):
+        return list(chosen.values())
+    position = _positions(graph)
+    return sorted(chosen.values(), key=lambda node: (position.get(node.id, len(position)), order.get(node.id, 0)))
+
+
+_POSITIONS: weakref.WeakKeyDictionary[Graph, dict[str, int]] = weakref.WeakKeyDictionary()
+
+
+def _positions(graph: Graph) -> dict[str, int]:
+    found = _POSITIONS.get(graph)
+    if found is None or len(found) != len(graph.nodes):
+        found = _POSITIONS[graph] = {node.id: index for index, node in enumerate(graph.nodes)}
+    return found
+
+
+def _cost_delta(
+    graph: Graph, before: list[Node], after: list[Node], outside: set[str], new_values: dict[str, Value], target: Target
+) -> float | None:
+    old = cost_model(_small_graph(graph, before, outside, {}), target).latency_us
+    new = cost_model(_small_graph(graph, after, outside, new_values), target).latency_us
+    return None if old is None or new is None else old - new
+
+
+def _small_graph(graph: Graph, nodes: list[Node], outside: set[str], new_values: dict[str, Value]) -> Graph:
+    produced = {out for node in nodes for out in node.outputs if out}
+    values: dict[str, Value] = {}
+    inputs: list[str] = []
+    for node in nodes:
+        for name in (*node.inputs, *node.outputs):
+            if not name or name in values:
+                continue
+            value = new_values.get(name) or graph.value(name)
+            if value is None:
+                continue
+            if name not in produced and not value.is_const and name not in new_values and graph.is_const(name):
+                value = replace(value, data=ConstData(_const_loader(graph, name)))  # e.g. a ConstantOfShape weight
+            values[name] = value
+            if name not in produced and not value.is_const:
+                inputs.append(name)
+    outputs = [out for node in nodes for out in node.outputs if out in outside]
+    return Graph(graph.name, nodes, values, inputs, outputs)
+
+
+def _const_loader(graph: Graph, name: str) -> Callable[[], np.ndarray]:
+    def load() -> np.ndarray:
+        array = graph.const(name, dequantize=False)
+        if array is None:
+            raise ValueError(f"constant '{name}' has no value")
+        return array
+
+    return load
+
+
+def _signature(
+    graph: Graph, nodes: list[Node], outside: set[str], new_values: dict[str, Value], described: dict[Any, tuple]
+) -> tuple:
+    """What the cost of `nodes` depends on, without names: ops, attributes, wiring, shapes and dtypes. `described`
+    memoizes per-value and per-attribute-table descriptions across the findings of one model."""
+    local: dict[str, int] = {}
+
+    def tensor(name: str) -> tuple:
+        if not name:
+            return ()
+        value = new_values.get(name)
+        if value is None:
+            about = described.get(name)
+            if about is None:
+                found = graph.value(name)
+                about = described[name] = (
+                    (found.shape, found.dtype, found.layout, found.is_const) if found is not None else ()
+                )
+        else:
+            about = (value.shape, value.dtype, value.layout, value.is_const)
+        return (local.setdefault(name, len(local)), about, name in outside)
+
+    signature = []
+    for node in nodes:
+        attrs = described.get(id(node.attrs))
+        if attrs is None or attrs[0] is not node.attrs:  # the table itself is kept, so its id is not reused
+            attrs = described[id(node.attrs)] = (node.attrs, _attrs_key(node.attrs))
+        signature.append(
+            (
+                node.op,
+                node.fused_activation,
+                attrs[1],
+                tuple(tensor(name) for name in node.inputs),
+                tuple(tensor(name) for name in node.outputs),
+            )
+        )
+    return tuple(signature)
+
+
+def _attrs_key(attrs: dict[str, Any]) -> tuple:
+    items = []
+    for key, value in sorted(attrs.items()):
+        if isinstance(value, np.ndarray):
+            value = ("array", value.shape, value.tobytes()[:64])
+        elif isinstance(value, list):
+            value = tuple(v if isinstance(v, (int, float, str, bytes)) else repr(v)[:64] for v in value)
+        elif not isinstance(value, (int, float, str, bytes, type(None))):
+            value = repr(value)[:64]
+        items.append((key, value))
+    return tuple(items)
+
+
+# --- the rewrites, on copies of the neighbourhood's nodes ------------------------------------------------------------
+Edited = tuple[list[Node], dict[str, Value]] | None
+
+
+def _with(node: Node, **changes: Any) -> Node:
+    """A copy of `node` with some fields changed (dataclasses.replace re-runs __init__: a third of pricing's time)."""
+    twin = copy.copy(node)
+    for key, value in changes.items():
+        setattr(twin, key, value)
+    return twin
+
+
+def _remove(nodes: list[Node], gone: list[Node]) -> list[Node]:
+    """Drop `gone` nodes, each bypassed: its readers read its first input instead (what folding does)."""
+    removed = {node.id for node in gone}
+    rename: dict[str, str] = {}
+    for node in gone:
+        if node.inputs and node.inputs[0]:
+            for out in node.outputs:
+                if out:
+                    rename[out] = node.inputs[0]
+    kept = [node for node in nodes if node.id not in removed]
+    # a bypassed output that leaves the neighbourhood is taken over by the node that wrote the bypassed input
+    by_output = {out: node for node in kept for out in node.outputs}
+    taken: dict[str, str] = {}
+    for out, source in rename.items():
+        while source in rename:
+            source = rename[source]
+        writer = by_output.get(source)
+        if writer is not None and out not in taken.values():
+            taken[source] = out
+    result = []
+    for node in kept:
+        inputs = [_follow(rename, taken, name) for name in node.inputs]
+        outputs = [taken.get(out, out) for out in node.outputs]
+        result.append(_with(node, inputs=inputs, outputs=outputs))
+    return result
+
+
+def _follow(rename: dict[str, str], taken: dict[str, str], name: str) -> str:
+    while name in rename:
+        name = rename[name]
+    return taken.get(name, name)
+
+
+def _finding_nodes(nodes: list[Node], ids: list[str], ops: frozenset[str] | None = None) -> list[Node]:
+    wanted = set(ids)
+    return [node for node in nodes if node.id in wanted and (ops is None or node.op in ops)]
+
+
+def _fold(ops: frozenset[str], skip_first: bool = False) -> Callable[[Graph, list[Node], list[str]], Edited]:
+    def simulate(graph: Graph, nodes: list[Node], ids: list[str]) -> Edited:
+        gone = _finding_nodes(nodes, ids[1:] if skip_first else ids, ops)
+        gone = [node for node in gone if node.op not in CONV_OPS]
+        return (_remove(nodes, gone), {}) if gone else None
+
+    return simulate
+
+
+def _cancel_transposes(graph: Graph, nodes: list[Node], ids: list[str]) -> Edited:
+    transposes = _finding_nodes(nodes, ids, frozenset({"Transpose"}))
+    if not transposes:
+        return None
+    perm: list[int] | None = None
+    for node in transposes:
+        step = node.attrs.get("perm")
+        if step is None:
+            return None
+        perm = list(step) if perm is None else [perm[i] for i in step]
+    identity = perm == sorted(perm or [])
+    gone = transposes if identity else transposes[:-1]
+    return _remove(nodes, gone), {}
+
+
+def _merge_reshapes(graph: Graph, nodes: list[Node], ids: list[str]) -> Edited:
+    reshapes = _finding_nodes(nodes, ids, RESHAPE_OPS)
+    if not reshapes:
+        return None
+    last = reshapes[-1]
+    first_input = _source(reshapes[0])
+    out_value = graph.value(last.output)
+    in_value = graph.value(first_input)
+    same = out_value is not None and in_value is not None and out_value.shape == in_value.shape
+    return _remove(nodes, reshapes if same else reshapes[:-1]), {}
+
+
+def _source(node: Node) -> str:
+    return node.inputs[0] if node.inputs else ""
+
+
+def _remove_dead_code(graph: Graph, nodes: list[Node], ids: list[str]) -> Edited:
+    gone = _finding_nodes(nodes, ids)
+    return (_remove(nodes, gone), {}) if gone else None
+
+
+def _activation_nodes(graph: Graph, nodes: list[Node], ids: list[str]) -> list[list[Node]]:
+    """The finding's activations, each as its list of nodes (a composite's members together)."""
+    groups: list[list[Node]] = []
+    seen: set[str] = set()
+    wanted = set(ids)
+    for node in nodes:
+        if node.id not in wanted or node.id in seen or node.op in CONV_OPS:
+            continue
+        original = graph.node(node.id)
+        if original is None or graph.activation(original) is None:
+            continue
+        composite = graph.composite(original)
+        members = [m.id for m in composite.nodes] if composite is not None else [node.id]
+        seen.update(members)
+        groups.append([n for n in nodes if n.id in set(members)])
+    return groups
+
+
+def _to(op: str, attrs: dict[str, Any] | None = None) -> Callable[[Graph, list[Node], list[str]], Edited]:
+    """Replace each of the finding's activations with one `op` node (a fused TFLite activation becomes `op`)."""
+
+    def simulate(graph: Graph, nodes: list[Node], ids: list[str]) -> Edited:
+        groups = _activation_nodes(graph, nodes, ids)
+        if not groups:
+            fused = [n for n in _finding_nodes(nodes, ids) if n.fused_activation not in (None, op)]
+            if not fused:
+                return None
+            changed = {n.id for n in fused}
+            return [_with(n, fused_activation=op) if n.id in changed else n for n in nodes], {}
+        return _replace_groups(graph, nodes, groups, lambda _group: (op, dict(attrs or {}))), {}
+
+    return simulate
+
+
+def _replace_groups(
+    graph: Graph,
+    nodes: list[Node],
+    groups: list[list[Node]],
+    choose: Callable[[list[Node]], tuple[str, dict[str, Any]] | None],
+) -> list[Node]:
+    replaced: dict[str, Node | None] = {}
+    for group in groups:
+        original = graph.node(group[0].id)
+        composite = graph.composite(original) if original is not None else None
+        source = composite.input if composite is not None else _source(group[0])
+        last = next(n for n in reversed(group) if n.outputs)
+        chosen = choose(group)
+        if chosen is None:
+            continue
+        op, attrs = chosen
+        head = _with(group[0], op=op, inputs=[source], outputs=[last.outputs[0]], attrs=attrs, fused_activation=None)
+        replaced[group[0].id] = head
+        for member in group[1:]:
+            replaced[member.id] = None
+    result: list[Node] = []
+    for node in nodes:
+        if node.id in replaced:
+            if replaced[node.id] is not None:
+                result.append(replaced[node.id])  # type: ignore[arg-type]
+        else:
+            result.append(node)
+    return result
+
+
+def _prelu_to_relu(graph: Graph, nodes: list[Node], ids: list[str]) -> Edited:
+    """PRelu becomes Relu (slopes 0, or varying: the unsafe fix), LeakyRelu (one slope) or nothing (slopes 1)."""
+    prelus = _finding_nodes(nodes, ids, frozenset({"PRelu"}))
+    if not prelus:
+        return _to("Relu")(graph, nodes, ids)
+    identity: list[Node] = []
+    kinds: dict[str, tuple[str, dict[str, Any]]] = {}
+    for node in prelus:
+        slopes = graph.const(node.inputs[1]) if len(node.inputs) > 1 else None
+        values = np.unique(np.asarray(slopes, dtype=np.float64)) if slopes is not None else np.array([0.5, 1.5])
+        if values.size == 1 and values[0] == 1.0:
+            identity.append(node)
+        elif values.size == 1 and values[0] != 0.0:
+            kinds[node.id] = ("LeakyRelu", {"alpha": float(values[0])})
+        else:
+            kinds[node.id] = ("Relu", {})
+    result = _remove(nodes, identity) if identity else nodes
+    groups = [[node] for node in result if node.id in kinds]
+    return _replace_groups(graph, result, groups, lambda group: kinds[group[0].id]), {}
+
+
+def _duplicate_conv(graph: Graph, nodes: list[Node], ids: list[str]) -> Edited:
+    """The activation reads its own copy of the conv (same weights), so it can fuse into it."""
+    conv = next((n for n in nodes if n.id == ids[0]), None)
+    if conv is None or conv.op not in CONV_OPS or not conv.outputs:
+        return None
+    out = conv.outputs[0]
+    groups = _activation_nodes(graph, nodes, ids[1:])
+    members = {n.id for group in groups[:1] for n in group}
+    if not members:
+        return None
+    value = graph.value(out)
+    twin_out = f"{out}/dup"
+    twin = _with(conv, id=f"{conv.id}/dup", outputs=[twin_out])
+    new_values = {twin_out: replace(value, name=twin_out, data=None)} if value is not None else {}
+    result: list[Node] = []
+    for node in nodes:
+        if node.id in members:
+            node = _with(node, inputs=[twin_out if name == out else name for name in node.inputs])
+        result.append(node)
+        if node.id == conv.id:
+            result.append(twin)
+    return result, new_values
+
+
+def _eltwise_as_conv(graph: Graph, nodes: list[Node], ids: list[str]) -> Edited:
+    """Add/Sub/Mul by a per-channel constant -> 1x1 depthwise conv; of two tensors -> Concat + 1x1 conv."""
+    node = next((n for n in nodes if n.id == ids[0] and n.op in ELTWISE_OPS), None)
+    if node is None or len(node.inputs) != 2 or not node.outputs:
+        return None
+    out = graph.value(node.outputs[0])
+    if out is None or out.shape is None or len(out.shape) != 4 or not isinstance(out.shape[1], int):
+        return None
+    channels = out.shape[1]
+    dtype = out.dtype or "float32"
+    consts = [graph.is_const(name) for name in node.inputs]
+    new_values: dict[str, Value] = {}
+
+    def constant(name: str, shape: tuple[int, ...]) -> str:
+        new_values[name] = Value(name, dtype, shape, data=ConstData(lambda: np.zeros(shape, dtype=np.float32)))
+        return name
+
+    base = node.outputs[0]
+    if any(consts):
+        data = node.inputs[consts.index(False)] if not all(consts) else node.inputs[0]
+        weight = constant(f"{base}/w", (channels, 1, 1, 1))
+        inputs = [data, weight] + ([constant(f"{base}/b", (channels,))] if node.op != "Mul" else [])
+        conv = _with(node, op="Conv", inputs=inputs, attrs={"group": channels, "kernel_shape": [1, 1]})
+        return [conv if n.id == node.id else n for n in nodes], new_values
+    if node.op == "Mul":
+        return None
+    joined = f"{base}/concat"
+    new_values[joined] = Value(joined, dtype, (out.shape[0], 2 * channels, *out.shape[2:]), layout=out.layout)
+    concat = _with(node, id=f"{node.id}/concat", op="Concat", outputs=[joined], attrs={"axis": 1})
+    weight = constant(f"{base}/w", (channels, 2 * channels, 1, 1))
+    conv = _with(node, op="Conv", inputs=[joined, weight], attrs={"kernel_shape": [1, 1]})
+    result: list[Node] = []
+    for n in nodes:
+        result.extend([concat, conv] if n.id == node.id else [n])
+    return result, new_values
+
+
+def _enable_conv_sum(graph: Graph, nodes: list[Node], ids: list[str]) -> Edited:
+    """A bias-less conv gets a zero bias, and a two-input Sum becomes an Add."""
+    result: list[Node] = []
+    new_values: dict[str, Value] = {}
+    changed = False
+    wanted = set(ids)
+    for node in nodes:
+        if node.id in wanted and node.op == "Conv" and len(node.inputs) == 2:
+            weight = graph.value(node.inputs[1])
+            if weight is not None and weight.shape and isinstance(weight.shape[0], int):
+                bias = f"{node.inputs[1]}/zero_bias"
+                shape = (weight.shape[0],)
+                new_values[bias] = Value(bias, weight.dtype, shape, data=ConstData(lambda s=shape: np.zeros(s)))
+                node, changed = _with(node, inputs=[*node.inputs, bias]), True
+        elif node.id in wanted and node.op == "Sum" and len(node.inputs) == 2:
+            node, changed = _with(node, op="Add"), True
+        result.append(node)
+    return (result, new_values) if changed else None
+
+
+SIMULATIONS: dict[str, Callable[[Graph, list[Node], list[str]], Edited]] = {
+    "fold-batchnorm": _fold(BN_OPS),
+    "fold-preactivation-batchnorm": _fold(BN_OPS),
+    "fold-affine": _fold(AFFINE_OPS, skip_first=True),
+    "cancel-transposes": _cancel_transposes,
+    "merge-reshapes": _merge_reshapes,
+    "remove-dead-code": _remove_dead_code,
+    "substitute-activation": _to("Relu"),
+    "relu6-to-relu": _to("Relu"),
+    "prelu-to-relu": _prelu_to_relu,
+    "duplicate-conv": _duplicate_conv,
+    "eltwise-as-conv": _eltwise_as_conv,
+    "enable-conv-sum": _enable_conv_sum,
+}

@@ -1,0 +1,255 @@
+"""`netlint calibrate`: the fusion test and the fitting on synthetic timings (pure), the target file a tiny real run
+writes, and its one-line errors. No timing assertions: a real run only has to produce a valid, plausible file."""
+
+from __future__ import annotations
+
+import importlib.util
+import tomllib
+
+import numpy as np
+import pytest
+
+from netlint.calibrate.command import dumps
+from netlint.calibrate.fit import (
+    CONV,
+    DEPTHWISE,
+    ELTWISE,
+    MEMORY,
+    OVERHEAD,
+    Sample,
+    fit_cost,
+    fit_line,
+    fit_vector_rate,
+    fused,
+    observed_fusions,
+    verdict,
+)
+from netlint.targets import load_target
+from netlint.targets.schema import COST_NUMBERS
+
+HAS_ORT = importlib.util.find_spec("onnxruntime") is not None
+
+
+# --- the fusion decision (nn-Meter's rule) -------------------------------------------------------------------------
+def test_fused_when_the_pair_hides_the_cheaper_op():
+    assert fused(100.0, 40.0, 102.0)  # saves 38 > 0.5 * 40
+    assert verdict(100.0, 40.0, 102.0) == "fused"
+
+
+def test_not_fused_when_the_pair_costs_the_sum():
+    assert not fused(100.0, 40.0, 138.0)  # saves 2 < 20
+    assert verdict(100.0, 40.0, 138.0) == "not fused"
+
+
+def test_threshold_is_half_the_shorter_op():
+    assert not fused(100.0, 40.0, 120.0)  # saves exactly 20: not more than 0.5 * 40
+    assert fused(100.0, 40.0, 119.0)
+
+
+def test_saving_larger_than_either_op_is_inconclusive():
+    # the pair ran faster than the slow op alone could explain: data-dependent cost, not fusion
+    assert fused(100.0, 40.0, 60.0)
+    assert verdict(100.0, 40.0, 60.0) == "inconclusive"
+
+
+def test_unbalanced_pair_is_inconclusive():
+    assert fused(150.0, 1400.0, 1450.0)  # nn-Meter's rule alone says fused
+    assert verdict(150.0, 1400.0, 1450.0) == "inconclusive"
+
+
+def test_observed_fusions_takes_the_per_call_cost_off_first():
+    pairs = {"Relu": (110.0, 50.0, 112.0), "Sigmoid": (110.0, 50.0, 150.0)}
+    assert observed_fusions(pairs, baseline_us=10.0) == ["Relu"]
+    # with a 40 us per-call cost left in, T1 + T2 - T12 of the unfused pair (10) is the per-call cost, not a saving
+    assert observed_fusions({"Sigmoid": (150.0, 90.0, 190.0)}, baseline_us=40.0) == []
+    assert observed_fusions({"Sigmoid": (150.0, 90.0, 190.0)}, baseline_us=0.0) == ["Sigmoid"]
+
+
+# --- fitting on synthetic data -------------------------------------------------------------------------------------
+def test_fit_line_recovers_slope_and_intercept():
+    work = np.array([1e6, 4e6, 16e6, 64e6])
+    line = fit_line(work, 7.0 + work / 47_000.0)  # 47 GMAC/s = 47,000 MACs per microsecond
+    assert line.rate_per_us == pytest.approx(47_000.0, rel=1e-6)
+    assert line.intercept_us == pytest.approx(7.0, abs=1e-6)
+
+
+def test_fit_line_never_returns_a_negative_rate():
+    line = fit_line([1.0, 2.0, 3.0], [10.0, 9.0, 8.0])  # noise swamped the work
+    assert line.rate_per_us > 0
+
+
+def synthetic(conv=47.0, depthwise=20.0, vector=3.6, memory=43.0, kernel=0.25, call=6.0) -> list[Sample]:
+    """Timings the cost model's own formula gives for the suite's shapes, with a per-call cost on top."""
+    samples = []
+    for macs in (3.2e6, 12.8e6, 51.4e6, 115.6e6):
+        samples.append(Sample(CONV, f"c{macs}", macs, call + kernel + macs / (conv * 1e3)))
+    for macs in (1.8e6, 4.06e6, 7.2e6):
+        samples.append(Sample(DEPTHWISE, f"d{macs}", macs, call + kernel + macs / (depthwise * 1e3)))
+    for n in (65536, 262144, 1048576, 4194304):
+        samples.append(Sample(MEMORY, f"m{n}", 12 * n, call + kernel + 12 * n / (memory * 1e3)))
+    for n, per in ((100352, 12), (200704, 12), (100352, 8), (200704, 8)):
+        t = call + kernel + max(n / (vector * 1e3), per * n / (memory * 1e3))
+        samples.append(Sample(ELTWISE, f"e{n}{per}", n, t, ops=n, bytes=per * n))
+    for count in (10, 40, 80, 160):
+        samples.append(Sample(OVERHEAD, f"k{count}", count, call + count * kernel))
+    return samples
+
+
+def test_fit_cost_recovers_the_numbers_that_made_the_timings():
+    fitted = fit_cost(synthetic())
+    assert fitted.conv_gmacs_per_s == pytest.approx(47.0, rel=1e-6)
+    assert fitted.depthwise_gmacs_per_s == pytest.approx(20.0, rel=1e-6)
+    assert fitted.memory_gb_per_s == pytest.approx(43.0, rel=1e-6)
+    assert fitted.vector_gops_per_s == pytest.approx(3.6, rel=0.01)  # a 0.5%-step search
+    assert fitted.kernel_overhead_us == pytest.approx(0.25, rel=1e-6)
+    assert fitted.call_overhead_us == pytest.approx(6.0, rel=1e-6)
+    assert set(fitted.numbers()) <= COST_NUMBERS
+
+
+def test_fit_cost_tracks_a_different_machine():
+    fitted = fit_cost(synthetic(conv=120.0, depthwise=9.0, vector=1.5, memory=15.0, kernel=2.0))
+    assert fitted.conv_gmacs_per_s == pytest.approx(120.0, rel=1e-6)
+    assert fitted.depthwise_gmacs_per_s == pytest.approx(9.0, rel=1e-6)
+    assert fitted.vector_gops_per_s == pytest.approx(1.5, rel=0.01)
+    assert fitted.kernel_overhead_us == pytest.approx(2.0, rel=1e-6)
+
+
+def test_vector_rate_above_the_memory_roofline_is_the_smallest_that_explains_it():
+    # every sample is memory-bound: any rate above the bound explains them; the search keeps the lowest such rate
+    rows = [Sample(ELTWISE, "a", 1e5, 1.2e6 / 43e3, ops=1e5, bytes=1.2e6)]
+    rate = fit_vector_rate(rows, memory_gb_per_s=43.0, intercept_us=0.0)
+    assert 1e5 / (rate * 1e3) <= 1.2e6 / 43e3 * 1.01
+
+
+def test_fit_cost_needs_every_family():
+    with pytest.raises(ValueError, match="depthwise"):
+        fit_cost([s for s in synthetic() if s.family != DEPTHWISE])
+
+
+# --- the TOML writer -----------------------------------------------------------------------------------------------
+def test_dumps_round_trips_a_builtin_target():
+    data = load_target("ort-cpu").data
+    assert tomllib.loads(dumps(data, header="# a header")) == data
+
+
+# --- a real run ----------------------------------------------------------------------------------------------------
+@pytest.mark.skipif(not HAS_ORT, reason="onnxruntime is not installed")
+def test_calibrate_writes_a_target_that_loads(run_cli, tmp_path):
+    out = tmp_path / "mycpu.toml"
+    result = run_cli("calibrate", "--runtime", "onnxruntime", "-o", out, "--budget-s", "3", "--quiet")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""  # --quiet
+    target = load_target(str(out))
+    assert target.name == "mycpu"
+    cost = target.section("cost")
+    for key in ("conv_gmacs_per_s", "depthwise_gmacs_per_s", "vector_gops_per_s", "memory_gb_per_s"):
+        assert cost[key] > 0, key
+    assert cost["kernel_overhead_us"] >= 0
+    assert cost["source"].startswith("netlint calibrate on ") and "onnxruntime" in cost["source"]
+    assert cost["source"] in target.sources
+    fusion = target.section("fusion")
+    assert fusion["source"] == cost["source"]
+    assert isinstance(fusion["precision"]["all"]["activations"], list)
+    assert target.fused_activations() is not None
+    # the base target's other facts are kept
+    assert target.section("ops")["supported"] == ["*"]
+    assert target.section("runtime")["rewrites"]
+
+
+@pytest.mark.skipif(not HAS_ORT, reason="onnxruntime is not installed")
+def test_calibrated_target_prices_a_model(tmp_path, run_cli, light_dir):
+    from netlint.cost import cost_model
+    from netlint.io import load_model
+
+    out = tmp_path / "cpu.toml"
+    result = run_cli("calibrate", "-o", out, "--budget-s", "2", "--name", "my-cpu", "--quiet")
+    assert result.returncode == 0, result.stderr
+    cost = cost_model(load_model(light_dir / "light_squeezenet.onnx"), str(out))
+    assert cost.latency_us is not None and cost.latency_us > 0
+    assert cost.target == "my-cpu"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("ai_edge_litert") is None, reason="ai-edge-litert is not installed")
+def test_calibrate_litert_writes_a_target_that_loads(run_cli, tmp_path):
+    out = tmp_path / "phone.toml"
+    result = run_cli("calibrate", "--runtime", "litert", "-o", out, "--budget-s", "2", "-q")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""  # the runtime's own log line is silenced too
+    target = load_target(str(out))
+    assert target.section("cost")["conv_gmacs_per_s"] > 0
+    assert "litert" in target.section("cost")["source"]
+    assert target.precisions == ()  # generic's precisions are not carried over to one measured float run
+
+
+# --- errors: one line, exit 2 --------------------------------------------------------------------------------------
+def one_line_error(result) -> str:
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    return lines[0]
+
+
+def test_unknown_runtime_is_one_line(run_cli, tmp_path):
+    line = one_line_error(run_cli("calibrate", "--runtime", "tensorrt", "-o", tmp_path / "x.toml"))
+    assert line.startswith("netlint: error: unknown runtime 'tensorrt'")
+    assert not (tmp_path / "x.toml").exists()
+
+
+def test_unwritable_output_is_one_line(run_cli, tmp_path):
+    line = one_line_error(run_cli("calibrate", "-o", tmp_path / "missing" / "x.toml", "--budget-s", "1"))
+    assert "cannot write" in line
+
+
+def test_litert_missing_or_unknown_base_is_one_line(run_cli, tmp_path):
+    line = one_line_error(run_cli("calibrate", "-o", tmp_path / "x.toml", "--base", "no-such-target"))
+    assert "unknown target 'no-such-target'" in line
+    if importlib.util.find_spec("ai_edge_litert") is None:
+        line = one_line_error(run_cli("calibrate", "--runtime", "litert", "-o", tmp_path / "x.toml"))
+        assert "ai-edge-litert" in line
+
+
+def test_bad_budget_is_one_line(run_cli, tmp_path):
+    line = one_line_error(run_cli("calibrate", "-o", tmp_path / "x.toml", "--budget-s", "0"))
+    assert "--budget-s" in line
+
+
+# --- the document written ------------------------------------------------------------------------------------------
+class FakeRunner:
+    runtime, version, threads = "onnxruntime", "1.0", 1
+
+
+def fake_result(prelu_ratio: float | None):
+    from netlint.calibrate.suite import Calibration
+
+    fitted = fit_cost(synthetic())
+    return Calibration(fitted, ["Relu"], {}, [], 5, FakeRunner(), "pinned to CPU 0", prelu_ratio)
+
+
+def test_document_keeps_the_base_facts_and_replaces_the_measured_ones():
+    from netlint.calibrate.command import target_document, validate
+
+    base = load_target("ort-cpu").data
+    document = target_document(base, fake_result(None), "mine")
+    cost = document["cost"]
+    assert cost["conv_gmacs_per_s"] == pytest.approx(47.0, rel=1e-3)
+    assert cost["views_free"] is base["cost"]["views_free"]
+    assert document["fusion"]["precision"]["all"]["activations"] == ["Relu"]
+    assert document["fusion"]["residual"] == base["fusion"]["residual"]
+    assert document["runtime"] == base["runtime"]
+    assert cost["source"] == document["target"]["sources"][-1]
+    validate(dumps(document), "mine.toml")
+    assert base["cost"]["source"] != cost["source"]  # the base document is not modified
+
+
+def test_prelu_ratio_decides_data_dependence():
+    from netlint.calibrate.command import target_document
+    from netlint.targets import schema
+
+    if "data_dependent_ratio" not in schema.COST_NUMBERS:
+        pytest.skip("this schema has no data_dependent_ratio")
+    base = load_target("ort-cpu").data
+    slow = target_document(base, fake_result(8.0), "mine")["cost"]
+    assert slow["data_dependent_ops"] == ["PRelu"] and slow["data_dependent_ratio"] == 8.0
+    even = target_document(base, fake_result(1.05), "mine")["cost"]
+    assert "PRelu" not in even.get("data_dependent_ops", [])

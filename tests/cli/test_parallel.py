@@ -1,0 +1,278 @@
+"""Many models: `-j N` keeps the input order and turns failures into error lines; the content cache serves unchanged
+models without loading them, and misses when anything that changes the report changes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import onnx
+import pytest
+
+import netlint.batch
+import netlint.engine
+from netlint.batch import lint_many
+from netlint.cli import main
+from netlint.config import FileConfig, Overrides, find_config, settings_for
+
+MODELS = [
+    "facenet_mtcnn_pnet.onnx",
+    "timm_dla34_noweights.onnx",
+    "tv_mnasnet0_5_qdq_int8_pertensor.onnx",
+    "tv_squeezenet1_1_qdq_int8.onnx",
+    "keras_mobilenet_v2_a035_int8.tflite",
+    "tv_mobilenet_v2_bn_unfolded_noweights.onnx",
+]
+
+
+@pytest.fixture
+def folder(tmp_path: Path, data_dir: Path) -> Path:
+    """Models in two sub-folders, with names that sort differently from the source names, and two unreadable files."""
+    root = tmp_path / "zoo"
+    for copy in range(3):  # enough models for a pool (netlint.batch.MIN_POOL_MODELS)
+        for index, name in enumerate(MODELS):
+            target = root / ("b" if index % 2 else "a") / f"{len(MODELS) - index:02d}_{copy}_{name}"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(data_dir / name, target)
+    (root / "a" / "00_empty.onnx").write_bytes(b"")
+    (root / "b" / "03_truncated.onnx").write_bytes((data_dir / MODELS[0]).read_bytes()[:200])
+    return root
+
+
+def _json(stdout: str) -> dict:
+    return json.loads(stdout)
+
+
+def test_j2_gives_the_j1_report_in_the_same_order(run_cli, folder):
+    serial = run_cli("check", "--format", "json", "--no-cache", "-j", "1", folder)
+    parallel = run_cli("check", "--format", "json", "--no-cache", "-j", "2", folder)
+    assert serial.returncode == parallel.returncode == 2  # the unreadable files
+    assert _json(parallel.stdout) == _json(serial.stdout)
+    paths = [model["path"] for model in _json(parallel.stdout)["models"]]
+    assert paths == sorted(paths) and len(paths) == 3 * len(MODELS) + 2
+    errors = [line for line in parallel.stderr.splitlines() if line.startswith("netlint: error:")]
+    assert len(errors) == 2 and "00_empty.onnx: empty file" in errors[0] and "03_truncated.onnx" in errors[1]
+    assert "Traceback" not in parallel.stderr
+
+
+def test_the_pool_is_used_for_several_models_and_not_for_one(monkeypatch, folder):
+    rounds: list[int] = []
+    original = netlint.batch._round
+    monkeypatch.setattr(
+        netlint.batch,
+        "_round",
+        lambda run, indices, *a, **k: rounds.append(len(indices)) or original(run, indices, *a, **k),
+    )
+    settings = settings_for(FileConfig(), Overrides())
+    paths = sorted(p for p in folder.rglob("*") if p.is_file())
+    assert len(paths) >= netlint.batch.MIN_POOL_MODELS
+    pooled = lint_many([(path, settings) for path in paths], jobs=2)
+    assert rounds == [len(paths)]
+    assert pooled == lint_many([(path, settings) for path in paths], jobs=1)
+    assert rounds == [len(paths)]  # -j 1: in this process
+    lint_many([(paths[0], settings)], jobs=2)
+    lint_many([(path, settings) for path in paths[:3]], jobs=2)
+    assert rounds == [len(paths)]  # one model, or a few small ones: no pool
+
+
+class _KillsItsWorker:
+    """Unpickling this in a worker process ends that process at once, like a crash in a native library."""
+
+    def __reduce__(self):
+        return (os._exit, (3,))
+
+
+def test_a_dying_worker_is_an_error_line_for_its_model_only(folder):
+    """The task of one model kills its worker (as a segfault in a native library would): that model gets the error
+    line, every other model of the broken pool is linted again and reported, in order."""
+    settings = settings_for(FileConfig(), Overrides())
+    paths = sorted(p for p in folder.rglob("*") if p.is_file() and p.stat().st_size > 1000)
+    work = [(path, settings) for path in paths]
+    keys: list = [None] * len(work)
+    keys[1] = _KillsItsWorker()  # the cache key travels with the task: unpickling it ends the worker
+    reports: dict = {}
+    netlint.batch._lint_in_pool(
+        work, list(range(len(work))), keys, None, 2, lambda i, r, w: reports.update({i: r}), None
+    )
+    assert sorted(reports) == list(range(len(work)))
+    assert reports[1].errors == [netlint.batch.WORKER_DIED]
+    for index, report in reports.items():
+        if index != 1:
+            assert not report.errors and report.format in ("onnx", "tflite") and report.path == str(paths[index])
+
+
+def test_workers_that_cannot_start_give_error_lines_not_a_hang(folder):
+    settings = settings_for(FileConfig(), Overrides())
+    settings.rule_options = {"XX999": {"poison": _KillsItsWorker()}}  # every worker dies unpickling its settings
+    paths = sorted(p for p in folder.rglob("*") if p.is_file() and p.stat().st_size > 1000)
+    reports = lint_many([(path, settings) for path in paths], jobs=2)
+    assert [report.path for report in reports] == [str(path) for path in paths]
+    assert all(report.errors == [netlint.batch.WORKER_DIED] for report in reports), [r.errors for r in reports]
+
+
+def test_an_exception_while_linting_is_the_models_error(monkeypatch, tmp_path, data_dir):
+    def explode(path, settings):
+        raise MemoryError("out of memory")
+
+    monkeypatch.setattr(netlint.batch, "lint_file", explode)
+    settings = settings_for(FileConfig(), Overrides())
+    (report,) = lint_many([(data_dir / MODELS[0], settings)])
+    assert report.errors == ["internal error: MemoryError: out of memory (please report this)"]
+
+
+def test_ctrl_c_stops_cleanly(tmp_path, data_dir):
+    """SIGINT to the whole process group (as a terminal sends it) while workers run: exit 130, one line, no
+    traceback, and no process of the group left behind."""
+    zoo = tmp_path / "zoo"
+    zoo.mkdir()
+    model = onnx.load(str(data_dir / "torch_transformer_encoder_6l_noweights.onnx"), load_external_data=False)
+    for index in range(80):
+        model.doc_string = f"copy {index}"  # distinct content: no cache hit between copies
+        onnx.save(model, str(zoo / f"m{index:02d}.onnx"))
+    cache = tmp_path / "cache"
+    env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "CI")}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "netlint", "check", "-j", "2", "--cache-dir", str(cache), "-o", os.devnull, str(zoo)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 120
+    while not list(cache.rglob("*.json")) and time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.05)  # linting has started: the first entries are written
+    assert process.poll() is None, "finished before it could be interrupted"
+    os.killpg(process.pid, signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    assert "netlint: interrupted" in stderr and "Traceback" not in stderr
+    for _ in range(100):
+        try:
+            os.killpg(process.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("worker processes outlived the interrupted run")
+
+
+# --- the cache, through the command ----------------------------------------------------------------------------------
+@pytest.fixture
+def loads(monkeypatch):
+    """Count the models the engine loads (cache hits load nothing)."""
+    counted: list[str] = []
+    original = netlint.engine.load_model
+
+    def counting(path):
+        counted.append(Path(path).name)
+        return original(path)
+
+    monkeypatch.setattr(netlint.engine, "load_model", counting)
+    return counted
+
+
+def _check(capsys, *args: str) -> tuple[int, str]:
+    code = main(["check", "--format", "json", "-j", "1", *args])
+    return code, capsys.readouterr().out
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch, data_dir) -> Path:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("NETLINT_CACHE_DIR", raising=False)  # these tests are about the default place
+    for name in MODELS[:3]:
+        shutil.copy(data_dir / name, tmp_path / name)
+    return tmp_path
+
+
+def test_a_hit_gives_the_same_report_without_loading(project, capsys, loads):
+    first = _check(capsys, ".")
+    assert sorted(loads) == sorted(MODELS[:3])
+    assert (project / ".netlint_cache" / "CACHEDIR.TAG").is_file()
+    loads.clear()
+    assert _check(capsys, ".") == first
+    assert loads == []
+
+
+def test_no_cache_neither_reads_nor_writes(project, capsys, loads):
+    first = _check(capsys, "--no-cache", ".")
+    assert not (project / ".netlint_cache").exists()
+    _check(capsys, ".")
+    loads.clear()
+    assert _check(capsys, "--no-cache", ".") == first
+    assert sorted(loads) == sorted(MODELS[:3])
+
+
+def test_cache_dir_flag_and_config_key(project, capsys, loads):
+    _check(capsys, "--cache-dir", "elsewhere", ".")
+    assert (project / "elsewhere" / "CACHEDIR.TAG").is_file() and not (project / ".netlint_cache").exists()
+    (project / "netlint.toml").write_text('cache-dir = "from-config"\n')
+    find_config.cache_clear()  # configurations are read once per folder and process
+    _check(capsys, ".")
+    assert (project / "from-config" / ".gitignore").is_file()
+
+
+def test_a_changed_model_misses_and_the_others_hit(project, capsys, loads):
+    _check(capsys, ".")
+    model = onnx.load(str(project / MODELS[0]))
+    model.graph.node[0].name = "renamed"
+    onnx.save(model, str(project / MODELS[0]))
+    loads.clear()
+    _, out = _check(capsys, ".")
+    assert loads == [MODELS[0]]
+    assert "renamed" in out
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [["--select", "FU"], ["--ignore", "FU004"], ["--target", "ti-tda4vm"], ["--format", "sarif"]],
+    ids=["select", "ignore", "target", "fingerprints"],
+)
+def test_a_changed_option_misses(project, capsys, loads, flags):
+    _check(capsys, ".")
+    loads.clear()
+    main(["check", "-j", "1", *flags, "."])
+    capsys.readouterr()
+    assert sorted(loads) == sorted(MODELS[:3])
+
+
+def test_a_changed_configuration_misses(project, capsys, loads):
+    _check(capsys, ".")
+    (project / "netlint.toml").write_text('severity = { FU004 = "error" }\n')
+    find_config.cache_clear()
+    loads.clear()
+    _, out = _check(capsys, ".")
+    assert sorted(loads) == sorted(MODELS[:3])
+    assert '"severity": "error"' in out
+
+
+def test_corrupt_entries_are_ignored_and_rewritten(project, capsys, loads):
+    first = _check(capsys, ".")
+    entries = sorted((project / ".netlint_cache").rglob("*.json"))
+    assert len(entries) == 3
+    for entry in entries:
+        entry.write_text('{"format": 1, "key": "x", "report": [')
+    loads.clear()
+    assert _check(capsys, ".") == first
+    assert sorted(loads) == sorted(MODELS[:3])
+    loads.clear()
+    assert _check(capsys, ".") == first
+    assert loads == []  # rewritten
+
+
+def test_jobs_must_be_at_least_one(run_cli, data_dir):
+    done = run_cli("check", "-j", "0", data_dir / MODELS[0])
+    assert done.returncode == 2 and "at least 1" in done.stderr
+
+
+def test_the_environment_variable_names_the_cache_folder(project, capsys, monkeypatch):
+    monkeypatch.setenv("NETLINT_CACHE_DIR", str(project / "from-env"))
+    _check(capsys, ".")
+    assert (project / "from-env" / "CACHEDIR.TAG").is_file() and not (project / ".netlint_cache").exists()

@@ -1,0 +1,279 @@
+"""The content cache: reports survive JSON exactly, keys change with everything that changes a report, and a bad
+entry is ignored and rewritten."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import threading
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from netlint.cache import CACHEDIR_TAG, Cache, cache_key, report_from_json, report_to_json
+from netlint.config import FileConfig, Overrides, settings_for
+from netlint.engine import CostSummary, ModelReport, lint_file
+from netlint.report.baseline import FindingKey
+from netlint.rule import Finding, FixRef, Impact, Skip
+from netlint.testing import GraphBuilder
+
+MODEL = "facenet_mtcnn_pnet.onnx"
+
+
+def full_report() -> ModelReport:
+    """A report with every field of every dataclass in it set to something other than its default."""
+    finding = Finding(
+        "FU004",
+        "prelu-as-relu",
+        "warning",
+        "PRelu 'p' has slopes 0.25 … 0.3",
+        ["p", "conv"],
+        ["p_out"],
+        FixRef("prelu-to-relu", "unsafe"),
+        "use Relu",
+        {"slopes": [0.25, 0.3], "pair": (1, "a"), "nested": {"ok": True, "none": None}, "f32": np.float32(0.5)},
+        Impact("qualcomm-htp (a8, chip 8450)", 1.25, 0.75),
+    )
+    cost = CostSummary(
+        "qualcomm-htp (a8, chip 8450)",
+        "a8",
+        1.25,
+        123456789,
+        98765,
+        0.875,
+        {"Conv": {"count": 3, "macs": 1000.0, "bytes": 10.0, "latency_ms": 0.5}},
+        2,
+        3,
+        ["ddr_gbps"],
+    )
+    return ModelReport(
+        "models/m.onnx",
+        "onnx",
+        "qualcomm-htp",
+        "a8",
+        "8450",
+        [finding],
+        ["internal error in rule XX001"],
+        [Skip("FU004", "p", "needs weight values")],
+        ["shape inference failed"],
+        [FindingKey("main", "FU004:0123456789abcdef0123")],
+        cost,
+    )
+
+
+def test_the_sample_sets_every_field():
+    """Fails when a field is added to a report dataclass: add it to full_report so the round-trip covers it."""
+    report = full_report()
+    for instance in (report, report.findings[0], report.cost, report.findings[0].impact, report.findings[0].fix):
+        for field in dataclasses.fields(instance):
+            value = getattr(instance, field.name)
+            default = field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default
+            assert value != default and value is not None, f"{type(instance).__name__}.{field.name}"
+
+
+def test_report_round_trips_exactly_through_json():
+    report = full_report()
+    rebuilt = report_from_json(json.loads(json.dumps(report_to_json(report))))
+    assert rebuilt == report
+    finding = rebuilt.findings[0]
+    assert isinstance(finding.fix, FixRef) and isinstance(finding.impact, Impact)
+    assert finding.impact.saving_ms == pytest.approx(0.5)
+    assert isinstance(finding.data["pair"], tuple) and isinstance(finding.data["slopes"], list)
+    assert isinstance(rebuilt.skipped[0], Skip) and isinstance(rebuilt.keys[0], FindingKey)
+    assert isinstance(rebuilt.cost, CostSummary) and rebuilt.cost.by_op_type == report.cost.by_op_type
+    assert type(rebuilt.cost.by_op_type["Conv"]["count"]) is int  # printed as stored: 3, not 3.0
+
+
+def test_a_report_without_optional_parts_round_trips():
+    report = ModelReport("m.onnx", None, "generic", errors=["empty file (0 bytes)"])
+    assert report_from_json(json.loads(json.dumps(report_to_json(report)))) == report
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        {"path": "m.onnx"},  # fields missing
+        {**report_to_json(full_report()), "extra": 1},  # a field nobody knows
+        {**report_to_json(full_report()), "findings": [{"code": "FU004"}]},
+        {**report_to_json(full_report()), "findings": "no"},
+    ],
+)
+def test_a_malformed_document_is_refused(document):
+    with pytest.raises((TypeError, KeyError, ValueError)):
+        report_from_json(document)
+
+
+def _settings(**overrides):
+    return settings_for(FileConfig(), Overrides(**overrides))
+
+
+def test_put_then_get_gives_the_report_for_the_path_asked(tmp_path):
+    cache = Cache(tmp_path / "cache")
+    report = dataclasses.replace(full_report(), errors=[])
+    assert cache.put("ab" * 32, report)
+    again = cache.get("ab" * 32, "elsewhere/copy.onnx")
+    assert again == dataclasses.replace(report, path="elsewhere/copy.onnx")
+    assert cache.hits == 1
+    assert (tmp_path / "cache" / "CACHEDIR.TAG").read_text() == CACHEDIR_TAG
+    assert (tmp_path / "cache" / ".gitignore").read_text().splitlines()[-1] == "*"
+
+
+def test_reports_with_errors_are_not_stored(tmp_path):
+    cache = Cache(tmp_path)
+    assert not cache.put("cd" * 32, full_report())
+    assert cache.get("cd" * 32, "m.onnx") is None
+
+
+def test_a_report_that_would_not_come_back_equal_is_not_stored(tmp_path):
+    report = dataclasses.replace(full_report(), errors=[])
+    report.findings[0].data["weights"] = np.ones(3)  # an array: JSON cannot carry it exactly
+    assert not Cache(tmp_path).put("ef" * 32, report)
+
+
+@pytest.mark.parametrize("garbage", [b"", b"{not json", b"[]", b'{"format": 1}', b"\xff\xfe"])
+def test_a_corrupt_entry_is_a_miss_and_is_rewritten(tmp_path, garbage):
+    cache = Cache(tmp_path)
+    report = dataclasses.replace(full_report(), errors=[])
+    key = "12" * 32
+    cache.put(key, report)
+    entry = next(tmp_path.rglob(f"{key}.json"))
+    entry.write_bytes(garbage)
+    assert cache.get(key, report.path) is None
+    assert cache.put(key, report)
+    assert cache.get(key, report.path) == report
+
+
+def test_a_foreign_entry_is_a_miss(tmp_path):
+    """An entry copied under another key's name (or planted in a shipped cache folder) is not used."""
+    cache = Cache(tmp_path)
+    report = dataclasses.replace(full_report(), errors=[])
+    cache.put("34" * 32, report)
+    source = next(tmp_path.rglob(f"{'34' * 32}.json"))
+    planted = source.parent.parent / "56" / f"{'56' * 32}.json"
+    planted.parent.mkdir()
+    shutil.copy(source, planted)
+    assert cache.get("56" * 32, report.path) is None
+
+
+def test_concurrent_writers_leave_a_whole_entry(tmp_path):
+    cache = Cache(tmp_path)
+    report = dataclasses.replace(full_report(), errors=[])
+    key = "78" * 32
+    threads = [threading.Thread(target=lambda: [cache.put(key, report) for _ in range(25)]) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert cache.get(key, report.path) == report
+    assert not list(tmp_path.rglob("*.tmp"))
+
+
+def test_an_unwritable_cache_folder_disables_the_cache_with_a_warning(tmp_path):
+    (tmp_path / "file").write_text("not a folder")
+    cache = Cache(tmp_path / "file" / "cache")
+    assert not cache.put("9a" * 32, dataclasses.replace(full_report(), errors=[]))
+    assert cache.warning and "cannot write" in cache.warning
+    assert cache.get("9a" * 32, "m.onnx") is None
+
+
+# --- keys --------------------------------------------------------------------------------------------------------
+def test_key_follows_content_not_name(tmp_path, data_dir):
+    settings = _settings()
+    shutil.copy(data_dir / MODEL, tmp_path / "a.onnx")
+    shutil.copy(data_dir / MODEL, tmp_path / "b.onnx")
+    assert cache_key(tmp_path / "a.onnx", settings) == cache_key(tmp_path / "b.onnx", settings)
+    with (tmp_path / "b.onnx").open("ab") as handle:
+        handle.write(b"\0")
+    assert cache_key(tmp_path / "a.onnx", settings) != cache_key(tmp_path / "b.onnx", settings)
+
+
+def test_unreadable_files_have_no_key(tmp_path):
+    assert cache_key(tmp_path / "missing.onnx", _settings()) is None
+    assert cache_key(tmp_path, _settings()) is None
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [
+        {"select": ["FU"]},
+        {"ignore": ["FU004"]},
+        {"target": "qualcomm-htp"},
+        {"target": "qualcomm-htp", "precision": "a16"},
+        {"target": "qualcomm-htp", "chip": "8650"},
+    ],
+)
+def test_key_changes_with_the_settings(data_dir, changed):
+    path = data_dir / MODEL
+    assert cache_key(path, _settings()) != cache_key(path, _settings(**changed))
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"severity": {"FU004": "error"}},
+        {"rule-options": {"FU004": {"atol": 1e-3}}},
+        {"per-node-ignores": {"/prelu1/*": ["FU004"]}},
+    ],
+)
+def test_key_changes_with_the_configuration(data_dir, config):
+    path = data_dir / MODEL
+    configured = settings_for(FileConfig(Path("netlint.toml"), config), Overrides())
+    assert cache_key(path, _settings()) != cache_key(path, configured)
+
+
+def test_key_changes_when_fingerprints_are_wanted(data_dir):
+    wanted = _settings()
+    wanted.fingerprints = True
+    assert cache_key(data_dir / MODEL, _settings()) != cache_key(data_dir / MODEL, wanted)
+
+
+def test_key_changes_with_the_target_file_content(tmp_path, data_dir):
+    from netlint.targets import _builtin_files
+
+    source = _builtin_files()["generic"].read_text(encoding="utf-8")
+    (tmp_path / "board.toml").write_text(source, encoding="utf-8")
+    before = cache_key(data_dir / MODEL, _settings(target=str(tmp_path / "board.toml")))
+    (tmp_path / "board.toml").write_text(source.replace("[target]", "[target]\nkind = 'cpu'", 1), encoding="utf-8")
+    after = cache_key(data_dir / MODEL, _settings(target=str(tmp_path / "board.toml")))
+    assert before != after
+
+
+def test_key_follows_external_data_files(tmp_path):
+    """External weights enter the key by size and mtime (not bytes); a missing file is part of the key too."""
+    builder = GraphBuilder()
+    builder.output(builder.conv(builder.input("x", [1, 4, 8, 8]), 4))
+    model = builder.build()
+    onnx.save(model, str(tmp_path / "m.onnx"), save_as_external_data=True, location="m.data", size_threshold=0)
+    settings = _settings()
+    present = cache_key(tmp_path / "m.onnx", settings)
+    data = tmp_path / "m.data"
+    data.write_bytes(data.read_bytes() + b"\0" * 16)
+    grown = cache_key(tmp_path / "m.onnx", settings)
+    data.unlink()
+    absent = cache_key(tmp_path / "m.onnx", settings)
+    assert len({present, grown, absent}) == 3
+
+
+def test_linting_twice_through_the_cache_gives_the_same_report(tmp_path, data_dir):
+    settings = _settings()
+    path = data_dir / MODEL
+    report = lint_file(path, settings)
+    cache = Cache(tmp_path)
+    key = cache_key(path, settings)
+    assert key is not None and cache.put(key, report)
+    assert Cache(tmp_path).get(key, str(path)) == report
+
+
+def test_a_real_report_with_cost_and_impacts_round_trips(tmp_path, data_dir):
+    settings = _settings(target="qualcomm-htp")
+    settings.fingerprints = True
+    path = data_dir / "tv_mobilenet_v2_bn_unfolded_noweights.onnx"
+    report = lint_file(path, settings)
+    assert report.cost is not None and report.keys and any(f.impact for f in report.findings)
+    assert report_from_json(json.loads(json.dumps(report_to_json(report)))) == report
+    key = cache_key(path, settings)
+    assert Cache(tmp_path).put(key, report)
+    assert Cache(tmp_path).get(key, str(path)) == report
