@@ -101,6 +101,7 @@ class UnsupportedOp(Rule):
                 [out for out in node.outputs if out],
                 None,
                 "replace it with an op the target supports, or move it out of the accelerated part of the graph",
+                data={"unsupported_op": node.op},  # the cost model prices this one (not the partition summary)
             )
         yield self._partition_finding(graph, split, label, fallback, severity)
 

@@ -11,7 +11,8 @@ shapes) are costed once, so pricing is linear in the number of findings and neve
 
 The IR simulation mirrors what each ONNX fix pass writes, so it works for TFLite models too (which have no fix
 passes yet). A fix the target's runtime applies by itself when it loads the model saves nothing there. Rules whose
-change this module cannot model (HW002's channel padding, QT006's precision change, DM001, ...) get no impact.
+change this module cannot model (HW002's channel padding, QT006's precision change, DM001, ...) get no impact;
+HW001's (an op the accelerator cannot run) is priced as the same op running on the accelerator.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ AFFINE_OPS = frozenset({"Mul", "Add", "Sub", "Div"})
 RESHAPE_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze"})
 ELTWISE_OPS = frozenset({"Add", "Sub", "Mul", "Sum"})
 BYPASSED = frozenset({"Identity", "Dropout"})
+UNSUPPORTED_OP_RULE = "HW001"  # a manual rule whose advised change is priced by changing the target, not the graph
 
 
 def model_cost(graph: Graph, target: Target) -> ModelCost:
@@ -58,8 +60,6 @@ def summary(cost: ModelCost, target: Target) -> CostSummary:
         if rated:
             entry["latency_ms"] = row.latency_us / 1000
         by_op[op] = entry
-    partitions = getattr(cost, "partitions", 0) or 0
-    fallback = getattr(cost, "fallback_nodes", None)
     return CostSummary(
         target=target.name,
         precision=target.precision,
@@ -68,17 +68,10 @@ def summary(cost: ModelCost, target: Target) -> CostSummary:
         bytes=cost.bytes,
         coverage=cost.coverage,
         by_op_type=by_op,
-        fallback_ops=len(fallback) if fallback is not None else _fallback_ops(cost, target),
-        partitions=partitions if isinstance(partitions, int) else len(partitions),
+        fallback_ops=len(cost.fallback_nodes),
+        partitions=cost.partitions,
         assumed=list(cost.rates.assumed) if cost.rates is not None else [],
     )
-
-
-def _fallback_ops(cost: ModelCost, target: Target) -> int:
-    """Nodes the target says it cannot run on its accelerator (until the cost model reports its fallback nodes)."""
-    if target.section("ops") is None:
-        return 0
-    return sum(1 for entry in cost.nodes if entry.cost is not None and target.supports_op(entry.op) is False)
 
 
 # --- pricing -------------------------------------------------------------------------------------------------------
@@ -95,6 +88,8 @@ def price_findings(graph: Graph, findings: Iterable[Finding], target: Target, co
 
 
 def _saving_us(graph: Graph, finding: Finding, target: Target, memo: dict[Any, float | None]) -> float | None:
+    if finding.code == UNSUPPORTED_OP_RULE:
+        return _saving_on_the_accelerator(graph, finding, target, memo) if "unsupported_op" in finding.data else None
     fix = finding.fix.name if finding.fix is not None else None
     simulate = SIMULATIONS.get(fix or "")
     if fix is None or simulate is None:
@@ -128,6 +123,33 @@ def _saving_us(graph: Graph, finding: Finding, target: Target, memo: dict[Any, f
     )
     if key not in memo:
         memo[key] = _cost_delta(graph, around, after, outside, new_values, target)
+    return memo[key]
+
+
+def _saving_on_the_accelerator(
+    graph: Graph, finding: Finding, target: Target, memo: dict[Any, float | None]
+) -> float | None:
+    """HW001's advised change, replacing the op by one the accelerator runs, priced as the same op running there:
+    its CPU fallback cost and the transfers at the partition borders around it go away."""
+    node = graph.node(finding.nodes[0]) if finding.nodes else None
+    ops = target.section("ops")
+    if node is None or ops is None or target.supports_op(node.op) is not False:
+        return None
+    around = _neighbourhood(graph, [node])
+    kept = {each.id for each in around}
+    outside = {
+        out
+        for each in around
+        for out in each.outputs
+        if out and (graph.is_graph_output(out) or any(c.id not in kept for c in graph.consumers(out)))
+    }
+    described: dict[Any, tuple] = memo.setdefault("described", {})  # type: ignore[assignment]
+    key = (UNSUPPORTED_OP_RULE, node.op, _signature(graph, around, outside, {}, described))
+    if key not in memo:
+        runs_it = replace(target, data={**target.data, "ops": {**ops, "supported": [*ops["supported"], node.op]}})
+        small = _small_graph(graph, around, outside, {})
+        old, new = cost_model(small, target).latency_us, cost_model(small, runs_it).latency_us
+        memo[key] = None if old is None or new is None else old - new
     return memo[key]
 
 

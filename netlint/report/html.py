@@ -95,6 +95,7 @@ class CostView:
     assumed: list[str]
     chart: Markup
     chart_what: str
+    kernel_chart: Markup  # the slowest kernels (empty without a latency model)
     mover_bytes: str
     mover_time: str | None
 
@@ -296,6 +297,9 @@ def _cost_view(cost: ModelCost) -> CostView:
         assumed=list(rates.assumed) if rates is not None else [],
         chart=bar_chart(rows, unit),
         chart_what=what,
+        kernel_chart=bar_chart(
+            [(_kernel_label(members), members[0].latency_us or 0.0) for members in cost.top_kernels(CHART_ROWS)], "us"
+        ),
         mover_bytes=(
             f"{mover_bytes / cost.bytes:.1%} of the bytes ({format_amount(mover_bytes, 'bytes')})"
             if cost.bytes
@@ -303,6 +307,11 @@ def _cost_view(cost: ModelCost) -> CostView:
         ),
         mover_time=mover_time,
     )
+
+
+def _kernel_label(members: list) -> str:
+    """`Conv+Relu 'conv1'`: the ops of the nodes that run as one kernel, and the kernel's own node."""
+    return f"{'+'.join(member.op for member in members)} '{members[0].id}'"
 
 
 def rule_anchor(rule: type[Rule] | str) -> str:

@@ -131,6 +131,29 @@ def test_fixes_that_remove_a_pass_save_time(model, code: str, target: str) -> No
     assert priced(model(), code, target) > 0
 
 
+def conv_erf_conv() -> onnx.ModelProto:
+    """Conv -> Erf (not in Vela's supported ops: HW001 on ethos-u55) -> Conv."""
+    b = GraphBuilder(seed=1)
+    x = b.input("x", [1, 8, 32, 32])
+    b.output(b.conv(b.node("Erf", [b.conv(x, 8, name="conv1")], name="erf"), 8, name="conv2"))
+    return b.build()
+
+
+def test_an_unsupported_op_is_priced_as_running_on_the_accelerator() -> None:
+    model = conv_erf_conv()
+    node, summary = lint(model, select=["HW001"], target="ethos-u55").findings
+    assert summary.impact is None  # the partition summary is not priced again: group totals would count it twice
+    assert node.impact is not None
+    saving = node.impact.saving_ms
+    cost = model_cost(load(model).graph, load_target("ethos-u55"))
+    assert cost.fallback_nodes == ["erf"] and cost.transfers == 2
+    # the fallback's intercept and both transfers' overheads go away, at least
+    rates = cost.rates
+    assert rates is not None and rates.fallback_intercept_us is not None and rates.transfer_overhead_us is not None
+    assert saving * 1000 > rates.fallback_intercept_us + 2 * rates.transfer_overhead_us
+    assert saving * 1000 < cost.latency_us
+
+
 def test_the_impact_is_relative_to_the_model_latency() -> None:
     report = lint(conv_bn(), select=["FU006"], target="ti-tda4vm")
     [finding] = report.findings

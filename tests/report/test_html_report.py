@@ -12,9 +12,13 @@ from pathlib import Path
 
 import onnx
 import pytest
+from markupsafe import escape
 
+from netlint.cost import cost_model
+from netlint.io import load_model
 from netlint.report.html import ReportInput, render_html
 from netlint.report.svg import MAX_NODES, bar_chart, graph_svg, neighbourhood
+from netlint.targets import load_target
 from netlint.testing import GraphBuilder, lint, load
 
 MOBILENET = "tv_mobilenet_v2_bn_unfolded_noweights.onnx"
@@ -78,7 +82,10 @@ def test_report_of_a_real_model_has_every_finding_a_picture_and_the_latency(tmp_
     assert page.count("section", **{"class": "model"}) == 1
     assert "predicted latency" in text and "ms on ti-tda4vm (int8)" in text
     assert "no latency model" not in text
-    assert '<svg class="chart"' in html
+    assert html.count('<svg class="chart"') == 2  # by op type, and the slowest kernels
+    assert "slowest kernels" in text
+    slowest = cost_model(load_model(model), load_target("ti-tda4vm")).top_kernels(1)[0]
+    assert escape(f"{'+'.join(m.op for m in slowest)} '{slowest[0].id}'") in html  # the first bar's full label
     assert "data movers" in text
     # every rule used has its docs embedded under the anchor the findings link to
     for code in {f.code for f in expected}:
@@ -149,6 +156,7 @@ def test_without_a_latency_model_the_report_says_so(tmp_path, run_cli, data_dir)
     text = " ".join(parse(html).text)
     assert "no latency model for this target" in text
     assert "bytes moved by op type" in text
+    assert "slowest kernels" not in text and html.count('<svg class="chart"') == 1
 
 
 def test_several_models_make_one_report_with_a_section_each(tmp_path, run_cli, data_dir) -> None:
