@@ -10,9 +10,9 @@ from pathlib import Path
 
 import onnx
 import pytest
+from test_html_report import ATTRIBUTE, CLOSE_SVG, SCRIPT, parse
 
 from netlint.testing import GraphBuilder
-from tests.report.test_html_report import ATTRIBUTE, CLOSE_SVG, SCRIPT, parse
 
 SVG = "{http://www.w3.org/2000/svg}"
 
