@@ -105,7 +105,7 @@ BROWSER = next((found for name in ("chromium", "chromium-browser") if (found := 
 
 @pytest.mark.skipif(BROWSER is None, reason="chromium not installed")
 def test_the_fix_page_loads_in_a_browser_without_console_messages(tmp_path, run_cli) -> None:
-    from tests.report.test_report_in_browser import _chromium, _console
+    from test_report_in_browser import _chromium, _console
 
     _fix_report(tmp_path, run_cli, _model(tmp_path, conv=CLOSE_SVG, bn=ATTRIBUTE, relu=SCRIPT))
     result = _chromium("--dump-dom", (tmp_path / "fix.html").as_uri(), home=tmp_path)
