@@ -1,11 +1,13 @@
-"""The `netlint` command: check, fix, rules, rule, targets.
+"""The `netlint` command: check, fix, report, cost, calibrate, rules, rule, targets.
 
-Exit codes of `check`: 0 no findings at or above --fail-on (default warning; info-only reports exit 0), 1 such
-findings (0 with --exit-zero; with --baseline only new ones count), 2 a usage or configuration error or a model
-that cannot be read (the other models of the run are still linted and reported). Exit codes of `fix` (ruff's
-convention): 0 when the fixes were applied and written, or there was nothing to fix (findings without an applied fix
-are listed but do not change the exit code); 2 on any error (a model that cannot be read, a TFLite model, a fix that
-broke the graph or failed verification: then nothing is written). Errors are one line on stderr, never a traceback.
+Exit codes of `check`: 0 no findings at or above --fail-on (default warning; info-only reports exit 0) and no cost
+gate exceeded, 1 such findings (0 with --exit-zero; with --baseline only new ones count) or an exceeded gate
+(--max-latency-ms, --max-fallback-ops, --max-partitions), 2 a usage or configuration error or a model that cannot be
+read (the other models of the run are still linted and reported). Exit codes of `fix` (ruff's convention): 0 when the
+fixes were applied and written, or there was nothing to fix (findings without an applied fix are listed but do not
+change the exit code), 1 with --exit-non-zero-on-fix when fixes were applied; 2 on any error (a model that cannot be
+read, a fix that broke the graph or failed verification: then nothing is written). Errors are one line on stderr,
+never a traceback.
 """
 
 from __future__ import annotations
@@ -112,12 +114,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-FIX_HELP = """Apply the fixes of findings to an ONNX model and write the result; the input is never modified
-(except with --in-place, and then only after every fix succeeded). Safe fixes keep the model's function (up to
-float rounding); --unsafe-fixes also applies fixes that change it. The fixed graph is re-linted after every round
-until nothing more applies. With onnxruntime installed (pip install 'netlint[verify]') the original and the fixed
-model are run on the same seeded random inputs: safe fixes must match every output within rtol 1e-4 / atol 1e-5,
-else nothing is written; for unsafe fixes the error of every output is reported.
+FIX_HELP = """Apply the fixes of findings to an ONNX or TFLite model and write the result; the input is never
+modified (except with --in-place, and then only after every fix succeeded). Safe fixes keep the model's function (up
+to float rounding); --unsafe-fixes also applies fixes that change it. The fixed graph is re-linted after every round
+until nothing more applies. With the runtime installed (pip install 'netlint[verify]': onnxruntime for ONNX, LiteRT
+for TFLite) the original and the fixed model are run on the same seeded random inputs: safe fixes must match every
+output within rtol 1e-4 / atol 1e-5 (integer outputs exactly), else nothing is written; for unsafe fixes the error of
+every output is reported. With --target, a fix the cost model predicts to slow that target down is skipped (say
+--keep-slower-fixes to apply it anyway).
 
 --to-fp16 converts a float32 model to float16 except the ops QT005 reports as fp16-unsafe (and the float32 islands
 around them), with Casts at the borders; inputs and outputs stay float32. float16 is not exact, so this conversion
@@ -126,18 +130,18 @@ max abs error and cosine similarity of every output are reported.
 
 Exit codes: 0 the fixes were written, or there was nothing to fix (findings that remain are listed, they do not
 change the exit code); 1 with --exit-non-zero-on-fix, when fixes were applied (written, or with --diff would be);
-2 an error (unreadable model, TFLite input, a fix that broke the graph or failed
-verification), with nothing written."""
+2 an error (unreadable model, a fix that broke the graph or failed verification, --to-fp16 or --report on a
+TFLite model), with nothing written."""
 
 
 def _add_fix_parser(commands: argparse._SubParsersAction) -> None:
     fix = commands.add_parser(
         "fix",
-        help="apply the fixes of findings to an ONNX model",
+        help="apply the fixes of findings to an ONNX or TFLite model",
         description=FIX_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    fix.add_argument("path", metavar="PATH", help="the .onnx model to fix")
+    fix.add_argument("path", metavar="PATH", help="the .onnx or .tflite model to fix")
     fix.add_argument("-o", "--output", metavar="FILE", help="write the fixed model to FILE (atomically)")
     fix.add_argument("--in-place", action="store_true", help="replace PATH with the fixed model after success")
     fix.add_argument("--diff", action="store_true", help="print what would change, per rule, and write nothing")

@@ -11,8 +11,7 @@ import importlib
 import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cache
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import onnx
 
@@ -21,6 +20,7 @@ from netlint.ir import Graph
 from netlint.rule import Finding
 
 # Every other module of this package is one pass (named like the pass, with underscores), found by listing the folder.
+P = TypeVar("P")
 INFRASTRUCTURE = frozenset({"command", "edit", "engine", "output", "registry", "verify", "tflite"})
 
 
@@ -53,24 +53,38 @@ class FixPass:
         raise NotImplementedError
 
 
-_PASSES: dict[str, type[FixPass]] = {}
+class PassRegistry(Generic[P]):
+    """Passes of one model format by fix name; a package's passes are found by importing each of its modules but
+    its infrastructure (ONNX: this package; TFLite: netlint.fixes.tflite)."""
+
+    def __init__(self, package: str, infrastructure: frozenset[str], kind: str) -> None:
+        self.package, self.infrastructure, self.kind = package, infrastructure, kind
+        self.passes: dict[str, type[P]] = {}
+        self.loaded = False
+
+    def register(self, cls: type[P]) -> type[P]:
+        name = cls.name  # type: ignore[attr-defined]
+        if name in self.passes and self.passes[name] is not cls:
+            raise ValueError(f"{self.kind} {name!r} is registered twice")
+        self.passes[name] = cls
+        return cls
+
+    def all(self) -> dict[str, type[P]]:
+        if not self.loaded:
+            package = importlib.import_module(self.package)
+            for module in pkgutil.iter_modules(package.__path__):
+                if module.name not in self.infrastructure and not module.name.startswith("_"):
+                    importlib.import_module(f"{self.package}.{module.name}")
+            self.loaded = True
+        return dict(self.passes)
 
 
-def register_fix(cls: type[FixPass]) -> type[FixPass]:
-    if cls.name in _PASSES and _PASSES[cls.name] is not cls:
-        raise ValueError(f"fix pass {cls.name!r} is registered twice")
-    _PASSES[cls.name] = cls
-    return cls
+_REGISTRY: PassRegistry[FixPass] = PassRegistry("netlint.fixes", INFRASTRUCTURE, "fix pass")
+register_fix = _REGISTRY.register
 
 
-@cache
 def all_passes() -> dict[str, type[FixPass]]:
-    import netlint.fixes
-
-    for module in pkgutil.iter_modules(netlint.fixes.__path__):
-        if module.name not in INFRASTRUCTURE and not module.name.startswith("_"):
-            importlib.import_module(f"netlint.fixes.{module.name}")
-    return dict(_PASSES)
+    return _REGISTRY.all()
 
 
 def node_names(node: onnx.NodeProto) -> set[str]:

@@ -41,19 +41,23 @@ def compare(original: onnx.ModelProto, fixed: onnx.ModelProto, base: Path) -> li
     inputs = random_inputs(original)
     reference = run(original, base, inputs)
     candidate = run(fixed, base, inputs)
-    diffs = []
-    for name, expected in reference.items():
-        got = candidate.get(name)
-        if got is None or np.shape(got) != np.shape(expected):
-            diffs.append(OutputDiff(name, float("inf"), 0.0, False))
-            continue
-        a, b = np.asarray(expected, np.float64).reshape(-1), np.asarray(got, np.float64).reshape(-1)
-        max_abs = float(np.max(np.abs(a - b))) if a.size else 0.0
-        norms = float(np.linalg.norm(a) * np.linalg.norm(b))
-        cosine = float(a @ b / norms) if norms else float(np.array_equal(a, b))
+    return [output_diff(name, expected, candidate.get(name)) for name, expected in reference.items()]
+
+
+def output_diff(name: str, expected: np.ndarray, got: np.ndarray | None) -> OutputDiff:
+    """How far one output of the fixed model is from the original's: float outputs must be within RTOL/ATOL,
+    integer outputs (a quantized TFLite model) equal; a missing or reshaped output is infinitely far."""
+    if got is None or np.shape(got) != np.shape(expected):
+        return OutputDiff(name, float("inf"), 0.0, False)
+    a, b = np.asarray(expected, np.float64).reshape(-1), np.asarray(got, np.float64).reshape(-1)
+    max_abs = float(np.max(np.abs(a - b))) if a.size else 0.0
+    norms = float(np.linalg.norm(a) * np.linalg.norm(b))
+    cosine = float(a @ b / norms) if norms else float(np.array_equal(a, b))
+    if np.issubdtype(np.asarray(expected).dtype, np.floating):
         close = bool(np.allclose(b, a, rtol=RTOL, atol=ATOL, equal_nan=True))
-        diffs.append(OutputDiff(name, max_abs, cosine, close))
-    return diffs
+    else:
+        close = bool(np.array_equal(a, b))
+    return OutputDiff(name, max_abs, cosine, close)
 
 
 def random_inputs(model: onnx.ModelProto) -> dict[str, np.ndarray]:

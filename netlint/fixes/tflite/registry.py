@@ -6,13 +6,10 @@ netlint.fixes.registry.Plan (the tensors it touches, a description, a closure th
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from dataclasses import dataclass, field
-from functools import cache
 from typing import Any, ClassVar
 
-from netlint.fixes.registry import Plan
+from netlint.fixes.registry import PassRegistry, Plan
 from netlint.fixes.tflite.edit import TfliteEdit
 from netlint.ir import Graph
 from netlint.rule import Finding
@@ -45,21 +42,9 @@ class TflitePass:
         raise NotImplementedError
 
 
-_PASSES: dict[str, type[TflitePass]] = {}
+_REGISTRY: PassRegistry[TflitePass] = PassRegistry("netlint.fixes.tflite", INFRASTRUCTURE, "TFLite fix pass")
+register_tflite_fix = _REGISTRY.register
 
 
-def register_tflite_fix(cls: type[TflitePass]) -> type[TflitePass]:
-    if cls.name in _PASSES and _PASSES[cls.name] is not cls:
-        raise ValueError(f"TFLite fix pass {cls.name!r} is registered twice")
-    _PASSES[cls.name] = cls
-    return cls
-
-
-@cache
 def all_passes() -> dict[str, type[TflitePass]]:
-    import netlint.fixes.tflite
-
-    for module in pkgutil.iter_modules(netlint.fixes.tflite.__path__):
-        if module.name not in INFRASTRUCTURE and not module.name.startswith("_"):
-            importlib.import_module(f"netlint.fixes.tflite.{module.name}")
-    return dict(_PASSES)
+    return _REGISTRY.all()

@@ -11,7 +11,7 @@ import importlib.util
 
 import numpy as np
 
-from netlint.fixes.verify import ATOL, RTOL, SEED, OutputDiff, VerifyUnavailable
+from netlint.fixes.verify import ATOL, RTOL, SEED, OutputDiff, VerifyUnavailable, output_diff
 
 __all__ = ["ATOL", "RTOL", "OutputDiff", "VerifyUnavailable", "available", "compare", "run"]
 
@@ -71,19 +71,6 @@ def run(data: bytes, feeds: list[np.ndarray]) -> dict[str, np.ndarray]:
 def compare(original: bytes, fixed: bytes) -> list[OutputDiff]:
     feeds = random_inputs(original)
     reference, candidate = run(original, feeds), run(fixed, feeds)
-    diffs = []
     # Outputs are matched by position: a fix keeps the output tensors, their order and (normally) their names.
-    for (name, expected), got in zip(reference.items(), [*candidate.values(), *[None] * len(reference)], strict=False):
-        if got is None or np.shape(got) != np.shape(expected):
-            diffs.append(OutputDiff(name, float("inf"), 0.0, False))
-            continue
-        a, b = np.asarray(expected, np.float64).reshape(-1), np.asarray(got, np.float64).reshape(-1)
-        max_abs = float(np.max(np.abs(a - b))) if a.size else 0.0
-        norms = float(np.linalg.norm(a) * np.linalg.norm(b))
-        cosine = float(a @ b / norms) if norms else float(np.array_equal(a, b))
-        if np.issubdtype(np.asarray(expected).dtype, np.floating):
-            close = bool(np.allclose(b, a, rtol=RTOL, atol=ATOL, equal_nan=True))
-        else:
-            close = bool(np.array_equal(a, b))
-        diffs.append(OutputDiff(name, max_abs, cosine, close))
-    return diffs
+    got = [*candidate.values(), *[None] * len(reference)]
+    return [output_diff(name, expected, other) for (name, expected), other in zip(reference.items(), got, strict=False)]
