@@ -146,7 +146,7 @@ def _to_fp16(
     result.remaining = lint_model(_convert(proto, path, base), settings).findings
 
 
-def _slower(finding: Finding, settings: Settings) -> str | None:
+def slower_on_the_target(finding: Finding, settings: Settings) -> str | None:
     """Why a fix is not applied: the cost model predicts it slows the target down (netlint.cost.impact), unless
     --keep-slower-fixes."""
     impact = finding.impact
@@ -196,7 +196,7 @@ def _run(
                 reason = "the nodes are inside a subgraph (If/Loop/Scan body): not fixed yet"
                 skipped.setdefault((finding.code, where, reason), SkippedFix(finding.code, fix.name, where, reason))
                 continue
-            slower = _slower(finding, settings)
+            slower = slower_on_the_target(finding, settings)
             if slower is not None:
                 skipped.setdefault((finding.code, where, slower), SkippedFix(finding.code, fix.name, where, slower))
                 continue

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 from tflite_helpers import assert_equivalent, fix, ops, rechecked
 
+from netlint.config import FileConfig, Overrides, settings_for
+from netlint.engine import lint_model
 from netlint.io.tflite_writer import Table, read_tree, write_tree
 from netlint.testing.tflite_builder import TfliteBuilder
 
@@ -80,3 +82,29 @@ def test_real_model_with_dead_code_is_fixed_and_verified(run_cli, tmp_path, data
     original, out = read_tree(before), read_tree(fixed)
     assert out["SignatureDefs"][0]["SignatureKey"] == original["SignatureDefs"][0]["SignatureKey"]
     assert [m["Name"] for m in out["Metadata"]] == [m["Name"] for m in original["Metadata"]]
+
+
+def test_a_fix_the_cost_model_predicts_slower_is_skipped_unless_asked(monkeypatch):
+    """As for ONNX: a finding whose predicted saving on the target is negative is not fixed, and says why."""
+    import netlint.fixes.tflite.engine as engine
+    from netlint.rule import Impact
+
+    def priced_slower(model, settings):
+        report = lint_model(model, settings)
+        for finding in report.findings:
+            finding.impact = Impact("some-npu", 1.0, 1.5)
+        return report
+
+    monkeypatch.setattr(engine, "lint_model", priced_slower)
+    b = TfliteBuilder()
+    x = b.input("x", [1, 4])
+    b.logistic(x)  # dead
+    b.output(b.relu(x))
+    data = b.build()
+    result = fix(data, select=["GR001"])
+    assert not result.applied and result.fixed == data
+    assert "predicted 0.5 ms slower on some-npu" in result.skipped[0].reason
+    settings = settings_for(FileConfig(), Overrides(select=["GR001"]))
+    settings.keep_slower_fixes = True
+    result = engine.fix_tflite(data, "<memory>.tflite", settings, unsafe=False)
+    assert [a.fix for a in result.applied] == ["remove-dead-code"]

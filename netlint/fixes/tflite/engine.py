@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from netlint.config import Settings
 from netlint.engine import lint_model
 from netlint.errors import ModelLoadError
-from netlint.fixes.engine import MAX_ROUNDS, AppliedFix, FixError, SkippedFix
+from netlint.fixes.engine import MAX_ROUNDS, AppliedFix, FixError, SkippedFix, slower_on_the_target
 from netlint.fixes.tflite.edit import InvariantError, TfliteEdit
 from netlint.fixes.tflite.registry import TfliteContext, all_passes
 from netlint.io.tflite_io import model_from_buffer
@@ -90,6 +90,10 @@ def _run(data: bytes, path: str, settings: Settings, allowed: set[str], result: 
                 continue
             index = subgraphs.pop() if subgraphs else _subgraph_of_tensors(graphs, finding)
             if index is None:
+                continue
+            slower = slower_on_the_target(finding, settings)
+            if slower is not None:
+                skipped.setdefault((finding.code, where, slower), SkippedFix(finding.code, fix.name, where, slower))
                 continue
             edit = edits.setdefault(index, TfliteEdit(tree, index))
             positions = [int(m.group(2)) for m in ids if m]
