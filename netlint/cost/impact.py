@@ -101,13 +101,7 @@ def _saving_us(graph: Graph, finding: Finding, target: Target, memo: dict[Any, f
         return None  # e.g. a finding inside an If/Loop body
     found: list[Node] = nodes  # type: ignore[assignment]
     around = _neighbourhood(graph, found)
-    kept = {node.id for node in around}
-    outside = {
-        out
-        for node in around
-        for out in node.outputs
-        if out and (graph.is_graph_output(out) or any(c.id not in kept for c in graph.consumers(out)))
-    }
+    outside = _read_outside(graph, around)
     try:
         edited = simulate(graph, list(around), [node.id for node in found])  # simulations copy what they change
     except (ConstantUnavailable, ValueError, TypeError, KeyError, IndexError):
@@ -136,13 +130,7 @@ def _saving_on_the_accelerator(
     if node is None or ops is None or target.supports_op(node.op) is not False:
         return None
     around = _neighbourhood(graph, [node])
-    kept = {each.id for each in around}
-    outside = {
-        out
-        for each in around
-        for out in each.outputs
-        if out and (graph.is_graph_output(out) or any(c.id not in kept for c in graph.consumers(out)))
-    }
+    outside = _read_outside(graph, around)
     described: dict[Any, tuple] = memo.setdefault("described", {})  # type: ignore[assignment]
     key = (UNSUPPORTED_OP_RULE, node.op, _signature(graph, around, outside, {}, described))
     if key not in memo:
@@ -151,6 +139,17 @@ def _saving_on_the_accelerator(
         old, new = cost_model(small, target).latency_us, cost_model(small, runs_it).latency_us
         memo[key] = None if old is None or new is None else old - new
     return memo[key]
+
+
+def _read_outside(graph: Graph, around: list[Node]) -> set[str]:
+    """Outputs of the neighbourhood that a node outside it (or the graph's caller) reads: the small graph's outputs."""
+    kept = {node.id for node in around}
+    return {
+        out
+        for node in around
+        for out in node.outputs
+        if out and (graph.is_graph_output(out) or any(c.id not in kept for c in graph.consumers(out)))
+    }
 
 
 def _neighbourhood(graph: Graph, nodes: list[Node]) -> list[Node]:
