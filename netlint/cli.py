@@ -63,12 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = commands.add_parser("check", help="lint model files or folders of them")
     check.add_argument("paths", nargs="+", metavar="PATH", help=".onnx/.tflite files, or folders searched recursively")
-    check.add_argument("--target", help="hardware target name or .toml file (default: generic; see `netlint targets`)")
-    check.add_argument("--precision", help="the target's precision, e.g. a8, a16, fp16 (default: the target's default)")
-    check.add_argument("--chip", help="the target's chip generation, e.g. 8550 (default: the target's default)")
-    check.add_argument("--select", action="append", metavar="RULES", help="only these rules: codes, prefixes, names")
-    check.add_argument("--extend-select", action="append", metavar="RULES", help="add rules to the selection")
-    check.add_argument("--ignore", action="append", metavar="RULES", help="turn these rules off")
+    add_target_options(check)
+    add_rule_selection(check)
     check.add_argument("--format", choices=CHECK_FORMATS, default="text", help="report format (default: text)")
     check.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE (atomically) not stdout")
     check.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings")
@@ -90,8 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--max-partitions", type=int, metavar="N", help="exit 1 above N accelerator partitions")
     check.add_argument("--baseline", metavar="FILE", help="report and fail only on findings not in this baseline")
     check.add_argument("--write-baseline", metavar="FILE", help="record the current findings in FILE, exit 0")
-    check.add_argument("--config", metavar="FILE", help="use this netlint.toml/pyproject.toml, do not search")
-    check.add_argument("--isolated", action="store_true", help="ignore all configuration files")
+    add_config_options(check)
     check.add_argument("--skip-lfs-pointers", action="store_true", help=SKIP_LFS_HELP)
     check.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     check.add_argument(
@@ -151,14 +146,9 @@ def _add_fix_parser(commands: argparse._SubParsersAction) -> None:
         action="store_true",
         help="also apply fixes the target's cost model predicts to slow it down (skipped by default, with the reason)",
     )
-    fix.add_argument("--select", action="append", metavar="RULES", help="only fix findings of these rules")
-    fix.add_argument("--extend-select", action="append", metavar="RULES", help="add rules to the selection")
-    fix.add_argument("--ignore", action="append", metavar="RULES", help="do not fix findings of these rules")
-    fix.add_argument("--target", help="hardware target name or .toml file (default: generic)")
-    fix.add_argument("--precision", help="the target's precision")
-    fix.add_argument("--chip", help="the target's chip generation")
-    fix.add_argument("--config", metavar="FILE", help="use this netlint.toml/pyproject.toml, do not search")
-    fix.add_argument("--isolated", action="store_true", help="ignore all configuration files")
+    add_rule_selection(fix, only="only fix findings of these rules", ignore="do not fix findings of these rules")
+    add_target_options(fix)
+    add_config_options(fix)
     verify = fix.add_mutually_exclusive_group()
     verify.add_argument(
         "--verify",
@@ -211,18 +201,41 @@ def _add_report_parser(commands: argparse._SubParsersAction) -> None:
     )
     report.add_argument("paths", nargs="+", metavar="PATH", help=".onnx/.tflite files, or folders searched recursively")
     report.add_argument("-o", "--output", metavar="FILE", default="netlint-report.html", help="the HTML file to write")
-    report.add_argument("--target", help="hardware target name or .toml file (default: generic)")
-    report.add_argument("--precision", help="the target's precision")
-    report.add_argument("--chip", help="the target's chip generation")
-    report.add_argument("--select", action="append", metavar="RULES", help="only these rules: codes, prefixes, names")
-    report.add_argument("--extend-select", action="append", metavar="RULES", help="add rules to the selection")
-    report.add_argument("--ignore", action="append", metavar="RULES", help="turn these rules off")
-    report.add_argument("--config", metavar="FILE", help="use this netlint.toml/pyproject.toml, do not search")
-    report.add_argument("--isolated", action="store_true", help="ignore all configuration files")
+    add_target_options(report)
+    add_rule_selection(report)
+    add_config_options(report)
     report.add_argument("--skip-lfs-pointers", action="store_true", help=SKIP_LFS_HELP)
     report.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     add_impact_option(report)
     add_scaling_options(report)
+
+
+def add_target_options(
+    parser: argparse.ArgumentParser,
+    target: str = "hardware target name or .toml file (default: generic; see `netlint targets`)",
+) -> None:
+    """--target, --precision, --chip: the target selection every command that lints or costs a model takes."""
+    parser.add_argument("--target", help=target)
+    parser.add_argument(
+        "--precision", help="the target's precision, e.g. a8, a16, fp16 (default: the target's default)"
+    )
+    parser.add_argument("--chip", help="the target's chip generation, e.g. 8550 (default: the target's default)")
+
+
+def add_rule_selection(
+    parser: argparse.ArgumentParser,
+    only: str = "only these rules: codes, prefixes, names",
+    ignore: str = "turn these rules off",
+) -> None:
+    """--select, --extend-select, --ignore (comma-separated, repeatable): overrides of the configuration's selection."""
+    parser.add_argument("--select", action="append", metavar="RULES", help=only)
+    parser.add_argument("--extend-select", action="append", metavar="RULES", help="add rules to the selection")
+    parser.add_argument("--ignore", action="append", metavar="RULES", help=ignore)
+
+
+def add_config_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="FILE", help="use this netlint.toml/pyproject.toml, do not search")
+    parser.add_argument("--isolated", action="store_true", help="ignore all configuration files")
 
 
 def add_impact_option(parser: argparse.ArgumentParser) -> None:
@@ -293,9 +306,7 @@ def _add_cost_parser(commands: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     cost.add_argument("path", metavar="MODEL", help="the .onnx or .tflite model")
-    cost.add_argument("--target", help="hardware target name or .toml file (default: generic, which has no latency)")
-    cost.add_argument("--precision", help="the target's precision (default: the target's default)")
-    cost.add_argument("--chip", help="the target's chip, e.g. ethos-u55-128 (default: the target's default)")
+    add_target_options(cost, target="hardware target name or .toml file (default: generic, which has no latency)")
     cost.add_argument("--top", type=_positive, default=10, metavar="N", help="list the N slowest kernels (default 10)")
     cost.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
 
