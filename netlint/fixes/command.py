@@ -6,6 +6,7 @@ import argparse
 import math
 import sys
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -94,18 +95,14 @@ def _is_tflite(path: Path) -> bool:
 
 
 def _load(path: Path) -> tuple[onnx.ModelProto, Model]:
-    from netlint.io import detect_format
+    """The ONNX input (run_fix sends TFLite files elsewhere first)."""
     from netlint.io.onnx_io import model_from_proto
 
     try:
-        if detect_format(path) == "tflite":
-            raise UsageError(f"{path}: fixing TFLite models is not supported yet")
         proto = onnx.load(str(path), load_external_data=False)
         model = model_from_proto(proto, str(path), path.parent)  # the same validation `check` applies
     except ModelLoadError as exc:
         raise UsageError(f"{path}: {exc}") from None
-    except UsageError:
-        raise
     except Exception as exc:
         reason = " ".join(str(exc).split())[:200] or type(exc).__name__
         raise UsageError(f"{path}: not a valid ONNX protobuf ({reason})") from None
@@ -115,47 +112,72 @@ def _load(path: Path) -> tuple[onnx.ModelProto, Model]:
 def _verify(
     result: FixResult, path: Path, wanted: bool | None, records: list[dict[str, Any]] | None = None
 ) -> list[str]:
-    """Lines for the report (and, into `records`, one entry per output compared); raises FixError when an exact fix
-    changes an output beyond tolerance. Fixes that are not exact (unsafe ones, and keep-fp32 / --to-fp16, whose
-    float16 is never bit for bit) are measured: max abs error and cosine similarity per output."""
+    """onnxruntime's verification of an ONNX fix (see verification_lines)."""
     from netlint.fixes import verify
 
-    records = records if records is not None else []
+    return verification_lines(
+        result,
+        wanted,
+        records,
+        available=verify.available(),
+        missing="onnxruntime is not installed: pip install 'netlint[verify]'",
+        compare=lambda fixed: verify.compare(result.original, fixed, path.parent),
+    )
 
+
+def verification_lines(
+    result: Any,
+    wanted: bool | None,
+    records: list[dict[str, Any]] | None,
+    *,
+    available: bool,
+    missing: str,
+    compare: Callable[[Any], list[Any]],
+    runtime: str | None = None,
+    tolerance: str = "",
+) -> list[str]:
+    """Lines for the report (and, into `records`, one entry per output compared) of running the original and the
+    fixed model (ONNX or TFLite: `compare(fixed)` runs both); raises FixError when an exact fix changes an output
+    beyond tolerance. Fixes that are not exact (unsafe ones, and keep-fp32 / --to-fp16, whose float16 is never bit
+    for bit) are measured: max abs error and cosine similarity per output."""
+    from netlint.fixes.verify import ATOL, RTOL, VerifyUnavailable
+
+    records = records if records is not None else []
     if not result.applied or wanted is False:
         return []
-    if wanted is None and not verify.available():
-        return ["verify: skipped (onnxruntime is not installed: pip install 'netlint[verify]')"]
+    if wanted is None and not available:
+        return [f"verify: skipped ({missing})"]
+    prefix = f"verify ({runtime})" if runtime else "verify"
     lines: list[str] = []
-    safe_fixes = [a for a in result.applied if a.applicability == "safe" and getattr(a, "exact", True)]
+    safe_fixes = [a for a in result.applied if a.applicability == "safe" and a.exact]
     unsafe_fixes = [a for a in result.applied if a not in safe_fixes]
     try:
         if safe_fixes:
-            diffs = verify.compare(result.original, result.safe_only, path.parent)
+            diffs = compare(result.safe_only)
             bad = [d for d in diffs if not d.close]
             if bad:
                 rules = ", ".join(sorted({f"{a.code} ({a.fix})" for a in safe_fixes}))
                 raise FixError(
                     f"verification failed: output '{bad[0].name}' of the model fixed by {rules} differs by up to "
-                    f"{bad[0].max_abs:.3g} (rtol {verify.RTOL:g}, atol {verify.ATOL:g}); nothing written"
+                    f"{bad[0].max_abs:.3g} (rtol {RTOL:g}, atol {ATOL:g}{tolerance}); nothing written"
                 )
             records.extend(_record(d, "exact") for d in diffs)
             worst = max((d.max_abs for d in diffs), default=0.0)
             match = "outputs match" if len(diffs) != 1 else "output matches"
             lines.append(
-                f"verify: {len(diffs)} {match} within rtol {verify.RTOL:g} / atol {verify.ATOL:g} after the safe "
-                f"fixes (max abs error {worst:.3g})"
+                f"{prefix}: {len(diffs)} {match} within rtol {RTOL:g} / atol {ATOL:g} after the safe fixes (max abs "
+                f"error {worst:.3g})"
             )
         if unsafe_fixes:
             kinds = {"unsafe fixes" if a.applicability != "safe" else a.fix for a in unsafe_fixes}
-            label = ", ".join(sorted(kinds))
-            for diff in verify.compare(result.original, result.fixed, path.parent):
+            label = ", ".join(filter(None, [runtime, *sorted(kinds)]))
+            for diff in compare(result.fixed):
                 records.append(_record(diff, "measured"))
                 lines.append(
                     f"verify ({label}): output '{diff.name}': max abs error {diff.max_abs:.4g}, "
                     f"cosine similarity {diff.cosine:.6f}"
                 )
-    except verify.VerifyUnavailable as exc:
+    except VerifyUnavailable as exc:
         if wanted:
             raise FixError(f"cannot verify: {exc}") from None
         lines.append(f"verify: skipped ({exc})")
