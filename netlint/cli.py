@@ -121,12 +121,14 @@ every output is reported. With --target, a fix the cost model predicts to slow t
 --to-fp16 converts a float32 model to float16 except the ops QT005 reports as fp16-unsafe (and the float32 islands
 around them), with Casts at the borders; inputs and outputs stay float32. float16 is not exact, so this conversion
 (QT005's keep-fp32 fix, "safe" because it keeps float32 where float16 breaks) is verified like an unsafe fix: the
-max abs error and cosine similarity of every output are reported.
+max abs error and cosine similarity of every output are reported. On a TFLite model --to-fp16 stores the float32
+weights as float16 behind DEQUANTIZE (TFLite's float16 quantization; ops still compute in float32 on the CPU),
+keeping QT005's constants and the constants of the ops it reports in float32.
 
 Exit codes: 0 the fixes were written, or there was nothing to fix (findings that remain are listed, they do not
 change the exit code); 1 with --exit-non-zero-on-fix, when fixes were applied (written, or with --diff would be);
-2 an error (unreadable model, a fix that broke the graph or failed verification, --to-fp16 or --report on a
-TFLite model), with nothing written."""
+2 an error (unreadable model, a fix that broke the graph or failed verification, --report on a TFLite model), with
+nothing written."""
 
 
 def _add_fix_parser(commands: argparse._SubParsersAction) -> None:
@@ -163,7 +165,8 @@ def _add_fix_parser(commands: argparse._SubParsersAction) -> None:
         "--to-fp16",
         action="store_true",
         help="convert the model to float16 except QT005's fp16-unsafe ops and their float32 islands (Casts at the "
-        "borders; inputs and outputs stay float32); not exact: verified like an unsafe fix (max abs error, cosine)",
+        "borders; inputs and outputs stay float32; TFLite: float16 weights + DEQUANTIZE, QT005's constants kept "
+        "float32); not exact: verified like an unsafe fix (max abs error, cosine)",
     )
     fix.add_argument(
         "--report",
@@ -372,7 +375,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from netlint.batch import default_jobs, lint_many
+    from netlint.batch import default_jobs, lint_many, start_early
+
+    # before the imports below: the fork server behind -j imports netlint while this process does (issue 8)
+    start_early(args.paths, args.jobs or default_jobs(), args.no_cache, args.cache_dir)
     from netlint.cache import Cache
     from netlint.config import FileConfig, Settings, find_config, read_config_file, settings_for
     from netlint.engine import ModelReport

@@ -15,8 +15,6 @@ def run_fix_tflite(args: argparse.Namespace, path: Path, settings: Settings) -> 
     from netlint.fixes.command import _json_summary, _summary
     from netlint.io.tflite_io import model_from_buffer
 
-    if getattr(args, "to_fp16", False):
-        raise UsageError(f"{path}: --to-fp16 converts ONNX models only")
     try:
         data = path.read_bytes()
         model_from_buffer(data, str(path))  # the same validation `check` applies
@@ -24,7 +22,8 @@ def run_fix_tflite(args: argparse.Namespace, path: Path, settings: Settings) -> 
         raise UsageError(f"{path}: {exc}") from None
     except OSError as exc:
         raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    result = fix_tflite(data, str(path), settings, unsafe=args.unsafe_fixes)
+    to_fp16 = bool(getattr(args, "to_fp16", False))  # float16 weights (netlint.fixes.tflite.keep_fp32)
+    result = fix_tflite(data, str(path), settings, unsafe=args.unsafe_fixes, to_fp16=to_fp16)
     records: list[dict] = []
     lines = verify_lines(result, args.verify, records)
     out = path if args.in_place else Path(args.output) if args.output else None

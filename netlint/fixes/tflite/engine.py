@@ -53,14 +53,33 @@ def op_counts(data: bytes) -> Counter[str]:
     return counts
 
 
-def fix_tflite(data: bytes, path: str, settings: Settings, *, unsafe: bool = False) -> TfliteFixResult:
-    """Fix the TFLite flatbuffer `data` (left as it is); the result holds the new bytes."""
+def fix_tflite(
+    data: bytes, path: str, settings: Settings, *, unsafe: bool = False, to_fp16: bool = False
+) -> TfliteFixResult:
+    """Fix the TFLite flatbuffer `data` (left as it is); the result holds the new bytes. `to_fp16` then stores the
+    float32 weights as float16 (netlint.fixes.tflite.keep_fp32.to_fp16), after `safe_only` was taken."""
     result = TfliteFixResult(bytes(data), bytes(data), bytes(data))
     result.fixed = _run(result.fixed, path, settings, {"safe"}, result)
     result.safe_only = result.fixed
     if unsafe:
         result.fixed = _run(result.fixed, path, settings, {"safe", "unsafe"}, result)
+    if to_fp16:
+        _to_fp16(result, path, settings)
     return result
+
+
+def _to_fp16(result: TfliteFixResult, path: str, settings: Settings) -> None:
+    from netlint.fixes.tflite.keep_fp32 import to_fp16
+
+    converted = to_fp16(result.fixed, path, settings)
+    if isinstance(converted, str):
+        result.notes.append(converted)
+        return
+    data, description = converted
+    applied = AppliedFix("QT005", "fp16-unsafe", "keep-fp32", "safe", description, exact=False)
+    result.fixed = _serialise(read_tree(data), [applied], path)
+    result.applied.append(applied)
+    result.remaining = lint_model(model_from_buffer(result.fixed, path), settings).findings
 
 
 def _run(data: bytes, path: str, settings: Settings, allowed: set[str], result: TfliteFixResult) -> bytes:

@@ -3,11 +3,21 @@
 Both models run on the same seeded random inputs (dynamic dimensions = 1): floats standard normal, integers uniform
 over their type's range (so int8 models see every code). The comparison and its tolerances are netlint.fixes.verify's
 (RTOL / ATOL for float outputs; integer outputs must match exactly for safe fixes).
+
+`compare` runs LiteRT in a child process: some LiteRT kernels crash the whole process on a model they cannot run
+(e.g. a DEPTHWISE_CONV_2D without a bias segfaults in allocate_tensors), and a crash must become a one-line
+"verification unavailable", never the end of `netlint fix`.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import pickle
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
 import numpy as np
 
@@ -69,8 +79,44 @@ def run(data: bytes, feeds: list[np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def compare(original: bytes, fixed: bytes) -> list[OutputDiff]:
+    """Per-output differences of `fixed` against `original`, computed in a child process (see the module doc)."""
+    with tempfile.TemporaryDirectory(prefix="netlint-verify-") as folder:
+        a, b, out = Path(folder, "a.tflite"), Path(folder, "b.tflite"), Path(folder, "result.pickle")
+        a.write_bytes(original)
+        b.write_bytes(fixed)
+        child = subprocess.run(
+            [sys.executable, "-m", __name__, str(a), str(b), str(out)], capture_output=True, text=True, check=False
+        )
+        if child.returncode < 0:
+            name = signal.Signals(-child.returncode).name
+            raise VerifyUnavailable(f"LiteRT crashed ({name}) running the model")
+        if child.returncode != 0 or not out.exists():
+            lines = child.stderr.strip().splitlines()
+            raise VerifyUnavailable(lines[-1] if lines else f"LiteRT exited with status {child.returncode}")
+        status, value = pickle.loads(out.read_bytes())  # written by this module's own child, below
+    if status == "unavailable":
+        raise VerifyUnavailable(value)
+    return value
+
+
+def compare_here(original: bytes, fixed: bytes) -> list[OutputDiff]:
+    """`compare` in this process (the child's side)."""
     feeds = random_inputs(original)
     reference, candidate = run(original, feeds), run(fixed, feeds)
     # Outputs are matched by position: a fix keeps the output tensors, their order and (normally) their names.
     got = [*candidate.values(), *[None] * len(reference)]
     return [output_diff(name, expected, other) for (name, expected), other in zip(reference.items(), got, strict=False)]
+
+
+def _child(argv: list[str]) -> int:
+    original, fixed, out = Path(argv[0]).read_bytes(), Path(argv[1]).read_bytes(), Path(argv[2])
+    try:
+        result: tuple[str, object] = ("ok", compare_here(original, fixed))
+    except VerifyUnavailable as exc:
+        result = ("unavailable", str(exc))
+    out.write_bytes(pickle.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child(sys.argv[1:]))
