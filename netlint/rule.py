@@ -55,6 +55,8 @@ class Impact:
     target: str  # the target's label
     latency_ms_before: float
     latency_ms_after: float
+    # how a manual rule's advised change was priced, or why it has no modelled latency effect (docs/cost-model.md)
+    basis: str | None = None
 
     @property
     def saving_ms(self) -> float:

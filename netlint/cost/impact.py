@@ -10,9 +10,11 @@ latency after. Work per finding is bounded by its neighbourhood, and repeated bl
 shapes) are costed once, so pricing is linear in the number of findings and never re-costs the whole model.
 
 The IR simulation mirrors what each ONNX fix pass writes, so it works for TFLite models too (which have no fix
-passes yet). A fix the target's runtime applies by itself when it loads the model saves nothing there. Rules whose
-change this module cannot model (HW002's channel padding, QT006's precision change, DM001, ...) get no impact;
-HW001's (an op the accelerator cannot run) is priced as the same op running on the accelerator.
+passes yet). A fix the target's runtime applies by itself when it loads the model saves nothing there. A fix whose
+rewrite depends on the target (relu6-to-relu8) picks its simulation per target. HW001's advised change (an op the
+accelerator cannot run) is priced as the same op running on the accelerator; the other manual rules' advised changes
+(HW002's channel padding, HW003, QT006's precision, DM001, and the accuracy rules QT002-QT004 at 0) are priced by
+netlint.cost.advice, with a `basis` saying how.
 """
 
 from __future__ import annotations
@@ -82,9 +84,18 @@ def price_findings(graph: Graph, findings: Iterable[Finding], target: Target, co
     total = cost.latency_us
     memo: dict[Any, float | None] = {}
     for finding in findings:
-        saving = _saving_us(graph, finding, target, memo)
+        basis: str | None = None
+        if finding.fix is None and finding.code != UNSUPPORTED_OP_RULE:
+            from netlint.cost.advice import price_advice  # manual rules' advised changes (imported when needed)
+
+            priced = price_advice(graph, finding, target, cost, memo)
+            saving, basis = (priced.saving_us, priced.basis) if priced is not None else (None, None)
+        else:
+            saving = _saving_us(graph, finding, target, memo)
+            if saving is not None and finding.fix is not None and finding.fix.name in TARGET_SIMULATIONS:
+                basis = TARGET_SIMULATIONS[finding.fix.name](target)[1]
         if saving is not None:
-            finding.impact = Impact(target.label, total / 1000, (total - saving) / 1000)
+            finding.impact = Impact(target.label, total / 1000, (total - saving) / 1000, basis)
 
 
 def _saving_us(graph: Graph, finding: Finding, target: Target, memo: dict[Any, float | None]) -> float | None:
@@ -92,6 +103,8 @@ def _saving_us(graph: Graph, finding: Finding, target: Target, memo: dict[Any, f
         return _saving_on_the_accelerator(graph, finding, target, memo) if "unsupported_op" in finding.data else None
     fix = finding.fix.name if finding.fix is not None else None
     simulate = SIMULATIONS.get(fix or "")
+    if fix in TARGET_SIMULATIONS:
+        simulate = TARGET_SIMULATIONS[fix](target)[0]  # type: ignore[index]
     if fix is None or simulate is None:
         return None
     if target.applies_fix(fix):
@@ -544,4 +557,51 @@ SIMULATIONS: dict[str, Callable[[Graph, list[Node], list[str]], Edited]] = {
     "duplicate-conv": _duplicate_conv,
     "eltwise-as-conv": _eltwise_as_conv,
     "enable-conv-sum": _enable_conv_sum,
+}
+
+
+def _relu6_to(op: str, attrs: dict[str, Any]) -> Callable[[Graph, list[Node], list[str]], Edited]:
+    """The finding's ReLU6 becomes one `op` node (a Clip(0, 6); a Relu/Max(0) + Min(6) pair, merged into one node as
+    relu6-to-relu8 does when the pair is direct), or a fused RELU6 becomes fused `op`."""
+
+    def simulate(graph: Graph, nodes: list[Node], ids: list[str]) -> Edited:
+        found = _finding_nodes(nodes, ids)
+        fused = {node.id for node in found if node.fused_activation == "Relu6"}
+        if fused:
+            return [_with(n, fused_activation=op) if n.id in fused else n for n in nodes], {}
+        if len(found) == 1 and found[0].op == "Clip" and found[0].inputs:
+            clip = found[0]
+            head = _with(clip, op=op, inputs=[clip.inputs[0]], attrs=dict(attrs), fused_activation=None)
+            return [head if n.id == clip.id else n for n in nodes], {}
+        if len(found) == 2:  # graph order: the first feeds the second
+            first, second = found
+            data = next((name for name in first.inputs if name and not graph.is_const(name)), None)
+            if data is None:
+                return None
+            head = _with(second, op=op, inputs=[data], attrs=dict(attrs), fused_activation=None)
+            return [head if n.id == second.id else n for n in nodes if n.id != first.id], {}
+        return None
+
+    return simulate
+
+
+RELU8_AS_RELU = (
+    "relu6-to-relu8 on a fixed-point target with power-of-two scales: the clip at 8 = 2^3 is the saturation of the "
+    "activation's power-of-two output scale, so the ReLU8 costs as the ReLU the target applies (netlint's reasoning, "
+    "as QT001's)"
+)
+RELU8_AS_CLIP = "relu6-to-relu8: the ReLU6 costed as a Clip(0, 8) on this target (its fusion table decides)"
+
+
+def _relu6_to_relu8(target: Target) -> tuple[Callable[[Graph, list[Node], list[str]], Edited], str]:
+    """Which rewrite relu6-to-relu8 amounts to on `target`, and the basis the impact gives."""
+    numeric = target.numeric()
+    if target.power_of_two_scales and numeric is not None and numeric[0] == "int":
+        return _relu6_to("Relu", {}), RELU8_AS_RELU
+    return _relu6_to("Clip", {"min": 0.0, "max": 8.0}), RELU8_AS_CLIP
+
+
+# fixes whose simulated rewrite depends on the target: fix -> (target -> (simulation, basis))
+TARGET_SIMULATIONS: dict[str, Callable[[Target], tuple[Callable[[Graph, list[Node], list[str]], Edited], str]]] = {
+    "relu6-to-relu8": _relu6_to_relu8,
 }

@@ -32,13 +32,16 @@ def impact_json(impact: Impact | None) -> dict[str, Any] | None:
     """What the finding's fix is predicted to save on the target (negative: slower), or None when not priced."""
     if impact is None:
         return None
-    return {
+    found = {
         "target": impact.target,
         "latency_ms_before": round(impact.latency_ms_before, 6),
         "latency_ms_after": round(impact.latency_ms_after, 6),
         "saving_ms": round(impact.saving_ms, 6),
         "saving_share": round(impact.saving_share, 6),
     }
+    if impact.basis is not None:  # manual rules: how the advised change was priced (docs/cost-model.md)
+        found["basis"] = impact.basis
+    return found
 
 
 def cost_json(cost: CostSummary | None) -> dict[str, Any] | None:

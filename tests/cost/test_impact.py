@@ -249,8 +249,12 @@ def test_min_impact_drops_small_savings_and_keeps_unpriced(run_cli, saved) -> No
     everything = json.loads(run_cli(*args).stdout)["models"][0]["findings"]
     assert {f["code"] for f in everything} == {"FU001", "HW002"}
     kept = json.loads(run_cli(*args, "--min-impact", "0").stdout)["models"][0]["findings"]
-    assert {f["code"] for f in kept} == {"HW002"}  # FU001 slows ort-cpu down; HW002 is not priced
-    assert all(f["impact"] is None for f in kept)
+    assert {f["code"] for f in kept} == {"HW002"}  # FU001 slows ort-cpu down; HW002 saves 0 there (see its basis)
+    assert kept[0]["impact"]["saving_ms"] == 0.0 and "CPU target" in kept[0]["impact"]["basis"]
+    assert json.loads(run_cli(*args, "--min-impact", "0.000001").stdout)["models"][0]["findings"] == []
+    unpriced = ("check", name, "--format", "json", "--no-cache", "--select", "FU001", "--min-impact", "1000")
+    kept = json.loads(run_cli(*unpriced).stdout)["models"][0]["findings"]  # generic: no cost model, nothing priced
+    assert [f["code"] for f in kept] == ["FU001"] and kept[0]["impact"] is None
 
 
 def test_fix_skips_a_fix_predicted_to_slow_the_target() -> None:

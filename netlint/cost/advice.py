@@ -1,0 +1,346 @@
+"""Prices the advised change of manual rules (no fix pass to simulate) on the target, each with a `basis` that says
+how. netlint.cost.impact calls `price_advice` for findings of these rules; docs/cost-model.md lists the choices.
+
+- HW002 (unaligned channels): on accelerators (target kind npu/dsp) the layer is costed with its channel counts
+  padded to the target's alignment (what the MAC array runs) and at its real counts; the difference is what the
+  padding costs, which channel counts on the alignment (or merged thin layers) avoid. CPU targets choose a kernel
+  path by alignment instead of padding (ORT's NCHWc, oneDNN's blocked layouts) at a speed their rates do not
+  separate: saving 0 with that basis.
+- HW003 (dynamic shape): on targets that compile fixed shapes and fall back to the CPU, the nodes whose tensors carry
+  the dynamic dimension run on the CPU (the target's fallback cost) against on the accelerator once it is pinned.
+  Targets that run dynamic shapes, or state nothing: saving 0 (the cost model sizes a dynamic dimension as 1 either
+  way).
+- QT006 (16 bits throughout): the finding's layers costed at the target's 16-bit precision against its 8-bit one
+  (the [cost.precision.<p>] and [throughput] tables, 16-bit tensors of the model retyped to 8 bits).
+- DM001 (data movers): the predicted time of the listed movers' kernels, all of which the advice removes: an upper
+  bound.
+- QT002, QT003, QT004: accuracy findings. Their change keeps every layer's MACs and bytes, so the saving is 0 with
+  the reason.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from netlint.cost.model import ModelCost, cost_model
+from netlint.cost.ops import CONV_LIKE, MATMUL_LIKE
+from netlint.ir import Graph, Node
+from netlint.ir.graph import ConstData, Value
+from netlint.rule import Finding
+from netlint.targets import Target
+
+
+@dataclass(frozen=True)
+class Priced:
+    """The predicted saving of a finding's change on the target (negative: slower) and how it was priced."""
+
+    saving_us: float
+    basis: str
+
+
+# The change these rules advise keeps MACs, bytes and kernels: they are about accuracy, not latency.
+ACCURACY: dict[str, str] = {
+    "QT002": (
+        "accuracy finding, not a latency one: per-channel weight scales fold into the requantization the layer does "
+        "anyway (same MACs and bytes), so no latency change is modelled"
+    ),
+    "QT003": (
+        "accuracy finding, not a latency one: an unsigned or asymmetric encoding has the same width (same MACs and "
+        "bytes); it gains up to one bit of resolution"
+    ),
+    "QT004": (
+        "accuracy finding, not a latency one: power-of-two scales change how requantization rounds, not the layer's "
+        "MACs or bytes; the toolchain otherwise rounds each scale itself (up to half a bit lost)"
+    ),
+}
+PADDING_KINDS = frozenset({"npu", "dsp"})  # targets whose MAC arrays take channels in fixed-width groups
+WIDE, NARROW = 16, 8
+NARROWER = {"int16": "int8", "uint16": "uint8"}
+
+Handler = Callable[[Graph, Finding, Target, ModelCost, dict[Any, Any]], Priced | None]
+
+
+def price_advice(
+    graph: Graph, finding: Finding, target: Target, cost: ModelCost, memo: dict[Any, Any]
+) -> Priced | None:
+    """The priced advised change of a manual rule's finding; None for rules this module does not price, or when a
+    tensor it needs has no shape."""
+    if finding.code in ACCURACY:
+        return Priced(0.0, ACCURACY[finding.code])
+    handler = HANDLERS.get(finding.code)
+    return handler(graph, finding, target, cost, memo) if handler is not None else None
+
+
+def _latency(graph: Graph, target: Target) -> float | None:
+    return cost_model(graph, target).latency_us
+
+
+def _alone(graph: Graph, node: Node, new_values: dict[str, Value]) -> Graph:
+    """A graph of `node` alone (its outputs are the graph's outputs), reading `new_values` where given."""
+    from netlint.cost.impact import _small_graph  # impact imports this module lazily: no cycle
+
+    return _small_graph(graph, [node], {out for out in node.outputs if out}, new_values)
+
+
+# --- HW002: channel padding ------------------------------------------------------------------------------------------
+def _unaligned_channels(
+    graph: Graph, finding: Finding, target: Target, cost: ModelCost, memo: dict[Any, Any]
+) -> Priced | None:
+    alignment = target.channel_alignment
+    if alignment is None:
+        return Priced(0.0, f"{target.name} states no channel alignment: nothing is padded")
+    if target.kind not in PADDING_KINDS:
+        return Priced(
+            0.0,
+            f"{target.name} is a CPU target: its alignment ({alignment}) selects a kernel path (blocked layouts) "
+            "rather than padding a MAC array, and its rates do not separate the unaligned path: not modelled",
+        )
+    node = graph.node(finding.nodes[0]) if finding.nodes else None
+    if node is None:
+        return None
+    if target.supports_op(node.op) is False:
+        return Priced(0.0, f"{node.op} runs on {target.name}'s CPU fallback, which does not pad channels")
+    padded = padded_values(graph, node, alignment)
+    if padded is None:
+        return None
+    key = ("HW002", alignment, node.op, _shapes(graph, node), _attrs(node))
+    if key not in memo:
+        before, after = _latency(_alone(graph, node, padded), target), _latency(_alone(graph, node, {}), target)
+        memo[key] = None if before is None or after is None else before - after
+    if memo[key] is None:
+        return None
+    return Priced(
+        memo[key],
+        f"the layer with its channels padded to multiples of {alignment} (what {target.name}'s MAC array runs) "
+        "against the same layer at its real channel counts: the padding's cost, which channel counts on the "
+        "alignment (or merged thin layers) avoid",
+    )
+
+
+def _padded(count: int, alignment: int) -> int:
+    return math.ceil(count / alignment) * alignment
+
+
+def padded_values(graph: Graph, node: Node, alignment: int) -> dict[str, Value] | None:
+    """Copies of the layer's data, weight, bias and output values with the channel counts padded to `alignment`
+    (convs: the activations' channel axis; Gemm/MatMul: K and N), sized so that netlint.cost.ops counts the padded
+    MACs and bytes. None when a channel count is unknown."""
+    if node.op in CONV_LIKE or node.op == "ConvTranspose":
+        x_at, w_at, b_at = CONV_LIKE.get(node.op, (0, 1, 2))
+        x, out = _value(graph, node, x_at), graph.value(node.outputs[0]) if node.outputs else None
+        if x is None or out is None or x.channels is None or out.channels is None or not x.channels or not out.channels:
+            return None
+        cin, cout = x.channels, out.channels
+        cin_p, cout_p = _padded(cin, alignment), _padded(cout, alignment)
+        group = node.attrs.get("group", 1)
+        depthwise = isinstance(group, int) and group > 1 and group == cin
+        scale = (cout_p, cout) if depthwise else (cout_p * cin_p, cout * cin)  # weights: Cout x Cin/g x k
+        found = {x.name: _resized(x, {x.channel_axis: cin_p}), out.name: _resized(out, {out.channel_axis: cout_p})}
+        weight = _value(graph, node, w_at)
+        if weight is not None and weight.shape is not None:
+            numel = _numel(weight.shape)
+            if numel is None:
+                return None
+            found[weight.name] = _reshaped(weight, (-(-numel * scale[0] // scale[1]),))
+        bias = _value(graph, node, b_at)
+        if bias is not None and bias.shape is not None and len(bias.shape) == 1:
+            found[bias.name] = _reshaped(bias, (cout_p,))
+        return found
+    if node.op in MATMUL_LIKE or node.op == "Gemm":
+        a_at, b_at = MATMUL_LIKE.get(node.op, (0, 1))
+        a, b = _value(graph, node, a_at), _value(graph, node, b_at)
+        out = graph.value(node.outputs[0]) if node.outputs else None
+        if a is None or b is None or out is None or not a.shape or not b.shape or not out.shape:
+            return None
+        trans_a = bool(node.attrs.get("transA", 0)) or bool(node.attrs.get("adj_x", False))
+        trans_b = bool(node.attrs.get("transB", 0)) or bool(node.attrs.get("adj_y", False))
+        k_axis = (-2 if trans_a else -1) if len(a.shape) > 1 else -1
+        k, n = a.shape[k_axis], out.shape[-1]
+        if not isinstance(k, int) or not isinstance(n, int) or k <= 0 or n <= 0:
+            return None
+        k_p, n_p = _padded(k, alignment), _padded(n, alignment)
+        found = {a.name: _resized(a, {k_axis: k_p}), out.name: _resized(out, {-1: n_p})}
+        if len(b.shape) == 1:
+            found[b.name] = _resized(b, {-1: k_p})
+        else:
+            found[b.name] = _resized(b, {-1: k_p, -2: n_p} if trans_b else {-2: k_p, -1: n_p})
+        bias = _value(graph, node, 2) if node.op == "Gemm" else None
+        if bias is not None and bias.shape is not None and len(bias.shape) >= 1 and bias.shape[-1] == n:
+            found[bias.name] = _resized(bias, {-1: n_p})
+        return found
+    return None
+
+
+def _value(graph: Graph, node: Node, index: int | None) -> Value | None:
+    if index is None or index >= len(node.inputs) or not node.inputs[index]:
+        return None
+    return graph.value(node.inputs[index])
+
+
+def _numel(shape: tuple) -> int | None:
+    return math.prod(shape) if all(isinstance(d, int) for d in shape) else None
+
+
+def _resized(value: Value, axes: dict[int | None, int]) -> Value:
+    dims = list(value.shape or ())
+    for axis, size in axes.items():
+        if axis is not None and -len(dims) <= axis < len(dims):
+            dims[axis] = size
+    return _reshaped(value, tuple(dims))
+
+
+def _reshaped(value: Value, shape: tuple) -> Value:
+    """`value` with another shape; a constant gets zeros of that shape (the cost model reads sizes, not values)."""
+    data = None
+    if value.is_const:
+        static = tuple(d if isinstance(d, int) else 1 for d in shape)
+        data = ConstData(lambda: np.zeros(static, dtype=np.float32))
+    return replace(value, shape=shape, data=data)
+
+
+def _shapes(graph: Graph, node: Node) -> tuple:
+    found = []
+    for name in (*node.inputs, *node.outputs):
+        value = graph.value(name) if name else None
+        found.append((value.shape, value.dtype, value.layout, value.is_const) if value is not None else None)
+    return tuple(found)
+
+
+def _attrs(node: Node) -> tuple:
+    return tuple(sorted((key, repr(value)[:64]) for key, value in node.attrs.items()))
+
+
+# --- HW003: dynamic shapes -------------------------------------------------------------------------------------------
+def _dynamic_shape(
+    graph: Graph, finding: Finding, target: Target, cost: ModelCost, memo: dict[Any, Any]
+) -> Priced | None:
+    static = target.static_shapes
+    if static is False:
+        return Priced(
+            0.0,
+            f"{target.name} runs dynamic shapes; the cost model sizes a dynamic dimension as 1 (or as given), "
+            "exactly as a pinned one, so fixing it changes no modelled latency",
+        )
+    if static is None:
+        return Priced(0.0, f"{target.name} states nothing about dynamic shapes: no modelled latency change")
+    ops = target.section("ops")
+    if ops is None or ops.get("fallback", "none") == "none":
+        return Priced(0.0, f"{target.name} compiles fixed shapes but states no CPU fallback cost: not modelled")
+    name = finding.tensors[0] if finding.tensors else ""
+    region = dynamic_region(graph, name)
+    if not region:
+        return Priced(0.0, f"no node reads a tensor with the dynamic dimension of '{name}'")
+    from netlint.cost.impact import _read_outside, _small_graph
+
+    small = _small_graph(graph, region, _read_outside(graph, region), {})
+    on_cpu = replace(target, data={**target.data, "ops": {**ops, "supported": []}})
+    before, after = _latency(small, on_cpu), _latency(small, target)
+    if before is None or after is None:
+        return None
+    return Priced(
+        before - after,
+        f"the {len(region)} nodes whose tensors carry the dynamic dimension, on {target.name}'s CPU fallback (it "
+        "places only fixed-shape tensors on the accelerator) against on the accelerator with the dimension pinned; "
+        "partition borders at the region's edge are not counted",
+    )
+
+
+def _dynamic(value: Value | None) -> bool:
+    return value is not None and (value.shape is None or any(not isinstance(d, int) or d < 0 for d in value.shape))
+
+
+def dynamic_region(graph: Graph, name: str) -> list[Node]:
+    """The nodes, in graph order, reached from graph input `name` through tensors that keep a dynamic dimension."""
+    if not _dynamic(graph.value(name)):
+        return []
+    chosen: set[str] = set()
+    stack = [name]
+    seen: set[str] = set()
+    while stack:
+        current = stack.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        for reader in graph.consumers(current):
+            if reader.id in chosen:
+                continue
+            chosen.add(reader.id)
+            stack.extend(out for out in reader.outputs if out and _dynamic(graph.value(out)))
+    return [node for node in graph.nodes if node.id in chosen]
+
+
+# --- QT006: 16-bit layers at 8 bits ----------------------------------------------------------------------------------
+def _precision(target: Target, bits: int) -> str | None:
+    """The target's fixed-point precision of `bits` activation bits (int16 / a16 / int16x8; int8 / a8), or None."""
+    for name in target.precisions:
+        numeric = target.numeric(name)
+        if numeric == ("int", bits):
+            return name
+    return None
+
+
+def _wide_precision(
+    graph: Graph, finding: Finding, target: Target, cost: ModelCost, memo: dict[Any, Any]
+) -> Priced | None:
+    wide, narrow = _precision(target, WIDE), _precision(target, NARROW)
+    at_wide = target.select(wide, target.chip) if wide else target
+    at_narrow = target.select(narrow, target.chip) if narrow else target
+    nodes = [node for node in (graph.node(i) for i in finding.nodes) if node is not None]
+    if not nodes:
+        return None
+    saving = 0.0
+    retyped_any = False
+    for node in nodes:
+        retyped = _narrowed(graph, node)
+        retyped_any = retyped_any or bool(retyped)
+        key = ("QT006", at_wide.label, at_narrow.label, node.op, _shapes(graph, node), _attrs(node))
+        if key not in memo:
+            before = _latency(_alone(graph, node, {}), at_wide)
+            after = _latency(_alone(graph, node, retyped), at_narrow)
+            memo[key] = None if before is None or after is None else before - after
+        if memo[key] is None:
+            return None
+        saving += memo[key]
+    if not narrow and not retyped_any:
+        return Priced(0.0, f"{target.name} states no 8-bit rate and the layers' tensors are not 16-bit: not modelled")
+    return Priced(
+        saving,
+        f"the {len(nodes)} listed layers at {at_wide.label} against {at_narrow.label} (the target's per-precision "
+        "MAC rates; 16-bit tensors counted at 8 bits)",
+    )
+
+
+def _narrowed(graph: Graph, node: Node) -> dict[str, Value]:
+    """The layer's 16-bit integer tensors as 8-bit ones (its weights are 8-bit in every 16x8 scheme already)."""
+    found: dict[str, Value] = {}
+    for name in (*node.inputs, *node.outputs):
+        value = graph.value(name) if name else None
+        if value is not None and value.dtype in NARROWER:
+            found[name] = replace(value, dtype=NARROWER[value.dtype])
+    return found
+
+
+# --- DM001: data movers ----------------------------------------------------------------------------------------------
+def _data_movers(graph: Graph, finding: Finding, target: Target, cost: ModelCost, memo: dict[Any, Any]) -> Priced:
+    wanted = set(finding.nodes)
+    time = sum(
+        entry.latency_us or 0.0 for entry in cost.nodes if entry.id in wanted and entry.kernel == entry.id
+    )  # a mover's kernel: the time removing it saves (one that runs in no kernel, e.g. an aliased view, saves 0)
+    return Priced(
+        time,
+        f"upper bound: the predicted time of the {len(wanted)} listed data movers' kernels on {target.name}, all of "
+        "which the advice (permutations folded into weights, one layout end to end, merged reshapes) removes",
+    )
+
+
+HANDLERS: dict[str, Handler] = {
+    "HW002": _unaligned_channels,
+    "HW003": _dynamic_shape,
+    "QT006": _wide_precision,
+    "DM001": _data_movers,
+}

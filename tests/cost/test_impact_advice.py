@@ -1,0 +1,200 @@
+"""Manual rules priced on the target (netlint.cost.advice, and relu6-to-relu8's target-dependent rewrite): the sign
+of each advised change's saving on two targets where they disagree, and the `basis` every such impact carries."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+
+from netlint.cost.advice import dynamic_region, padded_values
+from netlint.cost.impact import model_cost, price_findings
+from netlint.report.json_report import impact_json
+from netlint.rule import Impact
+from netlint.targets import load_target
+from netlint.testing import GraphBuilder, TfliteBuilder, lint, load
+
+
+def repriced(model: onnx.ModelProto | bytes, code: str, found_on: dict, target: str, **kw: str) -> Impact:
+    """The impact on `target` (precision/chip `kw`) of the first finding of rule `code` that `found_on` reports."""
+    graph = load(model).graph
+    [finding, *_] = [f for f in lint(model, select=[code], **found_on).findings if f.code == code]
+    finding.impact = None
+    chosen = load_target(target, **kw)
+    price_findings(graph, [finding], chosen, model_cost(graph, chosen))
+    assert finding.impact is not None, (code, target)
+    assert finding.impact.target == chosen.label
+    assert finding.impact.basis, "a manual rule's impact says how it was priced"
+    return finding.impact
+
+
+def saving_us(model: onnx.ModelProto | bytes, code: str, found_on: dict, target: str, **kw: str) -> float:
+    return repriced(model, code, found_on, target, **kw).saving_ms * 1000
+
+
+TDA4VM = {"target": "ti-tda4vm"}
+
+
+# --- HW002: channel padding ------------------------------------------------------------------------------------------
+def conv_40() -> onnx.ModelProto:
+    """40 -> 40 channels: 62% of TI's 64-wide MMA, 62% of HTP's 32-channel granularity (padded to 64), aligned on
+    ethos-u55 (8)."""
+    b = GraphBuilder(seed=1)
+    b.output(b.conv(b.input("x", [1, 40, 28, 28]), 40, name="conv"))
+    return b.build()
+
+
+def test_padding_costs_on_accelerators_and_is_not_modelled_on_cpus() -> None:
+    model = conv_40()
+    assert saving_us(model, "HW002", TDA4VM, "ti-tda4vm") > 0
+    assert saving_us(model, "HW002", TDA4VM, "qualcomm-htp") > 0
+    cpu = repriced(model, "HW002", TDA4VM, "ort-cpu")
+    assert cpu.saving_ms == 0.0 and "CPU target" in (cpu.basis or "")
+    assert saving_us(model, "HW002", TDA4VM, "ethos-u55") == 0.0  # 40 is a multiple of its 8: nothing padded
+
+
+def test_padded_values_count_the_padded_macs() -> None:
+    graph = load(conv_40()).graph
+    padded = padded_values(graph, graph.node("conv"), 64)  # type: ignore[arg-type]
+    assert padded is not None
+    assert padded["x"].shape == (1, 64, 28, 28) and padded["conv_out"].shape == (1, 64, 28, 28)
+    assert padded["conv.weight"].shape == (64 * 64 * 3 * 3,) and padded["conv.bias"].shape == (64,)
+    b = GraphBuilder(seed=1)
+    b.output(b.conv(b.input("x", [1, 40, 28, 28]), 40, group=40, name="dw"))
+    graph = load(b.build()).graph
+    depthwise = padded_values(graph, graph.node("dw"), 64)  # type: ignore[arg-type]
+    assert depthwise is not None and depthwise["dw.weight"].shape == (64 * 3 * 3,)  # one filter per channel
+
+
+# --- HW003: dynamic shapes ------------------------------------------------------------------------------------------
+def dynamic_batch() -> onnx.ModelProto:
+    b = GraphBuilder(seed=1)
+    x = b.input("x", ["batch", 16, 32, 32])
+    b.output(b.relu(b.conv(x, 16, name="conv"), name="relu"))
+    return b.build()
+
+
+def test_a_dynamic_input_runs_on_the_cpu_fallback_of_static_targets_only() -> None:
+    model = dynamic_batch()
+    htp = {"target": "qualcomm-htp"}
+    assert [n.id for n in dynamic_region(load(model).graph, "x")] == ["conv", "relu"]
+    assert saving_us(model, "HW003", htp, "qualcomm-htp") > 0
+    assert saving_us(model, "HW003", htp, "ethos-u55") > saving_us(model, "HW003", htp, "qualcomm-htp")
+    for target in ("ort-cpu", "ti-tda4vm"):  # runs dynamic shapes / states nothing: no modelled change
+        assert saving_us(model, "HW003", htp, target) == 0.0
+
+
+# --- QT006: 16 bits throughout --------------------------------------------------------------------------------------
+def heavy_convs() -> onnx.ModelProto:
+    b = GraphBuilder(seed=1)
+    x = b.input("x", [1, 64, 56, 56])
+    b.output(b.relu(b.conv(b.conv(x, 64, name="c1"), 64, name="c2")))
+    return b.build()
+
+
+def test_eight_bit_layers_save_where_the_target_has_a_faster_8_bit_rate() -> None:
+    model = heavy_convs()
+    int16 = {"target": "ti-tda4vm", "precision": "int16"}
+    on_tda4vm = saving_us(model, "QT006", int16, "ti-tda4vm", precision="int16")
+    assert on_tda4vm > 0
+    assert saving_us(model, "QT006", int16, "qualcomm-htp", precision="a16") > 0
+    cpu = repriced(model, "QT006", int16, "ort-cpu")  # no per-precision rates: nothing to gain there
+    assert cpu.saving_ms == 0.0 and "no 8-bit rate" in (cpu.basis or "")
+    # TI's MMA does 1024 MACs per cycle at 16 bits and 4096 at 8: the compute part of the saving is 3/4 of the 16-bit
+    # time of both layers' MACs, at most
+    macs = sum(n.cost.macs for n in model_cost(load(model).graph, load_target("ti-tda4vm")).nodes if n.op == "Conv")
+    assert on_tda4vm <= macs / 1024e3 * 0.75 + 1e-6
+
+
+# --- DM001: data movers ---------------------------------------------------------------------------------------------
+def reshape_chain() -> onnx.ModelProto:
+    b = GraphBuilder(seed=1)
+    y = b.conv(b.input("x", [1, 64, 28, 28]), 64, 1, name="conv")
+    for i in range(4):
+        shape = [1, 64, 784] if i % 2 == 0 else [1, 64, 28, 28]
+        y = b.node("Reshape", [y, b.const(f"s{i}", np.array(shape, dtype=np.int64))], name=f"r{i}", shape=shape)
+    b.output(y)
+    return b.build()
+
+
+def test_data_movers_save_their_time_where_they_copy_and_nothing_where_views_are_free() -> None:
+    model = reshape_chain()
+    on_tda4vm = repriced(model, "DM001", TDA4VM, "ti-tda4vm")
+    assert on_tda4vm.saving_ms > 0 and on_tda4vm.basis.startswith("upper bound")  # type: ignore[union-attr]
+    assert saving_us(model, "DM001", TDA4VM, "ort-cpu") == 0.0  # ORT aliases a Reshape: no kernel to remove
+
+
+# --- QT001: relu6-to-relu8 ------------------------------------------------------------------------------------------
+def conv_relu6() -> onnx.ModelProto:
+    b = GraphBuilder(seed=1)
+    b.output(b.clip(b.conv(b.input("x", [1, 32, 56, 56]), 32, name="conv"), 0.0, 6.0, name="relu6"))
+    return b.build()
+
+
+def test_relu8_fuses_on_tda4vm_and_costs_a_pass_on_ethos_u55() -> None:
+    model = conv_relu6()
+    tda4vm = repriced(model, "QT001", TDA4VM, "ti-tda4vm")
+    assert tda4vm.saving_ms > 0 and "power-of-two" in (tda4vm.basis or "")  # the clip at 8 is the saturation
+    assert saving_us(model, "QT001", TDA4VM, "ethos-u55") < 0  # Vela fuses RELU6, not a general clip
+    assert saving_us(model, "QT001", TDA4VM, "ort-cpu") == pytest.approx(0.0, abs=1e-9)  # ORT fuses both clips
+
+
+def test_relu_then_min6_becomes_one_fused_activation_on_tda4vm() -> None:
+    b = GraphBuilder(seed=1)
+    relu = b.relu(b.conv(b.input("x", [1, 32, 56, 56]), 32, name="conv"), name="relu")
+    b.output(b.node("Min", [relu, b.scalar(6.0)], name="min"))
+    model = b.build()
+    assert saving_us(model, "QT001", TDA4VM, "ti-tda4vm") > 0
+    assert saving_us(model, "QT001", TDA4VM, "ethos-u55") == pytest.approx(0.0, abs=1e-3)  # one pass either way
+
+
+# --- QT002, QT003, QT004: accuracy, not latency -----------------------------------------------------------------------
+def qdq_relu() -> onnx.ModelProto:
+    """conv -> relu -> int8 QDQ with zero point 0 (QT003) and scale 0.05 (QT004 on ti-tda4vm) -> conv."""
+    b = GraphBuilder(seed=1)
+    y = b.relu(b.conv(b.input("x", [1, 32, 28, 28]), 32, name="conv1"), name="relu")
+    b.output(b.conv(b.quant_dequant(y, 0.05, 0), 32, name="conv2"))
+    return b.build()
+
+
+def depthwise_wide_range() -> onnx.ModelProto:
+    weights = np.random.default_rng(0).standard_normal((32, 1, 3, 3)).astype(np.float32)
+    weights[0] *= 100  # one channel's range 100x the others': per-tensor int8 starves the rest
+    b = GraphBuilder(seed=1)
+    b.output(b.conv(b.input("x", [1, 32, 28, 28]), 32, group=32, weights=weights, name="dw"))
+    return b.build()
+
+
+@pytest.mark.parametrize(("model", "code"), [(depthwise_wide_range, "QT002"), (qdq_relu, "QT003"), (qdq_relu, "QT004")])
+@pytest.mark.parametrize("target", ["ti-tda4vm", "ort-cpu"])
+def test_accuracy_findings_are_priced_at_zero_with_the_reason(model, code: str, target: str) -> None:
+    impact = repriced(model(), code, TDA4VM, target)
+    assert impact.saving_ms == 0.0
+    assert (impact.basis or "").startswith("accuracy finding, not a latency one")
+
+
+# --- the report ----------------------------------------------------------------------------------------------------
+def test_the_json_impact_adds_the_basis_and_keeps_its_fields() -> None:
+    [finding] = lint(conv_40(), select=["HW002"], target="ti-tda4vm").findings
+    found = impact_json(finding.impact)
+    assert found is not None
+    assert list(found) == ["target", "latency_ms_before", "latency_ms_after", "saving_ms", "saving_share", "basis"]
+    assert found["saving_ms"] > 0 and "padded to multiples of 64" in found["basis"]
+    assert "basis" not in (impact_json(Impact("ort-cpu", 1.0, 0.5)) or {})  # simulated fixes: unchanged schema
+
+
+# --- TFLite: the same pricing on NHWC graphs ------------------------------------------------------------------------
+def tflite_conv_relu6() -> bytes:
+    """CONV_2D 40 -> 40 channels (NHWC) with a fused RELU6."""
+    b = TfliteBuilder()
+    weights = np.random.default_rng(0).standard_normal((40, 3, 3, 40)).astype(np.float32)
+    b.output(b.conv_2d(b.input("x", [1, 28, 28, 40]), weights, np.zeros(40, np.float32), activation="RELU6"))
+    return b.build()
+
+
+def test_tflite_fused_relu6_and_nhwc_padding_are_priced() -> None:
+    model = tflite_conv_relu6()
+    assert saving_us(model, "QT001", TDA4VM, "ti-tda4vm") > 0  # fused RELU: no separate clip pass on TIDL
+    assert saving_us(model, "QT001", TDA4VM, "ethos-u55") < 0  # Vela applies RELU6, not a clip at 8, in the conv
+    assert saving_us(model, "HW002", TDA4VM, "qualcomm-htp") > 0  # NHWC: the last axis is padded
+    assert saving_us(model, "HW002", TDA4VM, "ethos-u55") == 0.0
