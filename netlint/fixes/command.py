@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import math
 import sys
 from collections import Counter
@@ -19,6 +20,18 @@ from netlint.terminal import safe
 
 
 def run_fix(args: argparse.Namespace) -> int:
+    """The cyclic garbage collector is paused throughout, as `check` does (netlint.engine.lint_file): the IRs and
+    protos hold no garbage cycles, and every collection would rescan them all (seconds on a 100k-node model)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _run_fix(args)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _run_fix(args: argparse.Namespace) -> int:
     from netlint.cli import overrides_from
     from netlint.config import FileConfig, find_config, read_config_file, settings_for
 
@@ -44,7 +57,11 @@ def run_fix(args: argparse.Namespace) -> int:
 
         return run_fix_tflite(args, path, settings)
     to_fp16 = bool(getattr(args, "to_fp16", False))
-    result = fix_model(proto, str(path), path.parent, settings, unsafe=args.unsafe_fixes, model=model, to_fp16=to_fp16)
+    loaded = [model]
+    model = model if report is not None else None  # only the report needs the input's IR later: else it is freed
+    result = fix_model(
+        proto, str(path), path.parent, settings, unsafe=args.unsafe_fixes, model=loaded.pop(), to_fp16=to_fp16
+    )
     records: list[dict[str, Any]] = []
     lines = _verify(result, path, args.verify, records)
     out = path if args.in_place else Path(args.output) if args.output else None
@@ -54,9 +71,9 @@ def run_fix(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(_summary(result, path, lines, out, detailed=args.diff))
     if written:
-        from netlint.fixes.output import external_locations, write_model
+        from netlint.fixes.output import has_external_data, write_model
 
-        write_model(result.fixed, out, path, external=bool(external_locations(result.original)))  # type: ignore[arg-type]
+        write_model(result.fixed, out, path, external=has_external_data(result.original))  # type: ignore[arg-type]
     if report is not None:
         _write_report(report, result, path, out if written else None, model, settings.target, lines, records)
     if getattr(args, "exit_non_zero_on_fix", False) and result.applied:

@@ -3,7 +3,9 @@
 Fix passes never touch the protobuf themselves while planning: they read this index (producers, consumers, graph
 outputs, initializers) and return a closure that performs the edit with the primitives below. Nodes are kept in a
 Python list with tombstones during a round, so node positions (the IR's node order) stay valid until `commit`, which
-compacts the node and initializer lists and drops value_info entries of names that no longer exist. Everything a fix
+compacts the node and initializer lists (only when nodes were removed, replaced or added) and drops value_info
+entries of names that no longer exist. The list holds the proto's own NodeProtos, edited in place: the engine edits a
+copy of the input model and discards it on any failure. Everything a fix
 does not touch (opset imports, metadata, node names, doc strings, value_info, external data references) is left as
 it was.
 """
@@ -11,10 +13,26 @@ it was.
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
+
+from netlint.ir import Graph, Node
+
+
+@dataclass(frozen=True)
+class Uniform:
+    """A constant of shape `dims` whose elements all equal `value` (a numpy scalar, which carries the dtype): what a
+    ConstantOfShape computes. The edit writes it as one (see GraphEdit.add_uniform)."""
+
+    value: np.generic
+    dims: tuple[int, ...]
+
+    def compact(self) -> np.ndarray:
+        """The value in an array of the constant's rank with every dimension 1: it broadcasts like the constant."""
+        return np.full((1,) * len(self.dims), self.value)
 
 
 class InvariantError(Exception):
@@ -28,6 +46,7 @@ class _Tracked(list):
     def __init__(self, nodes: list[onnx.NodeProto | None]) -> None:
         super().__init__(nodes)
         self.touched: set[int] = set()
+        self.structural = False  # a node was replaced, removed or added: commit rebuilds the proto's node list
 
     def __getitem__(self, index):  # type: ignore[no-untyped-def]
         if isinstance(index, int):
@@ -37,37 +56,47 @@ class _Tracked(list):
     def __setitem__(self, index, value):  # type: ignore[no-untyped-def]
         if isinstance(index, int):
             self.touched.add(index if index >= 0 else len(self) + index)
+        self.structural = True
         super().__setitem__(index, value)
 
     def append(self, node: onnx.NodeProto | None) -> None:
         self.touched.add(len(self))
+        self.structural = True
         super().append(node)
 
 
 class GraphEdit:
-    def __init__(self, model: onnx.ModelProto) -> None:
+    def __init__(self, model: onnx.ModelProto, ir: Graph | None = None) -> None:
         self.model = model
         self.graph = model.graph
         self.nodes: list[onnx.NodeProto | None] = []
-        self.begin()
+        self.begin(ir)
 
     # --- rounds ---------------------------------------------------------------------------------------------------
-    def begin(self) -> None:
-        """Start a round: node positions from here on match the IR built from the current proto."""
-        nodes = [onnx.NodeProto() for _ in self.graph.node]
-        for copy, node in zip(nodes, self.graph.node, strict=True):
-            copy.CopyFrom(node)
-        self.nodes = _Tracked(nodes)
+    def begin(self, ir: Graph | None = None) -> None:
+        """Start a round: node positions from here on match the IR built from the current proto. The nodes are the
+        proto's own NodeProtos, edited in place (copying them all cost more than the round's fixes on a 100k-node
+        model): the caller edits a copy of the input model and drops it on any failure. `ir`, the IR of this very
+        proto, lets the index be built from its node lists instead of reading every NodeProto again."""
+        self.nodes = _Tracked(list(self.graph.node))
         self._removed_initializers: set[str] = set()
         self._new_initializers: list[onnx.TensorProto] = []
         self._before: dict[int, int] = {}  # position of an inserted node -> position of the node it goes before
-        self._full_reindex()
+        self._dropped: set[str] = set()  # names taken out of the index this round: value_info candidates to drop
+        self._scan_value_info = False  # a full re-index lost track of the dropped names: check every entry
+        self._indexed = False
+        ir_nodes = ir.nodes if ir is not None and len(ir.nodes) == len(self.nodes) else None
+        self._full_reindex(ir_nodes)
 
-    def commit(self) -> None:
-        """Write the round's nodes and initializers back into the graph and drop stale value_info entries."""
-        kept = [node for node in self._in_order() if node is not None]
-        del self.graph.node[:]
-        self.graph.node.extend(kept)
+    def commit(self, restart: bool = True) -> None:
+        """Write the round's nodes and initializers back into the graph and drop stale value_info entries; then
+        start the next round (`restart`), unless the caller starts it with the next round's IR."""
+        self.reindex()
+        if self.nodes.structural or self._before:  # nodes removed, replaced or added: rebuild the list
+            kept = [node for node in self._in_order() if node is not None]
+            count = len(self.graph.node)
+            self.graph.node.extend(kept)  # copies, the old entries included; then the old list goes
+            del self.graph.node[:count]
         if self._removed_initializers:
             survivors = [t for t in self.graph.initializer if t.name not in self._removed_initializers]
             del self.graph.initializer[:]
@@ -76,12 +105,29 @@ class GraphEdit:
             del self.graph.input[:]
             self.graph.input.extend(inputs)
         self.graph.initializer.extend(self._new_initializers)
-        present = self._present()
-        infos = [info for info in self.graph.value_info if info.name in present]
-        if len(infos) != len(self.graph.value_info):
-            del self.graph.value_info[:]
-            self.graph.value_info.extend(infos)
-        self.begin()
+        if self.graph.value_info:
+            if self._scan_value_info:
+                present = self._present()
+                stale = {info.name for info in self.graph.value_info if info.name not in present}
+            else:
+                stale = {name for name in self._dropped | self._removed_initializers if not self._in_use(name)}
+            if stale:
+                infos = [info for info in self.graph.value_info if info.name not in stale]
+                if len(infos) != len(self.graph.value_info):
+                    del self.graph.value_info[:]
+                    self.graph.value_info.extend(infos)
+        if restart:
+            self.begin()
+
+    def _in_use(self, name: str) -> bool:
+        return bool(
+            name in self.producer
+            or self.consumers.get(name)
+            or name in self.initializers
+            or name in self.inputs
+            or name in self.outputs
+            or name in self.captured
+        )
 
     # --- index --------------------------------------------------------------------------------------------------------
     def reindex(self) -> None:
@@ -92,15 +138,22 @@ class GraphEdit:
         touched = self.nodes.touched | self._held
         self.nodes.touched = set()
         self._held = touched  # the caller may still hold these NodeProtos and edit them: re-read until checked
-        self.outputs = {o.name for o in self.graph.output}
-        self.inputs = {i.name for i in self.graph.input}
+        self._graph_io()
         current = []
         for index in sorted(touched):  # all old entries out first, so a value that moves between nodes is not twice
             old = self._io[index] if index < len(self._io) else None
             node = list.__getitem__(self.nodes, index) if index < len(self.nodes) else None
             if (old is not None and old[2]) or (node is not None and node.attribute and _subgraph_reads(node)):
+                self._scan_value_info = True
                 self._full_reindex()
                 return
+            if (
+                old is not None
+                and node is not None
+                and tuple(node.output) == old[1]
+                and tuple(dict.fromkeys(name for name in node.input if name)) == old[0]
+            ):
+                continue  # handed out but not (or no longer) changed: its entries are current
             if old is not None:
                 self._unindex(index, old)
             self._changed.setdefault(index, old[1] if old is not None else ())
@@ -109,7 +162,10 @@ class GraphEdit:
             if node is not None:
                 self._index(index, node)
 
-    def _full_reindex(self) -> None:
+    def _full_reindex(self, ir_nodes: list[Node] | None = None) -> None:
+        """Index every node. `ir_nodes` (the IR's nodes, position for position the proto's, with the same input and
+        output lists) is read instead of the NodeProtos when given: Python lists are much cheaper to read than
+        protobuf fields. Nodes with a subgraph body are read from the proto either way."""
         self.producer: dict[str, int] = {}
         self.consumers: dict[str, list[int]] = defaultdict(list)
         self.captured: set[str] = set()  # names read implicitly by subgraph bodies
@@ -119,17 +175,58 @@ class GraphEdit:
         self._check_all = True
         self._held: set[int] = set()  # positions handed out since the last check_invariants
         self._used: set[str] = set()  # every name seen this round (a superset of the names in use), for unique_name
-        for index, node in enumerate(list.__iter__(self.nodes)):
-            if node is not None:
-                self._index(index, node)
-            else:
-                self._set_io(index, None)
+        if self._indexed:
+            self._scan_value_info = True  # a rebuild mid-round: names dropped since the last reindex went unrecorded
+        self._indexed = True
+        if ir_nodes is not None:
+            self._index_from_ir(ir_nodes)
+        else:
+            for index, node in enumerate(list.__iter__(self.nodes)):
+                if node is not None:
+                    self._index(index, node)
+                else:
+                    self._set_io(index, None)
         self.nodes.touched = set()
-        self.outputs = {o.name for o in self.graph.output}
-        self.inputs = {i.name for i in self.graph.input}
+        self._graph_io(force=True)
         self.initializers = {t.name for t in self.graph.initializer if t.name not in self._removed_initializers}
         self.initializers.update(t.name for t in self._new_initializers)
         self._used |= self.outputs | self.inputs | self.initializers | self.captured
+
+    def _graph_io(self, force: bool = False) -> None:
+        """The graph's input and output names. Passes never rename them in place (add_initializer keeps `inputs`
+        current), so they are re-read only when their count changes: a model before IR 4 lists every initializer
+        as an input, and reading 100k of them on every reindex made fixing it quadratic."""
+        counts = (len(self.graph.input), len(self.graph.output))
+        if force or counts != getattr(self, "_io_counts", None):
+            self.outputs = {o.name for o in self.graph.output}
+            self.inputs = {i.name for i in self.graph.input}
+            self._io_counts = counts
+
+    def _index_from_ir(self, ir_nodes: list[Node]) -> None:
+        """_index for every node of a fresh round, from the IR's node lists (see _full_reindex)."""
+        producer, consumers, twice, used = self.producer, self.consumers, self._twice, self._used
+        io = self._io
+        proto_nodes = self.nodes
+        for index, ir_node in enumerate(ir_nodes):
+            outputs = tuple(ir_node.outputs)
+            for out in outputs:
+                if out and producer.setdefault(out, index) != index:
+                    twice.add(out)
+            if ir_node.subgraphs:
+                inner = _subgraph_reads(list.__getitem__(proto_nodes, index))
+                self.captured.update(inner)
+                reads = tuple(name for name in dict.fromkeys([*ir_node.inputs, *inner]) if name)
+            else:
+                inner = ()
+                reads = tuple(dict.fromkeys(name for name in ir_node.inputs if name))
+            for name in reads:
+                consumers[name].append(index)
+            used.update(reads)
+            used.update(outputs)
+            io.append((reads, outputs, bool(inner)))
+        # node names, for unique_name: an IR node's id is its proto name where that is set (a duplicate name's
+        # first node keeps it); the other ids are names made up for nameless nodes, which reserving does not hurt
+        used.update(ir_node.id for ir_node in ir_nodes)
 
     def _set_io(self, index: int, io: tuple[tuple[str, ...], tuple[str, ...], bool] | None) -> None:
         while len(self._io) <= index:
@@ -155,6 +252,8 @@ class GraphEdit:
     def _unindex(self, index: int, old: tuple[tuple[str, ...], tuple[str, ...], bool]) -> None:
         """Take a node's entries (as indexed then) out of the index."""
         reads, outputs, _ = old
+        self._dropped.update(reads)
+        self._dropped.update(outputs)
         for out in outputs:
             if out and self.producer.get(out) == index:
                 del self.producer[out]
@@ -236,13 +335,37 @@ class GraphEdit:
         order = [p for index in range(len(self.nodes)) if index not in self._before for p in [*inserted[index], index]]
         return [list.__getitem__(self.nodes, p) for p in order]
 
+    def add_uniform(self, hint: str, constant: Uniform, before: int) -> str:
+        """A ConstantOfShape node (reading a small int64 shape initializer) computing `constant`, written before the
+        node at position `before`; returns its output's name. This keeps a weight the input stored as a
+        ConstantOfShape a few bytes, where an initializer would hold every element."""
+        name = self.unique_name(hint)
+        shape = self.add_initializer(f"{name}_shape", np.asarray(constant.dims, np.int64))
+        value = numpy_helper.from_array(np.asarray(constant.value).reshape(1))
+        node = helper.make_node("ConstantOfShape", [shape], [name], name=self.unique_name(name), value=value)
+        self.insert_before(before, node)
+        return name
+
     def set_conv_parameters(
-        self, conv: onnx.NodeProto, weights: np.ndarray, bias: np.ndarray, tag: str, beta_one: bool = False
+        self,
+        conv: onnx.NodeProto,
+        weights: np.ndarray | Uniform,
+        bias: np.ndarray,
+        tag: str,
+        beta_one: bool = False,
+        position: int | None = None,
     ) -> list[str]:
         """Give a Conv/ConvTranspose/Gemm new weights and bias (named after the old ones plus `tag`; Gemm's beta set to
-        1 when the bias absorbed it); returns the old parameter names, for `prune` once nothing reads them."""
+        1 when the bias absorbed it); returns the old parameter names, for `prune` once nothing reads them. Uniform
+        weights become a ConstantOfShape written before the conv, whose `position` they need."""
         old = [name for name in conv.input[1:] if name]
-        w_name = self.add_initializer(f"{conv.input[1]}_{tag}", weights)
+        hint = f"{conv.input[1]}_{tag}"
+        if isinstance(weights, Uniform):
+            if position is None:
+                raise ValueError("uniform weights need the conv's position")
+            w_name = self.add_uniform(hint, weights, position)
+        else:
+            w_name = self.add_initializer(hint, weights)
         b_name = self.add_initializer(f"{conv.name or conv.input[1]}_bias_{tag}", bias)
         del conv.input[1:]
         conv.input.extend([w_name, b_name])
@@ -369,10 +492,15 @@ class GraphEdit:
                 raise InvariantError(f"graph output '{name}' is no longer produced")
 
 
+_BODIES = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+
+
 def _subgraph_reads(node: onnx.NodeProto) -> list[str]:
     """Every name read inside the node's subgraph bodies (a superset of what they capture from the outer scope)."""
     names: list[str] = []
     for attr in node.attribute:
+        if attr.type not in _BODIES:
+            continue
         bodies = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
         for body in bodies:
             for inner in body.node:

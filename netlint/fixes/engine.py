@@ -13,6 +13,7 @@ the rule; the caller writes nothing.
 from __future__ import annotations
 
 import copy
+import gc
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,9 +91,29 @@ def fix_model(
     (the first round lints it instead of converting the proto again). The exact fixes run to their fixpoint first
     (`safe_only` is that model, what the exact verification checks); then the inexact ones (unsafe with
     --unsafe-fixes, and safe passes that are not exact, like keep-fp32); then `to_fp16` converts the model."""
+    enabled = gc.isenabled()
+    gc.disable()  # as in netlint.engine.lint_file: the IRs hold no garbage, and each collection rescans all of them
+    box = [model] if model is not None else []
+    model = None  # no frame may hold the first IR: the round that changes the proto frees it (peak memory)
+    try:
+        return _fix_model(proto, path, base, settings, unsafe, box, to_fp16)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _fix_model(
+    proto: onnx.ModelProto,
+    path: str,
+    base: Path,
+    settings: Settings,
+    unsafe: bool,
+    box: list[Model],
+    to_fp16: bool,
+) -> FixResult:
     work = copy.deepcopy(proto)
     result = FixResult(proto, work, work)
-    state = _run(work, path, base, settings, {"safe"}, result, (model, None) if model else None, exact_only=True)
+    state = _run(work, path, base, settings, {"safe"}, result, (box.pop(), None) if box else None, exact_only=True)
     passes = all_passes()
     inexact = state is not None and any(
         f.fix is not None and f.fix.name in passes and not getattr(passes[f.fix.name], "exact", True)
@@ -127,11 +148,15 @@ def _to_fp16(
         return
     target = settings.target if settings.target.numeric() == ("float", 16) else load_target("generic", "fp16")
     findings = list(all_rules()["QT005"]().scan(model.graph, Context(target, options=settings.rule_options)))
-    edit = GraphEdit(proto)
+    before = copy.deepcopy(proto)  # the edit changes the proto's nodes in place
+    edit = GraphEdit(proto, model.graph)
     half, kept = keep_fp32.to_fp16(edit, model.graph, keep_fp32.unsafe_positions(model.graph, findings))
     if not half:
+        proto.CopyFrom(before)
         result.notes.append("--to-fp16: no float32 op to convert")
         return
+    if result.safe_only is result.fixed:
+        result.safe_only = before  # the model as the exact fixes left it
     description = f"--to-fp16: {half} ops in float16, {kept} kept in float32 (QT005's unsafe ops and their islands)"
     applied = AppliedFix("QT005", "fp16-unsafe", "keep-fp32", "safe", description, exact=False)
     try:
@@ -139,8 +164,7 @@ def _to_fp16(
         edit.check_invariants()
     except InvariantError as exc:
         raise FixError(f"QT005 (keep-fp32) --to-fp16 broke the graph: {exc}") from None
-    _snapshot(result)
-    edit.commit()
+    edit.commit(restart=False)
     _check(proto, [applied], base)
     result.applied.append(applied)
     result.remaining = lint_model(_convert(proto, path, base), settings).findings
@@ -170,6 +194,7 @@ def _run(
     passes = all_passes()
     skipped: dict[tuple[str, str, str], SkippedFix] = {}
     model, report = state if state is not None else (None, None)
+    state = None  # the IR is `model` only, so the first round that changes the proto frees it
     for _ in range(MAX_ROUNDS):
         result.rounds += 1
         skipped = {}  # the last round's reasons are the final ones: it planned every finding that remains
@@ -180,7 +205,7 @@ def _run(
             raise FixError(f"linting the fixed graph failed: {report.errors[0]}")
         result.remaining = report.findings
         positions = {node.id: index for index, node in enumerate(model.graph.nodes)}
-        edit = GraphEdit(proto)
+        edit: GraphEdit | None = None  # built on the first finding a pass plans: a round with none needs no index
         claimed: set[str] = set()
         this_round: list[AppliedFix] = []
         for finding in report.findings:
@@ -200,6 +225,8 @@ def _run(
             if slower is not None:
                 skipped.setdefault((finding.code, where, slower), SkippedFix(finding.code, fix.name, where, slower))
                 continue
+            if edit is None:
+                edit = GraphEdit(proto, model.graph)
             ctx = FixContext(edit, model.graph, finding, nodes, settings.rule_options)  # type: ignore[arg-type]
             try:
                 plan = passes[fix.name]().plan(ctx)
@@ -210,6 +237,8 @@ def _run(
                 continue
             if plan.touched & claimed:
                 continue  # overlaps a fix of this round: re-matched on the next round's graph
+            if not exact_only and not this_round:
+                _snapshot(result)  # the edit changes the proto's nodes in place: copy it before the first change
             try:
                 plan.apply()
                 edit.reindex()
@@ -220,12 +249,12 @@ def _run(
             applied = AppliedFix(finding.code, finding.name, fix.name, fix.applicability, plan.description, exact)
             applied.nodes, applied.touched, applied.impact = list(finding.nodes), set(plan.touched), finding.impact
             this_round.append(applied)
-        if not this_round:
+        if not this_round or edit is None:
             break
-        model, report = None, None  # the proto changes: the next round converts and lints it again
-        if not exact_only:
-            _snapshot(result)
-        edit.commit()
+        # the proto changes: the next round converts and lints it again, and the old IR goes first (peak memory)
+        model, report, ctx, plan = None, None, None, None  # type: ignore[assignment]
+        gc.collect()  # the collector is paused (fix_model): free the old round's cycles now, while little is alive
+        edit.commit(restart=False)
         _check(proto, this_round, base)
         result.applied.extend(this_round)
     else:

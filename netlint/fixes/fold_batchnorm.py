@@ -21,7 +21,17 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from netlint.fixes.registry import FixContext, FixPass, Plan, label, node_names, register_fix, weights_problem
+from netlint.fixes.edit import Uniform
+from netlint.fixes.registry import (
+    FixContext,
+    FixPass,
+    Plan,
+    label,
+    node_names,
+    register_fix,
+    uniform_constant,
+    weights_problem,
+)
 from netlint.ir import ConstantUnavailable
 
 FOLDABLE = ("Conv", "ConvTranspose", "Gemm")
@@ -43,19 +53,28 @@ class FoldBatchnorm(FixPass):
         reason = _guard(ctx, bn, conv)
         if reason:
             return reason
+        uniform = uniform_constant(ctx.graph, conv.input[1])  # a light model's weights: never materialised
         try:
-            values = {name: ctx.graph.const(name) for name in [*conv.input[1:], *bn.input[1:5]] if name}
+            values = {name: ctx.graph.const(name) for name in [*conv.input[2:], *bn.input[1:5]] if name}
+            values[conv.input[1]] = uniform.compact() if uniform is not None else ctx.graph.const(conv.input[1])
         except ConstantUnavailable as exc:
             return f"needs weight values: {exc}"
         if any(value is None for value in values.values()):
             return "a weight or BatchNormalization parameter is not a constant"
-        folded = _fold(conv, bn, values)
+        shape = uniform.dims if uniform is not None else np.shape(values[conv.input[1]])
+        folded = _fold(conv, bn, values, shape)
         if isinstance(folded, str):
             return folded
         weights, bias, beta_one = folded
+        if uniform is not None:  # the folded weights: uniform again when the scale is, as in the light models
+            flat = weights.reshape(-1)
+            if flat.size and np.all(flat == flat[0]):
+                weights = Uniform(flat[0], uniform.dims)
+            else:
+                weights = np.ascontiguousarray(np.broadcast_to(weights, uniform.dims))
 
         def apply() -> None:
-            old = edit.set_conv_parameters(conv, weights, bias, "bnfolded", beta_one)
+            old = edit.set_conv_parameters(conv, weights, bias, "bnfolded", beta_one, position=conv_index)
             conv.output[0] = bn.output[0]
             edit.remove_node(ctx.nodes[0])
             edit.prune([*old, *bn.input[1:]])
@@ -81,8 +100,10 @@ def _guard(ctx: FixContext, bn: onnx.NodeProto, conv: onnx.NodeProto) -> str | N
 
 
 def _fold(
-    conv: onnx.NodeProto, bn: onnx.NodeProto, values: dict[str, np.ndarray]
+    conv: onnx.NodeProto, bn: onnx.NodeProto, values: dict[str, np.ndarray], w_shape: tuple[int, ...]
 ) -> tuple[np.ndarray, np.ndarray, bool] | str:
+    """The folded weights and bias, and whether a Gemm's beta becomes 1. `w_shape` is the weights' shape; their
+    array may be smaller where it broadcasts to it (a uniform weight's one value): the result broadcasts alike."""
     attrs = {a.name: helper.get_attribute_value(a) for a in conv.attribute}
     eps = next((helper.get_attribute_value(a) for a in bn.attribute if a.name == "epsilon"), 1e-5)
     w = np.asarray(values[conv.input[1]])
@@ -94,9 +115,9 @@ def _fold(
     group = int(attrs.get("group", 1))
     bias_name = conv.input[2] if len(conv.input) > 2 and conv.input[2] else None
     if conv.op_type == "Gemm":
-        if w.ndim != 2:
+        if len(w_shape) != 2:
             return "the Gemm's B is not a matrix"
-        channels = w.shape[0] if attrs.get("transB", 0) else w.shape[1]
+        channels = w_shape[0] if attrs.get("transB", 0) else w_shape[1]
         shape = (channels, 1) if attrs.get("transB", 0) else (1, channels)
         c = np.asarray(values[bias_name], np.float64) * float(attrs.get("beta", 1.0)) if bias_name else 0.0
         if scale.size != channels or (np.ndim(c) and np.shape(c)[-1] not in (1, channels)):
@@ -105,15 +126,15 @@ def _fold(
         new_bias = np.broadcast_to(new_bias, np.broadcast_shapes(np.shape(new_bias), (channels,)))
         return (wf * scale.reshape(shape)).astype(w.dtype), new_bias.astype(w.dtype), True
     if conv.op_type == "Conv":
-        channels = w.shape[0]
-        factor = scale.reshape((channels,) + (1,) * (w.ndim - 1)) if scale.size == channels else None
+        channels = w_shape[0]
+        factor = scale.reshape((channels,) + (1,) * (len(w_shape) - 1)) if scale.size == channels else None
     else:  # ConvTranspose: W is (C_in, C_out / group, k...), output channel = group index * (C_out / group) + j
-        channels = w.shape[1] * group
-        if scale.size != channels or w.shape[0] % group:
+        channels = w_shape[1] * group
+        if scale.size != channels or w_shape[0] % group:
             return "the BatchNormalization's parameters do not match the ConvTranspose's output channels"
-        per_group = scale.reshape(group, w.shape[1])
-        rows = per_group[np.arange(w.shape[0]) // (w.shape[0] // group)]
-        factor = rows.reshape(w.shape[:2] + (1,) * (w.ndim - 2))
+        per_group = scale.reshape(group, w_shape[1])
+        rows = per_group[np.arange(w_shape[0]) // (w_shape[0] // group)]
+        factor = rows.reshape(tuple(w_shape[:2]) + (1,) * (len(w_shape) - 2))
     if factor is None or scale.size != channels:
         return "the BatchNormalization's parameters do not match the conv's output channels"
     b = np.asarray(values[bias_name], np.float64).reshape(-1) if bias_name else np.zeros(channels)

@@ -29,7 +29,8 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from netlint.fixes.registry import FixContext, FixPass, Plan, label, node_names, register_fix
+from netlint.fixes.edit import Uniform
+from netlint.fixes.registry import FixContext, FixPass, Plan, label, node_names, register_fix, uniform_constant
 from netlint.ir import ConstantUnavailable
 from netlint.ir.ops import const_source
 
@@ -106,7 +107,11 @@ class FoldPreactivationBatchnorm(FixPass):
                 conv = edit.node(position)
                 assert conv is not None
                 old.append(conv.input[1])
-                conv.input[1] = edit.add_initializer(f"{conv.input[1]}_prescaled", array)
+                hint = f"{conv.input[1]}_prescaled"
+                if isinstance(array, Uniform):  # the input's ConstantOfShape weights stay one (light models)
+                    conv.input[1] = edit.add_uniform(hint, array, before=position)
+                else:
+                    conv.input[1] = edit.add_initializer(hint, array)
             edit.prune([*params, *old])
 
         touched = set().union(*(node_names(node) for node in protos if node is not None))
@@ -191,21 +196,31 @@ def _affine(ctx: FixContext, chain: list[int]) -> tuple[np.ndarray, np.ndarray] 
     return scale, shift
 
 
-def _scaled_weights(ctx: FixContext, conv: onnx.NodeProto, scale: np.ndarray) -> np.ndarray | str:
+def _scaled_weights(ctx: FixContext, conv: onnx.NodeProto, scale: np.ndarray) -> np.ndarray | Uniform | str:
+    """The conv's weights times the scale of the input channel each column reads; weights stored as a ConstantOfShape
+    are computed on their one value and stay uniform when the scale is (else they are materialised)."""
+    uniform = uniform_constant(ctx.graph, conv.input[1])
     try:
-        w = ctx.graph.const(conv.input[1])
+        w = uniform.compact() if uniform is not None else ctx.graph.const(conv.input[1])
     except ConstantUnavailable as exc:
         return f"needs the weights of {label(conv)}: {exc}"
     if w is None:
         return f"the weights of {label(conv)} are not constant"
     w = np.asarray(w)
-    if not np.issubdtype(w.dtype, np.floating) or w.ndim < 3:
+    shape = uniform.dims if uniform is not None else w.shape
+    if not np.issubdtype(w.dtype, np.floating) or len(shape) < 3:
         return f"the weights of {label(conv)} are not floating-point conv weights"
     group = next((int(helper.get_attribute_value(a)) for a in conv.attribute if a.name == "group"), 1)
-    per_group_in, out = w.shape[1], w.shape[0]
+    per_group_in, out = shape[1], shape[0]
     if per_group_in * group != scale.size or out % group:
         return f"{label(conv)}'s input channels do not match the batchnorm's"
     # output channel o is in group o // (out / group) and reads input channels group_index·per_group_in + j
     first_channel = (np.arange(out) // (out // group)) * per_group_in
     factor = scale[first_channel[:, None] + np.arange(per_group_in)[None, :]]
-    return (w.astype(np.float64) * factor.reshape(factor.shape + (1,) * (w.ndim - 2))).astype(w.dtype)
+    scaled = (w.astype(np.float64) * factor.reshape(factor.shape + (1,) * (len(shape) - 2))).astype(w.dtype)
+    if uniform is None:
+        return scaled
+    flat = scaled.reshape(-1)
+    if np.all(flat == flat[0]):
+        return Uniform(flat[0], uniform.dims)
+    return np.ascontiguousarray(np.broadcast_to(scaled, uniform.dims))

@@ -13,9 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypeVar
 
+import numpy as np
 import onnx
 
-from netlint.fixes.edit import GraphEdit
+from netlint.fixes.edit import GraphEdit, Uniform
 from netlint.ir import Graph
 from netlint.rule import Finding
 
@@ -104,3 +105,23 @@ def weights_problem(edit: GraphEdit, conv: onnx.NodeProto) -> str | None:
         if name and name in edit.inputs and name not in edit.initializers:
             return f"the weight '{name}' of {label(conv)} is a graph input, not a constant"
     return None
+
+
+def uniform_constant(graph: Graph, name: str) -> Uniform | None:
+    """The constant `name` when the model stores it as a ConstantOfShape (seen through Identity), which is how onnx's
+    light models store their weights: a pass computes on its one value instead of materialising the tensor (100 MB
+    for light_resnet50), and writes the result the same way when it stays uniform. None for anything else."""
+    node = graph.producer(name)
+    while node is not None and node.op == "Identity" and node.inputs:
+        node = graph.producer(node.inputs[0])  # None for an initializer
+    if node is None or node.op != "ConstantOfShape" or not node.inputs or node.subgraphs:
+        return None
+    shape = graph.const(node.inputs[0])
+    if shape is None:
+        return None
+    fill = node.attrs.get("value")
+    value = np.asarray(fill if fill is not None else np.zeros(1, np.float32)).reshape(-1)
+    dims = tuple(int(d) for d in np.asarray(shape).reshape(-1))
+    if value.size != 1 or any(d < 0 for d in dims):
+        return None
+    return Uniform(value[0], dims)

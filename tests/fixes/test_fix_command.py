@@ -69,8 +69,8 @@ def test_a_failing_verification_writes_nothing(tmp_path, monkeypatch, capsys):
 
     real = fold_batchnorm._fold
 
-    def wrong(conv, bn, values):
-        weights, bias, beta_one = real(conv, bn, values)
+    def wrong(conv, bn, values, w_shape):
+        weights, bias, beta_one = real(conv, bn, values, w_shape)
         return weights, bias + np.float32(0.01), beta_one
 
     monkeypatch.setattr(fold_batchnorm, "_fold", wrong)
@@ -281,3 +281,32 @@ def test_the_fix_hook_fixes_every_model_and_fails_when_it_changed_one(tmp_path):
         assert "FU006" not in codes(findings_of(onnx.load(str(model))))
     clean = hook()
     assert clean.returncode == 0, clean.stdout + clean.stderr
+
+
+def test_writing_external_data_streams_it_and_leaves_the_model_as_it_was(tmp_path):
+    """write_model copies every external tensor's bytes into the output's data file (from an input whose tensors sit
+    at offsets in one file, here another folder) and moves the large inline initializers a fix wrote out too; the
+    in-memory model keeps its references (the report still reads it after the write), and the written model has the
+    same values."""
+    from netlint.fixes.output import write_model
+
+    source_dir, out_dir = tmp_path / "in", tmp_path / "out"
+    source_dir.mkdir()
+    out_dir.mkdir()
+    model = onnx.load(str(conv_bn_model(tmp_path / "inline.onnx")))
+    onnx.save_model(model, str(source_dir / "m.onnx"), save_as_external_data=True, location="w.bin", size_threshold=0)
+    loaded = onnx.load(str(source_dir / "m.onnx"), load_external_data=False)
+    rng = np.random.default_rng(0)
+    loaded.graph.initializer.append(onnx.numpy_helper.from_array(rng.normal(size=600).astype(np.float32), "new"))
+    before = loaded.SerializeToString()
+    write_model(loaded, out_dir / "f.onnx", source_dir / "m.onnx", external=True)
+    assert loaded.SerializeToString() == before
+    assert sorted(p.name for p in out_dir.iterdir()) == ["f.onnx", "f.onnx.data"]
+    written = onnx.load(str(out_dir / "f.onnx"), load_external_data=False)
+    assert {t.name for t in written.graph.initializer if external_data_helper.uses_external_data(t)} >= {"new"}
+    expected = onnx.load(str(source_dir / "m.onnx"))
+    expected.graph.initializer.append(loaded.graph.initializer[-1])
+    got = onnx.load(str(out_dir / "f.onnx"))
+    for a, b in zip(expected.graph.initializer, got.graph.initializer, strict=True):
+        assert a.name == b.name
+        np.testing.assert_array_equal(onnx.numpy_helper.to_array(a), onnx.numpy_helper.to_array(b))

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import numpy as np
+import onnx
 import pytest
 from conftest import run_fix
 
@@ -94,3 +98,139 @@ def test_incremental_index_matches_a_full_rebuild():
     edit.node(4).input[0] = "nowhere"  # a broken edit
     with pytest.raises(InvariantError, match="nowhere"):
         edit.check_invariants()
+
+
+def _constant_of_shape_conv_bn(per_channel_bn: bool) -> onnx.ModelProto:
+    """Conv -> BatchNormalization with the conv's weights stored as onnx's light models store them: a ConstantOfShape
+    of one value. The BN parameters are uniform too (as in the light models) unless `per_channel_bn`."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    channels = 8
+    rng = np.random.default_rng(3)
+    bn = {
+        "gamma": rng.uniform(0.5, 2.0, channels) if per_channel_bn else np.full(channels, 1.5),
+        "beta": rng.normal(size=channels) if per_channel_bn else np.full(channels, 0.25),
+        "mean": rng.normal(size=channels) if per_channel_bn else np.full(channels, 0.1),
+        "var": rng.uniform(0.5, 2.0, channels) if per_channel_bn else np.full(channels, 0.8),
+    }
+    fill = numpy_helper.from_array(np.array([0.03], np.float32))
+    nodes = [
+        helper.make_node("ConstantOfShape", ["w_shape"], ["w"], name="w_fill", value=fill),
+        helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c", "gamma", "beta", "mean", "var"], ["y"], name="bn"),
+    ]
+    inits = [numpy_helper.from_array(np.array([channels, 4, 3, 3], np.int64), "w_shape")]
+    inits += [numpy_helper.from_array(v.astype(np.float32), k) for k, v in bn.items()]
+    graph = helper.make_graph(
+        nodes,
+        "cos",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels, 6, 6])],
+        inits,
+        value_info=[helper.make_tensor_value_info("c", TensorProto.FLOAT, [1, channels, 6, 6])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@pytest.mark.parametrize("per_channel_bn", [False, True])
+def test_folding_into_constant_of_shape_weights_keeps_them_small_and_exact(per_channel_bn):
+    """Light models store weights as ConstantOfShape: a fold computes on the one value, and when the folded weights
+    are uniform again they stay a ConstantOfShape (never a materialised initializer); when the BN's scale varies by
+    channel they become an initializer. Either way the outputs match onnxruntime's, and the value_info of the value
+    the fold removed goes while the proto's other content stays."""
+    from conftest import outputs
+
+    model = _constant_of_shape_conv_bn(per_channel_bn)
+    before = model.SerializeToString()
+    result = run_fix(model, ["FU006"])
+    assert model.SerializeToString() == before  # the input proto is never edited
+    assert [a.fix for a in result.applied] == ["fold-batchnorm"]
+    ops = [n.op_type for n in result.fixed.graph.node]
+    assert "BatchNormalization" not in ops and "w_fill" not in {n.name for n in result.fixed.graph.node}
+    weight = next(n for n in result.fixed.graph.node if n.op_type == "Conv").input[1]
+    largest = max(len(t.raw_data) or 4 * len(t.float_data) for t in result.fixed.graph.initializer)
+    if per_channel_bn:
+        assert weight in {t.name for t in result.fixed.graph.initializer} and ops == ["Conv"]
+    else:
+        assert ops == ["ConstantOfShape", "Conv"] and largest < 64  # a few bytes, not 8*4*3*3 floats
+        assert result.fixed.graph.node[0].output[0] == weight
+    assert "c" not in {info.name for info in result.fixed.graph.value_info}
+    assert result.fixed.opset_import == model.opset_import
+    expected, got = outputs(model), outputs(result.fixed)
+    np.testing.assert_allclose(got["y"], expected["y"], rtol=1e-4, atol=1e-5)
+
+
+def test_the_index_built_from_the_ir_equals_the_one_read_from_the_proto():
+    """A round's GraphEdit indexes the IR's node lists (cheaper than reading every NodeProto); it must be the index
+    the protos give, subgraph bodies' captured names included."""
+    from onnx import TensorProto, helper
+
+    from netlint.fixes.edit import GraphEdit
+    from netlint.io.onnx_io import model_from_proto
+
+    b = GraphBuilder(seed=2)
+    x = b.input("x", [1, 4, 6, 6])
+    y = b.relu(b.batchnorm(b.conv(x, 4, name="c1"), name="bn"))
+    b.output(b.add(y, b.conv(y, 4)))
+    model = b.build()
+    then = helper.make_graph(
+        [helper.make_node("Identity", [y], ["t"])], "then", [], [helper.make_tensor_value_info("t", 1, None)]
+    )
+    cond = helper.make_tensor_value_info("cond", TensorProto.BOOL, [])
+    model.graph.input.append(cond)
+    model.graph.node.append(helper.make_node("If", ["cond"], ["z"], name="if", then_branch=then, else_branch=then))
+    model.graph.output.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, None))
+    ir = model_from_proto(model, "<memory>.onnx", Path("."))
+    fast, slow = GraphEdit(model, ir.graph), GraphEdit(model)
+    assert fast.producer == slow.producer and fast.captured == slow.captured == {y}
+    assert {k: v for k, v in fast.consumers.items() if v} == {k: v for k, v in slow.consumers.items() if v}
+    assert fast._io == slow._io and slow._used <= fast._used
+    fast.check_invariants()
+
+
+def test_unsafe_edits_never_reach_the_safe_snapshot():
+    """Rounds edit the working proto's nodes in place, so the model the exact verification checks (safe_only) is
+    copied before the first inexact fix: it has the safe fold and not the unsafe substitution."""
+    b = GraphBuilder(seed=4)
+    x = b.input("x", [1, 4, 6, 6])
+    b.output(b.sigmoid(b.batchnorm(b.conv(x, 4, name="conv"), name="bn"), name="act"))
+    result = run_fix(b.build(), ["FU006", "FU003"], unsafe=True)
+    assert {a.fix for a in result.applied} == {"fold-batchnorm", "substitute-activation"}
+    safe_ops = [n.op_type for n in result.safe_only.graph.node]
+    fixed_ops = [n.op_type for n in result.fixed.graph.node]
+    assert "BatchNormalization" not in safe_ops and "Sigmoid" in safe_ops
+    assert "Sigmoid" not in fixed_ops
+
+
+def test_a_preactivation_fold_keeps_constant_of_shape_weights_a_constant_of_shape():
+    """FU007 scales the next conv's input channels: with ConstantOfShape weights and a uniform scale (onnx's light
+    densenet) the scaled weights are a ConstantOfShape again, and the outputs match onnxruntime's."""
+    from conftest import outputs
+    from onnx import TensorProto, helper, numpy_helper
+
+    channels = 4
+    fill = numpy_helper.from_array(np.array([0.05], np.float32))
+    params = {"gamma": 1.5, "beta": 0.25, "mean": 0.1, "var": 0.8}
+    nodes = [
+        helper.make_node("BatchNormalization", ["x", *params], ["b"], name="bn"),
+        helper.make_node("Relu", ["b"], ["r"], name="relu"),
+        helper.make_node("ConstantOfShape", ["w_shape"], ["w"], name="w_fill", value=fill),
+        helper.make_node("Conv", ["r", "w"], ["y"], name="conv"),
+    ]
+    inits = [numpy_helper.from_array(np.full(channels, v, np.float32), k) for k, v in params.items()]
+    inits.append(numpy_helper.from_array(np.array([8, channels, 3, 3], np.int64), "w_shape"))
+    graph = helper.make_graph(
+        nodes,
+        "preact",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 4, 4])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    result = run_fix(model, ["FU007"])
+    assert [a.fix for a in result.applied] == ["fold-preactivation-batchnorm"]
+    producers = {out: node for node in result.fixed.graph.node for out in node.output}
+    conv = next(n for n in result.fixed.graph.node if n.op_type == "Conv")
+    assert producers[conv.input[1]].op_type == "ConstantOfShape"
+    assert max(len(t.raw_data) or 4 * len(t.float_data) for t in result.fixed.graph.initializer) < 64
+    np.testing.assert_allclose(outputs(result.fixed)["y"], outputs(model)["y"], rtol=1e-4, atol=1e-5)
