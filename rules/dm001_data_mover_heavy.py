@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+import weakref
+from collections.abc import Callable, Iterator
 from functools import cache
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-from netlint.ir import Graph, Node
+from netlint.ir import Graph, Node, Value
 from netlint.ir.graph import PASS_THROUGH_OPS
 from netlint.ir.ops import ACTIVATION_OPS, UNARY_MATH_OPS
 from netlint.rule import Context, Finding, Option, Rule, register
+
+if TYPE_CHECKING:
+    from netlint.cost.sizes import TensorSizes
 
 # Ops that only move or copy data (TFLite's RESHAPE, TRANSPOSE, CONCATENATION, PACK, SPLIT(_V), UNPACK, SLICE,
 # STRIDED_SLICE, GATHER, SQUEEZE, EXPAND_DIMS, PAD(V2), MIRROR_PAD, TILE, DEPTH_TO_SPACE, SPACE_TO_DEPTH arrive under
@@ -61,20 +65,35 @@ SHAPE_OPS = frozenset({"Shape", "Size"})
 TOP = 5
 
 
-def static_values(graph: Graph) -> set[str]:
+_STATIC: weakref.WeakKeyDictionary[Graph, frozenset[str]] = weakref.WeakKeyDictionary()
+
+
+def static_values(graph: Graph) -> frozenset[str]:
     """Values known before the model runs: constants, Shape/Size outputs, and whatever is computed from those only
     (the Shape -> Gather -> Unsqueeze -> Concat arithmetic of dynamic-shape exports, constant folding). One pass in
-    node order, which ONNX (topologically sorted) and TFLite (execution order) both guarantee."""
+    node order, which ONNX (topologically sorted) and TFLite (execution order) both guarantee; computed once per
+    graph (DM001 and DM003 both ask)."""
+    known = _STATIC.get(graph)
+    if known is not None:
+        return known
+    const = _sizes(graph).const
     static: set[str] = set()
     for node in graph.nodes:
-        inputs = [name for name in node.inputs if name]
-        if node.op in SHAPE_OPS or node.op == "Constant" or all(_is_static(graph, n, static) for n in inputs):
+        if (
+            node.op in SHAPE_OPS
+            or node.op == "Constant"
+            or all(name in static or name in const for name in node.inputs if name)
+        ):
             static.update(out for out in node.outputs if out)
-    return static
+    known = _STATIC[graph] = frozenset(static)
+    return known
 
 
-def _is_static(graph: Graph, name: str, static: set[str]) -> bool:
-    return name in static or graph.is_const(name)
+def _sizes(graph: Graph) -> TensorSizes:
+    """The graph's size index, shared with the cost model (imported here: `netlint rules` does not need it)."""
+    from netlint.cost.sizes import tensor_sizes
+
+    return tensor_sizes(graph)
 
 
 class _Classes:
@@ -109,14 +128,27 @@ class _Classes:
 class _Sizer:
     """Byte counts of values from their shapes and dtypes. A value whose shape or dtype is unknown still gets a size
     when an element-preserving op (Reshape, Transpose, Relu, ...) links it to a value whose shape (dtype) is known,
-    or when it is a Concat of sized inputs. Union-find over values: linear in the graph size."""
+    or when it is a Concat of sized inputs. Union-find over values: linear in the graph size.
 
-    def __init__(self, graph: Graph) -> None:
+    When every value the nodes touch has a static shape and a sized dtype of its own, and the element-preserving ops
+    agree with them, each value's size is its own: the sizes come from the graph's shared index
+    (netlint.cost.sizes, which the cost model reads too) and no union-find is built."""
+
+    def __init__(self, graph: Graph, own_sizes: bool | None = None) -> None:
+        """`own_sizes`: whether `_own_sizes_suffice` holds, when the caller checks it (None: check it here)."""
         self.graph = graph
+        self._bytes: dict[str, int | None] = {}
+        index = _sizes(graph)
+        self.const = index.const  # Graph.is_const of the names the nodes touch
+        self.bytes: Callable[[str], int | None] = self._union_bytes
+        if own_sizes is None:
+            own_sizes = _own_sizes_suffice(graph, index)
+        if own_sizes:
+            self.bytes = index.nbytes.get  # every name the nodes touch is in it
+            return
         self.axes = dynamic_axes(graph)
         self.counts = _Classes()
         self.dtypes = _Classes()
-        self._bytes: dict[str, int | None] = {}
         for node in graph.nodes:
             if node.op in SAME_COUNT and node.inputs and node.inputs[0] and node.outputs and node.outputs[0]:
                 self.counts.union(node.inputs[0], node.outputs[0])
@@ -144,7 +176,7 @@ class _Sizer:
             if all(d is not None for d in dims):
                 self.counts.learn(name, math.prod(dims))  # type: ignore[arg-type]
 
-    def bytes(self, name: str) -> int | None:
+    def _union_bytes(self, name: str) -> int | None:
         if name in self._bytes:  # a value is asked for by its producer and by each consumer
             return self._bytes[name]
         count, dtype = self.counts.get(name), self.dtypes.get(name)
@@ -154,6 +186,59 @@ class _Sizer:
             size = None if itemsize is None else count * itemsize
         self._bytes[name] = size
         return size
+
+
+def _own_sizes_suffice(graph: Graph, index: TensorSizes) -> bool:
+    """Whether the union-find would give every value its own size: every name the nodes read or write has one (a
+    static shape and a sized dtype), and each element-preserving op's input and output agree on the element count
+    (and, unless it converts, on the dtype), so no class holds two different facts."""
+    values, nbytes, numel = graph.values, index.nbytes, index.numel
+    return all(_own_sized(node, values, nbytes, numel) for node in graph.nodes)
+
+
+def _own_sized(node: Node, values: dict[str, Value], nbytes: dict[str, int], numel: dict[str, int]) -> bool:
+    """`_own_sizes_suffice` for one node: its names have their own sizes, and it keeps the count (and dtype)."""
+    for name in node.inputs:
+        if name and name not in nbytes:
+            return False
+    for name in node.outputs:
+        if name and name not in nbytes:
+            return False
+    if node.op in SAME_COUNT and node.inputs and node.inputs[0] and node.outputs and node.outputs[0]:
+        source, result = node.inputs[0], node.outputs[0]
+        if numel[source] != numel[result]:
+            return False
+        if node.op not in PASS_THROUGH_OPS and values[source].dtype != values[result].dtype:
+            return False
+    return True
+
+
+Tally = tuple[list[tuple[int, Node]], int, int, list[Node]]  # movers (bytes, node), moved, total, unsized nodes
+
+
+def _tally(graph: Graph, static: frozenset[str], sizer: _Sizer, check_own_sizes: bool) -> Tally | None:
+    """The bytes every node moves, and the movers' share. With `check_own_sizes` (`sizer` taking each value's own
+    size), None as soon as a node breaks `_own_sized`: one pass checks and counts on graphs where sizes are static."""
+    index = _sizes(graph)
+    values, nbytes, numel = graph.values, index.nbytes, index.numel
+    movers: list[tuple[int, Node]] = []
+    total = moved = 0
+    unsized: list[Node] = []
+    for node in graph.nodes:
+        if check_own_sizes and not _own_sized(node, values, nbytes, numel):
+            return None
+        outputs = [out for out in node.outputs if out]
+        if node.op == "Constant" or not outputs or all(out in static for out in outputs):
+            continue  # folded before the model runs, or shape arithmetic
+        size = node_traffic(graph, node, sizer, static)
+        if size is None:
+            unsized.append(node)
+            continue
+        total += size
+        if node.op in DATA_MOVERS:
+            moved += size
+            movers.append((size, node))
+    return movers, moved, total, unsized
 
 
 @cache
@@ -178,22 +263,24 @@ def dynamic_axes(graph: Graph) -> frozenset[str]:
     return frozenset(names)
 
 
-def node_traffic(graph: Graph, node: Node, sizer: _Sizer, static: set[str]) -> int | None:
+def node_traffic(graph: Graph, node: Node, sizer: _Sizer, static: frozenset[str]) -> int | None:
     """Bytes `node` reads and writes per inference (None: some tensor cannot be sized). Shape tensors are not data
     traffic; constants (weights) are; a gather reads only the rows it writes."""
     total = 0
     written = 0
+    size_of = sizer.bytes
     for out in node.outputs:
         if out and (graph.consumers(out) or graph.is_graph_output(out)):  # unused outputs are not made
-            size = sizer.bytes(out)
+            size = size_of(out)
             if size is None:
                 return None
             written += size
     total += written
+    const = sizer.const
     for index, name in enumerate(node.inputs):
-        if not name or (name in static and not graph.is_const(name)):
+        if not name or (name in static and name not in const):
             continue
-        size = sizer.bytes(name)
+        size = size_of(name)
         if size is None:
             return None
         total += min(size, written) if node.op in GATHERS and index == 0 else size
@@ -286,22 +373,11 @@ class DataMoverHeavy(Rule):
                 yield from self._scan_time(graph, ctx)
                 return
         static = static_values(graph)
-        sizer = _Sizer(graph)
-        movers: list[tuple[int, Node]] = []
-        total = moved = 0
-        unsized: list[Node] = []
-        for node in graph.nodes:
-            outputs = [out for out in node.outputs if out]
-            if node.op == "Constant" or not outputs or all(out in static for out in outputs):
-                continue  # folded before the model runs, or shape arithmetic
-            size = node_traffic(graph, node, sizer, static)
-            if size is None:
-                unsized.append(node)
-                continue
-            total += size
-            if node.op in DATA_MOVERS:
-                moved += size
-                movers.append((size, node))
+        tally = _tally(graph, static, _Sizer(graph, own_sizes=True), check_own_sizes=True)
+        if tally is None:  # some value has no static size of its own: the union-find sizes what it can
+            tally = _tally(graph, static, _Sizer(graph, own_sizes=False), check_own_sizes=False)
+        assert tally is not None
+        movers, moved, total, unsized = tally
         for node in unsized:
             ctx.skip(self, node, "tensor shapes unknown statically: its bytes are left out of the data-mover share")
         limit = float(ctx.option(self, "max-share"))

@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
+from operator import attrgetter
 
 import numpy as np
 
@@ -48,6 +49,7 @@ from netlint.cost.ops import (
     node_cost,
 )
 from netlint.cost.rates import Rates, rates_for
+from netlint.cost.sizes import gc_paused, release
 from netlint.ir import Graph, Model, Node
 from netlint.ir.graph import PASS_THROUGH_OPS
 from netlint.ir.ops import CONV_OPS
@@ -120,7 +122,8 @@ class ModelCost:
 
     # --- totals ----------------------------------------------------------------------------------------------------
     def _sum(self, attr: str) -> int:
-        return sum(getattr(n.cost, attr) for n in self.nodes if n.cost is not None)
+        read = attrgetter(attr)
+        return sum(read(n.cost) for n in self.nodes if n.cost is not None)
 
     @property
     def macs(self) -> int:
@@ -144,7 +147,7 @@ class ModelCost:
 
     @property
     def bytes(self) -> int:
-        return self.bytes_read + self.bytes_written + self.param_bytes
+        return sum(n.cost.bytes for n in self.nodes if n.cost is not None)
 
     def macs_of(self, *op_classes: str) -> int:
         return sum(n.cost.macs for n in self.nodes if n.cost is not None and n.cost.op_class in op_classes)
@@ -218,6 +221,14 @@ def cost_model(
     if not isinstance(target, Target):
         target = load_target(target)
     graph = model.graph if isinstance(model, Model) else model
+    try:
+        with gc_paused():  # allocates a few objects per node and frees none (see netlint.cost.sizes)
+            return _cost_model(graph, target, dims)
+    finally:
+        release(graph)  # DM001 (which runs before) and this were its users: free its memory for the report
+
+
+def _cost_model(graph: Graph, target: Target, dims: Mapping[str, int] | None) -> ModelCost:
     ctx = build_context(graph, dims)
     entries = [_cost_node(ctx, node) for node in graph.nodes]
     by_id = {entry.id: entry for entry in entries}
@@ -633,7 +644,9 @@ def _grouped(node: Node) -> bool:
 def _by_op_type(entries: list[NodeCost]) -> dict[str, OpTypeCost]:
     table: dict[str, OpTypeCost] = {}
     for entry in entries:
-        row = table.setdefault(entry.op, OpTypeCost())
+        row = table.get(entry.op)
+        if row is None:
+            row = table[entry.op] = OpTypeCost()
         row.count += 1
         if entry.cost is None:
             row.gaps += 1

@@ -34,8 +34,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cache
 
-import numpy as np
-
+from netlint.cost.sizes import TensorSizes, itemsize_of, tensor_sizes
 from netlint.ir import Graph, Node, Value
 from netlint.ir.ops import ACTIVATION_OPS
 
@@ -260,10 +259,18 @@ class CostContext:
     qdq: bool = True  # the graph has Quantize/DequantizeLinear nodes (else storage dtypes are the values' own)
     assumed: list[str] = field(default_factory=list)  # filled while one node is costed
     # memos (a tensor is read by its producer and every consumer: compute its shape, dtype and size once)
+    sizes: TensorSizes = field(init=False, repr=False)  # the graph's shared size index (netlint.cost.sizes)
+    const: frozenset[str] = field(init=False, repr=False)  # sizes.const: the names Graph.is_const is true for
+    _static_nbytes: dict[str, int] = field(default_factory=dict, repr=False)  # without QDQ: sizes.nbytes
     _shapes: dict[str, tuple[tuple[int, ...], tuple[str, ...]]] = field(default_factory=dict, repr=False)
     _dtypes: dict[str, str | None] = field(default_factory=dict, repr=False)
     _nbytes: dict[str, tuple[int, tuple[str, ...]]] = field(default_factory=dict, repr=False)
     _numels: dict[str, int] = field(default_factory=dict, repr=False)  # values with fully static shapes
+
+    def __post_init__(self) -> None:
+        self.sizes = tensor_sizes(self.graph)
+        self.const = self.sizes.const
+        self._numels = self.sizes.numel  # shared, read only
 
     # --- shapes and sizes ------------------------------------------------------------------------------------------
     def value(self, name: str) -> Value:
@@ -308,12 +315,15 @@ class CostContext:
         dtype = self.storage_dtype(name)
         if dtype is None:
             raise UnknownCost(f"dtype of '{name}' is unknown")
-        try:
-            return _itemsize(dtype)
-        except TypeError:
-            raise UnknownCost(f"dtype {dtype!r} of '{name}' has no size") from None
+        size = itemsize_of(dtype)
+        if size is None:
+            raise UnknownCost(f"dtype {dtype!r} of '{name}' has no size")
+        return size
 
     def nbytes(self, name: str) -> int:
+        size = self._static_nbytes.get(name)
+        if size is not None:
+            return size
         known = self._nbytes.get(name)
         if known is not None:
             if known[1]:
@@ -351,7 +361,7 @@ class CostContext:
         return self.value(name).dtype
 
     def is_const(self, name: str) -> bool:
-        return self.graph.is_const(name)
+        return name in self.const
 
     def channels(self, name: str) -> int:
         value = self.value(name)
@@ -362,57 +372,39 @@ class CostContext:
         return shape[axis]
 
 
-@cache
-def _itemsize(dtype: str) -> int:
-    return np.dtype(dtype).itemsize
-
-
 def build_context(graph: Graph, dims: Mapping[str, int] | None = None) -> CostContext:
     """One pass in node order (topological in ONNX, execution order in TFLite): shape arithmetic and QDQ markers."""
     ctx = CostContext(graph, dict(dims or {}))
-    ctx.qdq = any(node.op in QDQ_OPS for node in graph.nodes)
-    _static_sizes(ctx)
+    static, const, markers = ctx.static, ctx.const, ctx.markers
+    qdq = False
     for node in graph.nodes:
-        inputs = [name for name in node.inputs if name]
-        if node.op in SHAPE_OPS or node.op == "Constant" or (inputs and all(_static(ctx, n) for n in inputs)):
-            ctx.static.update(out for out in node.outputs if out)
-    for node in graph.nodes:
-        if node.op == "DequantizeLinear" and len(node.inputs) > 1 and node.inputs[0]:
-            producer = graph.producer(node.inputs[0])
-            if producer is not None and producer.op == "QuantizeLinear":
-                ctx.markers.add(node.id)
-        elif node.op == "QuantizeLinear" and len(node.inputs) > 1 and node.outputs:
-            consumers = graph.consumers(node.outputs[0])
-            if consumers and all(c.op == "DequantizeLinear" for c in consumers):
-                ctx.markers.add(node.id)
+        op = node.op
+        if op in SHAPE_OPS or op == "Constant":
+            static.update(out for out in node.outputs if out)
+            continue
+        computed = False  # every input is a constant or shape arithmetic
+        for name in node.inputs:
+            if name:
+                if name not in static and name not in const:
+                    computed = False
+                    break
+                computed = True
+        if computed:
+            static.update(out for out in node.outputs if out)
+        if op in QDQ_OPS:
+            qdq = True
+            if op == "DequantizeLinear" and len(node.inputs) > 1 and node.inputs[0]:
+                producer = graph.producer(node.inputs[0])
+                if producer is not None and producer.op == "QuantizeLinear":
+                    markers.add(node.id)
+            elif op == "QuantizeLinear" and len(node.inputs) > 1 and node.outputs:
+                consumers = graph.consumers(node.outputs[0])
+                if consumers and all(c.op == "DequantizeLinear" for c in consumers):
+                    markers.add(node.id)
+    ctx.qdq = qdq
+    if not qdq:  # with QDQ a tensor's storage width may differ from its own dtype's: sized per name
+        ctx._static_nbytes = ctx.sizes.nbytes
     return ctx
-
-
-def _static_sizes(ctx: CostContext) -> None:
-    """Element counts (and, without QDQ, byte sizes) of every value whose shape is fully static, in one sweep: most
-    tensors of a model, looked up by dict afterwards instead of recomputed per reader."""
-    numels, sizes = ctx._numels, ctx._nbytes
-    qdq = ctx.qdq
-    for name, value in ctx.graph.values.items():
-        shape = value.shape
-        if shape is None:
-            continue
-        try:
-            count = math.prod(shape)  # type: ignore[arg-type]
-        except TypeError:  # a None dim, or two named ones
-            continue
-        if type(count) is not int or count < 0:  # a named dim ('N' * 8 is a string), a negative one
-            continue
-        numels[name] = count
-        if not qdq and value.dtype:
-            try:
-                sizes[name] = (count * _itemsize(value.dtype), ())
-            except TypeError:
-                continue
-
-
-def _static(ctx: CostContext, name: str) -> bool:
-    return name in ctx.static or ctx.graph.is_const(name)
 
 
 # --- the per-node entry point ------------------------------------------------------------------------------------
@@ -430,8 +422,9 @@ def node_cost(ctx: CostContext, node: Node) -> OpCost:
     cost = handler(ctx, node)
     if node.fused_activation is not None and node.outputs:  # TFLite: the activation runs inside this node
         cost = _plus_ops(cost, ctx.numel(node.outputs[0]))
-    assumed = tuple(dict.fromkeys(ctx.assumed))
-    return cost if not assumed else _with(cost, assumed=assumed)
+    if not ctx.assumed:
+        return cost
+    return _with(cost, assumed=tuple(dict.fromkeys(ctx.assumed)))
 
 
 def _carry_count(ctx: CostContext, node: Node) -> None:
@@ -455,8 +448,14 @@ def _free_reason(ctx: CostContext, node: Node) -> str | None:
         return "shape arithmetic"
     if node.id in ctx.markers:
         return "QDQ marker: folded into the neighbouring quantized kernels"
-    inputs = [name for name in node.inputs if name]
-    if inputs and all(_static(ctx, name) for name in inputs) and not node.subgraphs:
+    static, const = ctx.static, ctx.const
+    inputs = False
+    for name in node.inputs:
+        if name:
+            if name not in static and name not in const:
+                return None
+            inputs = True
+    if inputs and not node.subgraphs:
         return "computed from constants and shapes only: folded at load time"
     return None
 
@@ -512,17 +511,26 @@ def _plus_ops(cost: OpCost, ops: int) -> OpCost:
 
 def _io(ctx: CostContext, node: Node, *, skip: frozenset[int] = frozenset()) -> tuple[int, int, int]:
     """(bytes_read, bytes_written, param_bytes): non-constant data inputs, outputs, constant data inputs."""
-    control = CONTROL_INPUTS.get(node.op, frozenset()) | skip
+    control = CONTROL_INPUTS.get(node.op, _NO_INPUTS)
+    if skip:
+        control = control | skip
+    const, nbytes = ctx.const, ctx.nbytes
     read = params = 0
     for index, name in enumerate(node.inputs):
         if not name or index in control:
             continue
-        if ctx.is_const(name):
-            params += ctx.nbytes(name)
+        if name in const:
+            params += nbytes(name)
         else:
-            read += ctx.nbytes(name)
-    written = sum(ctx.nbytes(name) for name in node.outputs if name and _materialized(ctx, name))
+            read += nbytes(name)
+    written = 0
+    for name in node.outputs:
+        if name and _materialized(ctx, name):
+            written += nbytes(name)
     return read, written, params
+
+
+_NO_INPUTS: frozenset[int] = frozenset()
 
 
 def _materialized(ctx: CostContext, name: str) -> bool:

@@ -1,0 +1,123 @@
+"""One index of tensor sizes per graph, shared by the cost model (netlint.cost.ops) and DM001.
+
+Both size every tensor a node reads or writes, and a tensor is read by its producer and by each of its consumers:
+the element count and byte size of every value with a fully static shape, and whether a name is a constant, are
+computed here once per graph (one sweep over its values) and memoised on the graph, like impact.model_cost. What the
+two differ on (dynamic dimensions, QDQ storage widths, shapes sized through element-preserving ops) stays with them.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import cache
+
+import numpy as np
+
+from netlint.ir import Graph
+from netlint.ir.graph import PASS_THROUGH_OPS
+
+_INDEX: weakref.WeakKeyDictionary[Graph, TensorSizes] = weakref.WeakKeyDictionary()
+
+
+class TensorSizes:
+    """`numel`: element count of every value of the graph whose shape is fully static (non-negative ints);
+    `nbytes`: its size in bytes at the value's own dtype, where the dtype is known and has a size. `const`: the names
+    the graph's nodes can read for which Graph.is_const is true (the cost model and DM001 ask it for every input of
+    every node: a set lookup instead of a call)."""
+
+    __slots__ = ("const", "graph", "nbytes", "numel")
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.numel: dict[str, int] = {}
+        self.nbytes: dict[str, int] = {}
+        numels, sizes = self.numel, self.nbytes
+        const: set[str] = set()
+        # a model has few distinct (shape, dtype) pairs: size each once, and share the int objects (memory)
+        by_type: dict[tuple, tuple[int | None, int | None]] = {}
+        for name, value in graph.values.items():
+            if value.data is not None:
+                const.add(name)
+            shape = value.shape
+            if shape is None:
+                continue
+            key = (shape, value.dtype)
+            try:
+                known = by_type.get(key)
+                if known is None:
+                    known = by_type[key] = _sized(shape, value.dtype)
+            except TypeError:  # a shape given as a list
+                known = _sized(shape, value.dtype)
+            count, size = known
+            if count is not None:
+                numels[name] = count
+                if size is not None:
+                    sizes[name] = size
+        # Besides stored data, Graph.is_const follows pass-through ops and ConstantOfShape back to constants; in a
+        # subgraph a name may also be an enclosing graph's constant.
+        values = graph.values
+        for node in graph.nodes:
+            if node.op in PASS_THROUGH_OPS or node.op == "ConstantOfShape":
+                const.update(out for out in node.outputs if out and out not in const and graph.is_const(out))
+            if graph.parent is not None:
+                const.update(n for n in node.inputs if n and n not in values and graph.is_const(n))
+        self.const = frozenset(const)
+
+    def is_const(self, name: str) -> bool:
+        """Graph.is_const(name) for the names the graph's nodes read and write."""
+        return name in self.const
+
+
+def _sized(shape: tuple, dtype: str | None) -> tuple[int | None, int | None]:
+    """(element count, bytes) of a shape that is fully static (non-negative ints), else (None, None); bytes None
+    without a sized dtype."""
+    try:
+        count = math.prod(shape)
+    except TypeError:  # a None dim, or two named ones
+        return None, None
+    if type(count) is not int or count < 0:  # a named dim ('N' * 8 is a string), a negative one
+        return None, None
+    itemsize = itemsize_of(dtype) if dtype else None
+    return count, None if itemsize is None else count * itemsize
+
+
+def release(graph: Graph) -> None:
+    """Drop the graph's index (the cost model calls this when done: on a 100k-node graph the index holds ~30 MB that
+    nothing needs afterwards, and the report is built next); a later tensor_sizes() builds it again."""
+    _INDEX.pop(graph, None)
+
+
+def tensor_sizes(graph: Graph) -> TensorSizes:
+    """The size index of `graph`, built on first use. The IR is not edited after loading (fix passes re-load the
+    rewritten model; impact.py prices on new small graphs), so the index stays valid for the graph's life."""
+    index = _INDEX.get(graph)
+    if index is None:
+        with gc_paused():
+            index = _INDEX[graph] = TensorSizes(graph)
+    return index
+
+
+@cache
+def itemsize_of(dtype: str) -> int | None:
+    """Bytes per element of a dtype name, None when it has no fixed size (np.dtype() per tensor is slow)."""
+    try:
+        return np.dtype(dtype).itemsize
+    except TypeError:
+        return None
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector around a sweep that allocates per node and frees nothing: on a 100k-node
+    graph the collector would rescan the whole IR again and again (most of the sweep's time) and find no garbage."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()

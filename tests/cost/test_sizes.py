@@ -1,0 +1,124 @@
+"""netlint.cost.sizes: the per-graph tensor-size index the cost model and DM001 share."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+from onnx import TensorProto
+
+from netlint.config import FileConfig, Overrides, settings_for
+from netlint.cost import cost_model
+from netlint.cost.sizes import tensor_sizes
+from netlint.engine import lint_model
+from netlint.rule import all_rules
+from netlint.testing import GraphBuilder, load
+
+
+def _graph_with_const_chains() -> object:
+    """Weights reached through Identity and Cast, a ConstantOfShape from a constant shape, a dynamic batch input."""
+    b = GraphBuilder()
+    x = b.input("x", ["N", 4, 8, 8])
+    y = b.input("y", [1, 4, 8, 8])
+    w = b.node("Identity", [b.const("w", np.ones((4, 4, 1, 1), np.float32))], name="w_id")
+    wc = b.node("Cast", [w], name="w_cast", to=TensorProto.FLOAT)
+    conv = b.node("Conv", [y, wc], name="conv", shape=[1, 4, 8, 8], kernel_shape=[1, 1])
+    filled = b.node(
+        "ConstantOfShape", [b.const("fill_shape", np.array([1, 4, 8, 8], np.int64))], name="fill", shape=[1, 4, 8, 8]
+    )
+    added = b.node("Add", [conv, filled], name="add")
+    b.output(added, b.node("Relu", [x], name="relu"))
+    return b.build()
+
+
+def test_index_sizes_static_values_and_skips_dynamic_ones() -> None:
+    graph = load(_graph_with_const_chains()).graph
+    sizes = tensor_sizes(graph)
+    assert sizes.numel["y"] == 4 * 8 * 8
+    assert sizes.nbytes["y"] == 4 * 8 * 8 * 4
+    assert sizes.nbytes["w"] == 16 * 4
+    assert "x" not in sizes.numel and "x" not in sizes.nbytes  # a named batch dimension: not static
+    assert tensor_sizes(graph) is sizes  # memoised on the graph (DM001 builds it, the cost model reuses it)
+    cost_model(graph, "generic")
+    assert tensor_sizes(graph) is not sizes  # ...and releases it: the report is built next, without its memory
+
+
+def test_index_const_set_matches_graph_is_const() -> None:
+    graph = load(_graph_with_const_chains()).graph
+    sizes = tensor_sizes(graph)
+    names = {name for node in graph.nodes for name in (*node.inputs, *node.outputs) if name}
+    assert {name for name in names if graph.is_const(name)} == {name for name in names if sizes.is_const(name)}
+    assert {"w", "w_id_out", "w_cast_out", "fill_out"} <= sizes.const
+    assert "conv_out" not in sizes.const and "y" not in sizes.const
+
+
+def test_cost_model_counts_the_const_chain_as_parameters() -> None:
+    """The Conv's weights arrive through Identity and Cast: the cost model counts them as parameters (the index's
+    const set stands in for Graph.is_const), and the Add's ConstantOfShape operand too."""
+    cost = cost_model(load(_graph_with_const_chains()), "generic")
+    conv = cost.node("conv").cost
+    add = cost.node("add").cost
+    assert conv is not None and add is not None
+    assert conv.param_bytes == 16 * 4 and conv.bytes_read == 4 * 8 * 8 * 4
+    assert add.param_bytes == 4 * 8 * 8 * 4 and add.bytes_read == 4 * 8 * 8 * 4
+
+
+def _dm001_module() -> object:
+    all_rules()
+    return sys.modules["netlint.rules.dm001_data_mover_heavy"]
+
+
+def _shuffle() -> object:
+    """Conv, channel shuffle (Reshape -> Transpose -> Reshape), Concat: mostly data movement."""
+    b = GraphBuilder()
+    x = b.input("x", [1, 8, 16, 16])
+    y = b.conv(x, 8, kernel=1, name="conv")
+    r = b.node("Reshape", [y, b.const("s1", np.array([1, 2, 4, 16, 16]))], name="split", shape=[1, 2, 4, 16, 16])
+    t = b.node("Transpose", [r], name="shuffle", perm=[0, 2, 1, 3, 4], shape=[1, 4, 2, 16, 16])
+    z = b.node("Reshape", [t, b.const("s2", np.array([1, 8, 16, 16]))], name="merge", shape=[1, 8, 16, 16])
+    b.output(b.node("Concat", [z, x], name="concat", axis=1, shape=[1, 16, 16, 16]))
+    return b.build()
+
+
+def _dm001_messages(model: object) -> list[str]:
+    return [
+        finding.message
+        for finding in lint_model(model, settings_for(FileConfig(), Overrides(select=["DM001"]))).findings
+    ]
+
+
+@pytest.mark.parametrize("transposed_shape", [None, (1, 4, 2, 16, 8)])
+def test_dm001_shared_sizes_agree_with_its_union_find(transposed_shape: tuple | None, monkeypatch) -> None:
+    """DM001 takes sizes from the shared index only when its union-find would give every value its own size: the
+    finding is the same with the shortcut forced off. A shape that disagrees with its element-preserving producer
+    (here a Transpose's output, edited in the IR) turns the shortcut off."""
+    module = _dm001_module()
+    proto = _shuffle()
+
+    def model() -> object:
+        loaded = load(proto)
+        if transposed_shape is not None:
+            loaded.graph.values["shuffle_out"].shape = transposed_shape
+        return loaded
+
+    graph = model().graph
+    assert module._own_sizes_suffice(graph, tensor_sizes(graph)) is (transposed_shape is None)  # type: ignore[attr-defined]
+    fast = _dm001_messages(model())
+    monkeypatch.setattr(module, "_own_sized", lambda *args: False)
+    slow = _dm001_messages(model())
+    assert fast == slow and len(fast) == 1
+
+
+def test_dm001_shared_sizes_agree_on_light_models(light_dir, monkeypatch) -> None:
+    module = _dm001_module()
+    for name in ("light_shufflenet.onnx", "light_resnet50.onnx"):
+        path = light_dir / name
+        graph = load(path).graph
+        sizer = module._Sizer(graph)  # type: ignore[attr-defined]
+        monkeypatch.setattr(module, "_own_sized", lambda *args: False)
+        union = module._Sizer(graph)  # type: ignore[attr-defined]
+        monkeypatch.undo()
+        names = {n for node in graph.nodes for n in (*node.inputs, *node.outputs) if n}
+        assert module._own_sizes_suffice(graph, tensor_sizes(graph))  # type: ignore[attr-defined]
+        assert {n: sizer.bytes(n) for n in names} == {n: union.bytes(n) for n in names}
