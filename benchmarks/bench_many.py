@@ -7,7 +7,12 @@ Two comparisons, each run in turn (A B A B ...) after one warm-up round, so that
     first vs repeat  (-j 2; the cache folder removed before each first run)   target: repeat < 0.2x of first
 
 Models: benchmarks/generate.py conv nets (inline weights) and transformer stacks (external weights), 50-200 nodes,
-with varied node counts and widths so that every file is different (no cache hit between copies).
+with varied node counts and widths; each graph's doc_string names its index, so that every file is different (no
+cache hit between copies: node counts alone repeat, as blocks add several nodes at once).
+
+Children run as an installed netlint does: with bytecode cached (PYTHONPYCACHEPREFIX, the folder bench_lint.py uses,
+and without PYTHONDONTWRITEBYTECODE, which some sandboxes set and which would make every process compile netlint's
+modules from source) and with CI set (no progress line).
 
     python benchmarks/bench_many.py                  # 200 models, 3 timed pairs
     python benchmarks/bench_many.py --models 40 --rounds 1   # smoke run
@@ -33,6 +38,9 @@ sys.path.insert(0, str(HERE))
 import generate  # noqa: E402  (benchmarks/ is not a package)
 
 PY = sys.executable
+PYCACHE = Path(tempfile.gettempdir()) / "netlint-bench-pycache"  # shared with bench_lint.py
+ENV = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "PYTHONDONTWRITEBYTECODE")}
+ENV.update(CI="1", PYTHONPYCACHEPREFIX=str(PYCACHE))
 
 
 def make_models(folder: Path, count: int) -> list[Path]:
@@ -46,14 +54,15 @@ def make_models(folder: Path, count: int) -> list[Path]:
         else:
             graph, builder = generate.conv_net(nodes, channels=8 + 4 * (index % 3), size=8)
             inline = True
+        graph.doc_string = f"bench_many model {index}"
         path = folder / f"group{index % 5}" / f"model_{index:03d}.onnx"
         paths.append(generate.save(graph, builder, path, inline=inline))
     return paths
 
 
-def timed(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> tuple[float, int]:
+def timed(cmd: list[str], cwd: Path) -> tuple[float, int]:
     start = time.perf_counter()
-    done = subprocess.run(cmd, cwd=cwd, capture_output=True, env=env)
+    done = subprocess.run(cmd, cwd=cwd, capture_output=True, env=ENV)
     elapsed = time.perf_counter() - start
     if done.returncode not in (0, 1):
         sys.stderr.write(done.stderr.decode(errors="replace")[-2000:])
@@ -98,6 +107,7 @@ def halves(folder: Path, cwd: Path) -> float:
             cwd=cwd,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            env=ENV,
         )
         for part in (groups[:middle], groups[middle:])
     ]
@@ -124,6 +134,7 @@ def pool_study(folder: Path, rounds: int) -> None:
             capture_output=True,
             text=True,
             cwd=REPO,
+            env=ENV,
         )
         return float(out.stdout.split()[-1])
 

@@ -8,6 +8,10 @@ the workers. Results come back in the order of the input, whatever order the wor
 worker is that model's error line; a worker that dies (a crash in a native library) breaks the pool, and every model
 it had not finished is retried alone in a fresh one-worker pool, so only the model that kills its worker gets the
 error.
+
+Start-up is overlapped with this process's own work: `netlint check` starts the fork server before it imports the
+engine (`start_early`), when the run is likely to need workers, and the server preloads everything a worker needs
+(netlint.worker_preload: engine, loaders, rule packs, cost model), so that a forked worker lints at once.
 """
 
 from __future__ import annotations
@@ -22,16 +26,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from netlint.engine import ModelReport, lint_file
-
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the engine is imported on first use: `start_early` runs before this process imports it
     from concurrent.futures import Future, ProcessPoolExecutor
 
     from netlint.cache import Cache
     from netlint.config import Settings
+    from netlint.engine import ModelReport
 
 START_METHOD = "forkserver" if sys.platform != "win32" else "spawn"  # forkserver: POSIX only
-PRELOAD = ["netlint.batch", "netlint.engine", "netlint.io.onnx_io", "netlint.report.baseline", "onnx"]
+PRELOAD = ["netlint.worker_preload"]  # imported once by the fork server; every worker is forked from it
 WORKER_DIED = "internal error: the worker process linting this model died (please report this)"
 MAX_DEATHS = 3
 WINDOW = 4  # models queued per worker, so that no worker waits for this process to hand out the next one
@@ -39,8 +42,87 @@ WINDOW = 4  # models queued per worker, so that no worker waits for this process
 # while a small model lints in 10-30 ms: a pool pays from about 16 models, or from 2 when there is much to load.
 MIN_POOL_MODELS = 16
 MIN_POOL_BYTES = 64 << 20
+MODEL_SUFFIXES = (".onnx", ".tflite")
+_early: list[int] = []  # the pid of a fork server started by start_early and not used yet
 
 Progress = Callable[[int, int, Path], None]
+
+
+def lint_file(path: Path, settings: Settings) -> ModelReport:
+    """netlint.engine.lint_file, imported on first use (this module is imported before the engine is)."""
+    from netlint.engine import lint_file as lint
+
+    return lint(path, settings)
+
+
+def start_early(paths: Sequence[str], jobs: int, no_cache: bool, cache_dir: str | None) -> None:
+    """Start the fork server now, so that it imports netlint while this process does too (two cores, not one after
+    the other), when the run will likely need workers: `jobs` > 1, at least MIN_POOL_MODELS model files under
+    `paths`, and no cache entries that could serve them (`--no-cache`, or a cache folder without entries; its
+    place guessed from `cache_dir` or $NETLINT_CACHE_DIR, else .netlint_cache). A guess: when lint_many then
+    needs no pool (the configuration moved the cache, and every model is a hit), it stops the unused server."""
+    if jobs <= 1 or _early or START_METHOD != "forkserver" or not _workers_can_start():
+        return
+    if not no_cache:
+        folder = Path(cache_dir or os.environ.get("NETLINT_CACHE_DIR") or ".netlint_cache")
+        try:
+            if any(entry for version in folder.glob("v*") for entry in version.iterdir()):
+                return
+        except OSError:
+            pass  # no folder, no entries
+    if _count_models(paths, MIN_POOL_MODELS) < MIN_POOL_MODELS:
+        return
+    pid = _start_server_quietly()
+    if pid is not None:
+        _early.append(pid)
+
+
+def _count_models(paths: Sequence[str], enough: int) -> int:
+    """Model files under `paths`, counted up to `enough`: a cheap walk (find_models is exact, and imports more)."""
+    count = 0
+    for name in paths:
+        if os.path.isfile(name):
+            count += 1
+        for _, folders, files in os.walk(name):
+            folders[:] = [folder for folder in folders if not folder.startswith(".")]
+            count += sum(file.lower().endswith(MODEL_SUFFIXES) for file in files)
+            if count >= enough:
+                return count
+    return count
+
+
+def _start_server_quietly() -> int | None:
+    """Start (or find running) the fork server with PRELOAD; its pid. Only a head start: on failure the pool starts
+    (or fails, with an error line per model) later."""
+    import multiprocessing
+    from multiprocessing import forkserver
+
+    if START_METHOD != "forkserver":
+        return None
+    try:
+        multiprocessing.get_context("forkserver").set_forkserver_preload(PRELOAD)
+        forkserver.ensure_running()
+    except Exception:  # a head start only
+        return None
+    return getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None)
+
+
+def _stop_unused_server() -> None:
+    """A fork server started early for a run that needs no pool: end it now, rather than let it finish importing
+    (it shares this process's stdout: a reader of the output would wait for it)."""
+    if not _early:
+        return
+    from multiprocessing import forkserver
+
+    pid = _early.pop()
+    server = getattr(forkserver, "_forkserver", None)  # private, hence the checks: a head start is optional
+    if server is None or getattr(server, "_forkserver_pid", None) != pid or not hasattr(server, "_stop"):
+        return
+    try:
+        os.kill(pid, signal.SIGTERM)
+        server._stop()  # closes its pipe, reaps it, and forgets it: a later pool starts a new one
+    except (OSError, AttributeError):
+        pass
 
 
 def default_jobs() -> int:
@@ -68,16 +150,20 @@ def lint_many(
     reports: list[ModelReport | None] = [None] * len(work)
     keys: list[str | None] = [None] * len(work)
     stamps: dict[int, str] = {}  # id(settings) -> its stamp; the settings live in `work` for the whole call
-    done = 0
+    done = missed = 0
     for index, (path, settings) in enumerate(work):
         if cache is not None:
             stamp = stamps.get(id(settings)) or stamps.setdefault(id(settings), settings_stamp(settings))
-            keys[index] = key = cache_key(path, settings, stamp)
+            keys[index] = key = cache_key(path, settings, stamp, cache.digests)
             if key is not None and (hit := cache.get(key, str(path))) is not None:
                 reports[index] = hit
                 done += 1
                 if progress is not None:
                     progress(done, len(work), path)
+            else:
+                missed += 1
+                if missed == MIN_POOL_MODELS and jobs > 1 and not _early and _workers_can_start():
+                    _start_server_quietly()  # the server imports while the remaining keys are hashed here
     misses = [index for index, report in enumerate(reports) if report is None]
     folder = str(cache.folder) if cache is not None and cache.writable else None
 
@@ -91,11 +177,15 @@ def lint_many(
             progress(done, len(work), work[index][0])
 
     if jobs <= 1 or not _pool_pays(work, misses) or not _workers_can_start():
+        _stop_unused_server()
         for index in misses:
             path, settings = work[index]
             finished(index, *_lint_one(path, settings, keys[index], folder, cache))
     else:
+        _early.clear()
         _lint_in_pool(work, misses, keys, folder, min(jobs, len(misses)), finished, cache)
+    if cache is not None:
+        cache.save_digests()
     return [report for report in reports if report is not None]
 
 
@@ -148,6 +238,8 @@ def _lint_one(
 
 
 def _failed(path: Path, settings: Settings, reason: str) -> ModelReport:
+    from netlint.engine import ModelReport
+
     target = settings.target
     return ModelReport(str(path), None, target.name, target.precision, target.chip, errors=[reason])
 
@@ -159,7 +251,7 @@ def _one_line(exc: BaseException) -> str:
 
 # --- the pool --------------------------------------------------------------------------------------------------------
 _SETTINGS: list[Settings] = []  # in a worker: the distinct settings of the run, sent once by the initializer
-Finished = Callable[[int, ModelReport, "str | None"], None]
+Finished = Callable[[int, "ModelReport", "str | None"], None]
 
 
 def _worker_init(settings: bytes) -> None:

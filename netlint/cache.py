@@ -8,7 +8,7 @@ temporary file in the entry's folder and are renamed into place, so concurrent w
 partial entry; two writers of one key write the same bytes.
 
 The key hashes:
-- the model file's bytes (SHA-256);
+- the model file's bytes (SHA-256; remembered by the file's stat in digests.json, see FileDigests);
 - for ONNX, each external data file the model names: its location, whether it resolves inside the model's folder,
   its size and modification time in nanoseconds, or that it is absent. Not its bytes: external weights can be
   gigabytes that no rule reads, and hashing them would cost more than linting. A rewrite that keeps both size and
@@ -30,6 +30,7 @@ import mmap
 import os
 import sys
 import tempfile
+import time
 import types
 import typing
 from collections.abc import Callable
@@ -64,18 +65,14 @@ _TYPES = {  # for resolving annotations written under TYPE_CHECKING or as string
 
 
 # --- keys ------------------------------------------------------------------------------------------------------------
-def cache_key(path: Path, settings: Settings, stamp: str | None = None) -> str | None:
+def cache_key(
+    path: Path, settings: Settings, stamp: str | None = None, digests: FileDigests | None = None
+) -> str | None:
     """The entry key for linting `path` with `settings`; None when the file cannot be read (nothing is cached).
-    `stamp` is `settings_stamp(settings)` when the caller has it already (one per run, not one per model)."""
+    `stamp` is `settings_stamp(settings)` when the caller has it already (one per run, not one per model);
+    `digests` remembers the file's content hash by its stat (Cache.digests)."""
     try:
-        with path.open("rb") as handle:
-            size = os.fstat(handle.fileno()).st_size
-            if size == 0:
-                content, locations = hashlib.sha256(b"").hexdigest(), []
-            else:
-                with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
-                    content = hashlib.sha256(view).hexdigest()
-                    locations = _external_locations(view) if path.suffix.lower() != ".tflite" else []
+        content, locations = (digests or FileDigests()).digest(path)
     except (OSError, ValueError):
         return None
     digest = hashlib.sha256()
@@ -88,6 +85,78 @@ def cache_key(path: Path, settings: Settings, stamp: str | None = None) -> str |
     ):
         digest.update(part.encode("utf-8", "surrogateescape") + b"\0")
     return digest.hexdigest()
+
+
+def _hash_file(handle: Any, size: int, onnx: bool) -> tuple[str, list[str]]:
+    """SHA-256 of an open model file, and the external data locations it names (ONNX)."""
+    if size == 0:
+        return hashlib.sha256(b"").hexdigest(), []
+    with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
+        return hashlib.sha256(view).hexdigest(), _external_locations(view) if onnx else []
+
+
+RACY_SECONDS = 2.0  # a file changed this recently may change again within its timestamp's tick: never remembered
+
+
+class FileDigests:
+    """Content hashes remembered by stat, as git's index does: a file whose size, mtime, ctime, inode and device are
+    those recorded when it was hashed has the recorded hash (any write changes ctime, which no tool can set back). A
+    file modified less than RACY_SECONDS before it was hashed is not remembered (a second write within the same
+    timestamp tick would not show). The memo is JSON, one file; a lost or corrupt memo only costs hashing again."""
+
+    def __init__(self, file: Path | None = None) -> None:
+        self.file = file
+        self.known: dict[str, list[Any]] = {}
+        self.changed = False
+        if file is not None:
+            try:
+                loaded = json.loads(file.read_bytes())
+                if isinstance(loaded, dict) and loaded.get("format") == CACHE_FORMAT:
+                    files = loaded["files"]
+                    self.known = files if isinstance(files, dict) else {}
+            except (OSError, ValueError, KeyError, TypeError):
+                pass
+
+    def digest(self, path: Path) -> tuple[str, list[str]]:
+        """`path`'s SHA-256 and external data locations, from the memo when its stat is unchanged."""
+        with path.open("rb") as handle:
+            info = os.fstat(handle.fileno())
+            stat = [info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino, info.st_dev]
+            name = os.path.abspath(path)
+            known = self.known.get(name)
+            if (
+                type(known) is list
+                and len(known) == 7
+                and known[:5] == stat
+                and type(known[5]) is str
+                and type(known[6]) is list
+            ):
+                return known[5], known[6]
+            content, locations = _hash_file(handle, info.st_size, path.suffix.lower() != ".tflite")
+        if self.file is not None and max(info.st_mtime_ns, info.st_ctime_ns) < time.time_ns() - RACY_SECONDS * 1e9:
+            self.known[name] = [*stat, content, locations]
+            self.changed = True
+        return content, locations
+
+    def save(self) -> None:
+        """Write the memo (atomically; concurrent runs: the last one wins, which only costs the other's hashes)."""
+        if self.file is None or not self.changed:
+            return
+        if len(self.known) > MAX_DIGESTS:
+            self.known = dict(list(self.known.items())[-MAX_DIGESTS:])
+        temporary: str | None = None
+        try:
+            handle, temporary = tempfile.mkstemp(dir=self.file.parent, prefix=".digests.", suffix=".tmp")
+            with os.fdopen(handle, "w", encoding="utf-8") as out:
+                json.dump({"format": CACHE_FORMAT, "files": self.known}, out, separators=(",", ":"))
+            os.replace(temporary, self.file)
+            self.changed = False
+        except OSError:
+            if temporary is not None:
+                Path(temporary).unlink(missing_ok=True)
+
+
+MAX_DIGESTS = 100_000  # the memo keeps the files hashed most recently
 
 
 def settings_stamp(settings: Settings) -> str:
@@ -181,7 +250,8 @@ def report_to_json(report: ModelReport) -> dict[str, Any]:
 
 def report_from_json(value: Any) -> ModelReport:
     """Rebuild a ModelReport from `report_to_json` output, typed by the dataclasses' annotations; any mismatch is
-    a ValueError/TypeError/KeyError."""
+    a ValueError/TypeError/KeyError. `value` is consumed (rebuilt in place: pass json.loads output, not a value you
+    keep)."""
     return _build(ModelReport, value)
 
 
@@ -211,13 +281,25 @@ def _field_names(cls: type) -> tuple[str, ...]:
 
 
 def _decode(value: Any) -> Any:
-    if isinstance(value, dict):
-        if set(value) == {"__tuple__"}:
+    """A JSON value as it was cached: tagged tuples restored, in place (the value is json.loads' fresh output; only
+    containers that hold a container are walked)."""
+    kind = type(value)
+    if kind is dict:
+        if len(value) == 1 and "__tuple__" in value:
             return tuple(_decode(item) for item in value["__tuple__"])
-        return {key: _decode(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_decode(item) for item in value]
+        if not _CONTAINERS.isdisjoint(map(type, value.values())):  # the scan runs in C: most values are scalars
+            for key, item in value.items():
+                if type(item) in _CONTAINERS:
+                    value[key] = _decode(item)
+    elif kind is list and not _CONTAINERS.isdisjoint(map(type, value)):
+        for index, item in enumerate(value):
+            if type(item) in _CONTAINERS:
+                value[index] = _decode(item)
     return value
+
+
+_CONTAINERS = frozenset((dict, list))
+_STR = frozenset((str,))
 
 
 def _build(tp: Any, value: Any) -> Any:
@@ -234,10 +316,22 @@ def _converter(tp: Any) -> Callable[[Any], Any]:
     if origin in (Union, types.UnionType):
         arms = [arm for arm in typing.get_args(tp) if arm is not type(None)]
         inner = _converter(arms[0]) if len(arms) == 1 else _decode
-        optional = len(arms) < len(typing.get_args(tp))
-        return lambda value: None if value is None and optional else inner(value)
+        if len(arms) == len(typing.get_args(tp)):
+            return inner
+        if arms in ([str], [bool]):  # the common `str | None`: one call, not two
+            (kind,) = arms
+
+            def exact_or_none(value: Any) -> Any:
+                if value is not None and type(value) is not kind:
+                    raise TypeError(f"expected {kind.__name__} or null, got {type(value).__name__}")
+                return value
+
+            return exact_or_none
+        return lambda value: None if value is None else inner(value)
     if origin is list:
         (item,) = typing.get_args(tp) or (Any,)
+        if item is str or item is Any:  # node and tensor names, notes: checked in one pass, kept as they are
+            return _strings if item is str else _any_of(list)
         convert = _converter(item)
 
         def to_list(value: Any) -> list[Any]:
@@ -248,6 +342,8 @@ def _converter(tp: Any) -> Callable[[Any], Any]:
         return to_list
     if origin is dict:
         _, item = typing.get_args(tp) or (str, Any)
+        if item is Any:  # Finding.data: tuples restored, in place
+            return _any_of(dict)
         convert = _converter(item)
 
         def to_dict(value: Any) -> dict[str, Any]:
@@ -286,19 +382,40 @@ def _converter(tp: Any) -> Callable[[Any], Any]:
     return lambda value: value
 
 
+def _strings(value: Any) -> list[str]:
+    if type(value) is not list or not _STR.issuperset(map(type, value)):
+        raise TypeError("expected a list of strings")
+    return value
+
+
+def _any_of(kind: type) -> Callable[[Any], Any]:
+    def convert(value: Any) -> Any:
+        if type(value) is not kind:
+            raise TypeError(f"expected {'an object' if kind is dict else 'a list'}, got {type(value).__name__}")
+        return _decode(value)
+
+    return convert
+
+
 def _dataclass_converter(cls: type) -> Callable[[Any], Any]:
     hints = typing.get_type_hints(cls, localns=_TYPES)
     names = frozenset(f.name for f in dataclasses.fields(cls) if f.init)
-    converters: dict[str, Callable[[Any], Any]] = {}
+    converters: dict[str, Callable[[Any], Any] | None] = {}  # None: a `str` field, checked inline (the most common)
 
     def build(value: Any) -> Any:
-        if not isinstance(value, dict):
+        if type(value) is not dict:
             raise TypeError(f"{cls.__name__}: expected an object")
         if value.keys() != names:
             raise KeyError(f"{cls.__name__}: fields {sorted(set(value) ^ names)} differ")
         if not converters:  # filled on first use: a dataclass may refer to itself
-            converters.update({name: _converter(hints[name]) for name in names})
-        return cls(**{name: converters[name](item) for name, item in value.items()})
+            converters.update({name: None if hints[name] is str else _converter(hints[name]) for name in names})
+        for name, item in value.items():  # in place: the object is json.loads' fresh output, used once
+            convert = converters[name]
+            if convert is not None:
+                value[name] = convert(item)
+            elif type(item) is not str:
+                raise TypeError(f"{cls.__name__}.{name}: expected str, got {type(item).__name__}")
+        return cls(**value)
 
     return build
 
@@ -312,6 +429,24 @@ class Cache:
         self.hits = 0
         self.writable = True
         self.warning: str | None = None
+        self._digests: FileDigests | None = None
+
+    @property
+    def digests(self) -> FileDigests:
+        """The models' content hashes remembered by stat (read on first use: one file for the whole run)."""
+        if self._digests is None:
+            self._digests = FileDigests(self.folder / f"v{CACHE_FORMAT}" / "digests.json")
+        return self._digests
+
+    def save_digests(self) -> None:
+        """Store the content hashes learnt in this run (after the entries: the folder exists once one is written)."""
+        if self._digests is not None and self._digests.changed and self.writable:
+            try:
+                self._prepare()
+                (self.folder / f"v{CACHE_FORMAT}").mkdir(parents=True, exist_ok=True)
+            except OSError:
+                return
+            self._digests.save()
 
     def _entry(self, key: str) -> Path:
         return self.folder / f"v{CACHE_FORMAT}" / key[:2] / f"{key}.json"
@@ -337,16 +472,13 @@ class Cache:
         if report.errors or not self.writable:
             return False
         try:
-            encoded = report_to_json(report)
-            if report_from_json(json.loads(json.dumps(encoded))) != report:
+            body = json.dumps(report_to_json(report), ensure_ascii=False, separators=(",", ":"))
+            if report_from_json(json.loads(body)) != report:
                 return False
-            text = json.dumps(
-                {"format": CACHE_FORMAT, "netlint_version": __version__, "key": key, "report": encoded},
-                ensure_ascii=False,
-                separators=(",", ":"),
-            )
         except (TypeError, ValueError, KeyError, RecursionError):
             return False
+        head = json.dumps({"format": CACHE_FORMAT, "netlint_version": __version__, "key": key}, separators=(",", ":"))
+        text = f'{head[:-1]},"report":{body}}}'  # the report serialized once: checked, then stored as it is
         entry = self._entry(key)
         temporary: str | None = None
         try:

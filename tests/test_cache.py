@@ -4,16 +4,20 @@ entry is ignored and rewritten."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
+import os
 import shutil
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
 
-from netlint.cache import CACHEDIR_TAG, Cache, cache_key, report_from_json, report_to_json
+import netlint.cache
+from netlint.cache import CACHEDIR_TAG, Cache, FileDigests, cache_key, report_from_json, report_to_json
 from netlint.config import FileConfig, Overrides, settings_for
 from netlint.engine import CostSummary, ModelReport, lint_file
 from netlint.report.baseline import FindingKey
@@ -35,7 +39,7 @@ def full_report() -> ModelReport:
         FixRef("prelu-to-relu", "unsafe"),
         "use Relu",
         {"slopes": [0.25, 0.3], "pair": (1, "a"), "nested": {"ok": True, "none": None}, "f32": np.float32(0.5)},
-        Impact("qualcomm-htp (a8, chip 8450)", 1.25, 0.75),
+        Impact("qualcomm-htp (a8, chip 8450)", 1.25, 0.75, "how the advised change was priced"),
     )
     cost = CostSummary(
         "qualcomm-htp (a8, chip 8450)",
@@ -277,3 +281,77 @@ def test_a_real_report_with_cost_and_impacts_round_trips(tmp_path, data_dir):
     key = cache_key(path, settings)
     assert Cache(tmp_path).put(key, report)
     assert Cache(tmp_path).get(key, str(path)) == report
+
+
+# --- content hashes remembered by stat -------------------------------------------------------------------------------
+@pytest.fixture
+def later(monkeypatch):
+    """The clock 10 s ahead: files written by the test are past the racy window, without sleeping."""
+    now = time.time_ns()
+    monkeypatch.setattr(netlint.cache.time, "time_ns", lambda: now + 10_000_000_000)
+
+
+def _model(tmp_path: Path, data_dir: Path) -> Path:
+    path = tmp_path / "m.onnx"
+    shutil.copy(data_dir / MODEL, path)
+    return path
+
+
+def test_a_remembered_hash_serves_an_unchanged_file_without_reading_it(tmp_path, data_dir, later, monkeypatch):
+    path = _model(tmp_path, data_dir)
+    settings = _settings()
+    memo_file = tmp_path / "digests.json"
+    memo = FileDigests(memo_file)
+    assert cache_key(path, settings, digests=memo) == cache_key(path, settings)
+    memo.save()
+    monkeypatch.setattr(netlint.cache, "_hash_file", lambda *a: pytest.fail("hashed a file with a known stat"))
+    assert cache_key(path, settings, digests=FileDigests(memo_file)) == cache_key(path, settings, digests=memo)
+
+
+def test_a_file_changed_just_now_is_not_remembered(tmp_path, data_dir):
+    """Racy: a second write in the same timestamp tick would leave its stat unchanged."""
+    memo = FileDigests(tmp_path / "digests.json")
+    memo.digest(_model(tmp_path, data_dir))
+    assert not memo.changed and memo.known == {}
+
+
+def test_a_rewrite_with_its_mtime_set_back_is_hashed_again(tmp_path, data_dir, later):
+    path = _model(tmp_path, data_dir)
+    memo = FileDigests(tmp_path / "digests.json")
+    before = memo.digest(path)
+    assert memo.changed
+    info = path.stat()
+    time.sleep(0.05)  # past the kernel's timestamp tick: the rewrite gets another ctime
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))  # same size
+    os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns))  # and the old mtime, as `cp -p` or `touch -d` could
+    assert memo.digest(path) != before
+    assert memo.digest(path)[0] == hashlib.sha256(bytes(data)).hexdigest()
+
+
+@pytest.mark.parametrize("garbage", [b"", b"{not json", b"[]", b'{"format": 1, "files": []}', b"\xff"])
+def test_a_corrupt_digest_memo_is_ignored(tmp_path, data_dir, garbage):
+    path = _model(tmp_path, data_dir)
+    (tmp_path / "digests.json").write_bytes(garbage)
+    assert cache_key(path, _settings(), digests=FileDigests(tmp_path / "digests.json")) == cache_key(path, _settings())
+
+
+def test_a_foreign_digest_memo_entry_is_ignored(tmp_path, data_dir):
+    """An entry for another file's stat (a memo copied from elsewhere, or the file replaced) is not used."""
+    path = _model(tmp_path, data_dir)
+    info = path.stat()
+    stale = [info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino + 1, info.st_dev, "0" * 64, []]
+    memo_file = tmp_path / "digests.json"
+    memo_file.write_text(json.dumps({"format": 1, "files": {os.path.abspath(path): stale}}))
+    assert FileDigests(memo_file).digest(path)[0] == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_the_cache_stores_its_digest_memo_with_its_entries(tmp_path, data_dir, later):
+    path = _model(tmp_path, data_dir)
+    cache = Cache(tmp_path / "cache")
+    cache_key(path, _settings(), digests=cache.digests)
+    cache.save_digests()
+    memo = json.loads((tmp_path / "cache" / "v1" / "digests.json").read_text())
+    assert list(memo["files"]) == [os.path.abspath(path)]
+    assert (tmp_path / "cache" / "CACHEDIR.TAG").is_file()

@@ -81,6 +81,28 @@ def test_the_pool_is_used_for_several_models_and_not_for_one(monkeypatch, folder
     assert rounds == [len(paths)]  # one model, or a few small ones: no pool
 
 
+def test_the_fork_server_starts_early_only_for_a_run_that_will_need_workers(monkeypatch, folder, tmp_path):
+    """`check` starts the fork server before it imports the engine when the run will likely use a pool; a server
+    started early for a run that turns out to need none (every model a cache hit) is stopped, not left importing."""
+    monkeypatch.setattr(netlint.batch, "_early", [])
+    one = str(next(folder.rglob("*.onnx")))
+    full = tmp_path / "full-cache"
+    (full / "v1" / "ab").mkdir(parents=True)
+    (full / "v1" / "ab" / "entry.json").write_text("{}")
+    netlint.batch.start_early([str(folder)], 1, True, None)  # -j 1
+    netlint.batch.start_early([one], 2, True, None)  # one model
+    netlint.batch.start_early([str(folder)], 2, False, str(full))  # a cache with entries
+    assert netlint.batch._early == []
+    netlint.batch.start_early([str(folder)], 2, False, str(tmp_path / "no-cache-yet"))
+    (pid,) = netlint.batch._early
+    os.kill(pid, 0)  # running
+    settings = settings_for(FileConfig(), Overrides())
+    (report,) = lint_many([(Path(one), settings)], jobs=2)  # one model: no pool
+    assert not report.errors and netlint.batch._early == []
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # stopped and reaped
+
+
 class _KillsItsWorker:
     """Unpickling this in a worker process ends that process at once, like a crash in a native library."""
 
