@@ -6,6 +6,7 @@ a rule that crashes becomes one error line for that model, and the other rules s
 
 from __future__ import annotations
 
+import gc
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,7 +58,21 @@ class ModelReport:
 
 
 def lint_file(path: Path, settings: Settings) -> ModelReport:
-    """Load and lint one file; a file that cannot be read gives a report with one error and no findings."""
+    """Load and lint one file; a file that cannot be read gives a report with one error and no findings.
+
+    The cyclic garbage collector is paused meanwhile: the IR is a few objects per node and holds no garbage, but
+    every collection would rescan all of it (a sixth of the time on a 100k-node graph). Once the report is made the
+    IR is freed by reference counting, and collection resumes."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _lint_file(path, settings)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _lint_file(path: Path, settings: Settings) -> ModelReport:
     try:
         model = load_model(path)
     except LfsPointerError as exc:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from netlint.ir import Graph, Node
 
 
-@dataclass
+@dataclass(slots=True)  # one per candidate anchor: a 100k-node graph makes a quarter of a million
 class Match:
     """What a pattern bound: nodes and values by name, in the order the pattern names them (anchor first)."""
 
@@ -77,8 +77,15 @@ class Op(Pattern):
 
     def match(self, graph: Graph, node: Node) -> Match | None:
         """Match with `node` as the anchor."""
+        if self.inputs or self.where is not None or self.single_use is not None:
+            match = Match(node)
+            return match if self._bind_node(graph, node, match) else None
+        if node.op not in self.types:  # an anchor-only pattern (most rules): no binding walk
+            return None
         match = Match(node)
-        return match if self._bind_node(graph, node, match) else None
+        if self.name:
+            match.nodes[self.name] = node
+        return match
 
     def bind(self, graph: Graph, value: str, match: Match) -> bool:
         node = graph.effective_producer(value) if value else None

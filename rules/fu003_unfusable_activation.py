@@ -102,7 +102,7 @@ class UnfusableActivation(Rule):
     pattern = Op(CONV_OPS, name="conv")
 
     def check(self, graph: Graph, match: Match, ctx: Context) -> str | None:
-        fusable = ctx.target.fused_activations()
+        fusable = self._fusable(ctx.target)
         if fusable is None:
             return "the target states no fusion table"
         conv = match.anchor
@@ -139,6 +139,15 @@ class UnfusableActivation(Rule):
         elsewhere = self._where_it_fuses(target, first.kind)
         hint = f"; {elsewhere}" if elsewhere else ""
         return f"{what}{also}: {target.label} fuses only {_listing(fusable)}{hint}"
+
+    def _fusable(self, target: Target) -> frozenset[str] | None:
+        """`target.fused_activations()`, memoised per rule instance (it builds a set from the fusion table, and the
+        rule asks for every conv)."""
+        cache: dict[int, frozenset[str] | None] = self.__dict__.setdefault("_fusable_cache", {})
+        key = id(target)
+        if key not in cache:
+            cache[key] = target.fused_activations()
+        return cache[key]
 
     def _where_it_fuses(self, target: Target, kind: str) -> str | None:
         """`_where_it_fuses`, memoised per rule instance (one lint run): it selects every precision x chip of the

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from netlint.ir import ConstantUnavailable, Graph, Node
@@ -179,7 +181,17 @@ class PreactivationBatchnorm(Rule):
 
 
 def _affine_data(graph: Graph, node: Node) -> str | None:
-    """The data input of an inference-mode, per-channel affine node, or None if `node` is not one."""
+    """The data input of an inference-mode, per-channel affine node, or None if `node` is not one. Remembered per
+    node: the chain walks ask it again of the nodes around each candidate."""
+    key = ("FU007.affine_data", node.id)
+    memo = graph.memo
+    if key in memo:
+        return memo[key]
+    data = memo[key] = _affine_data_of(graph, node)
+    return data
+
+
+def _affine_data_of(graph: Graph, node: Node) -> str | None:
     if node.op == "BatchNormalization":
         if node.attrs.get("training_mode", 0) or node.attrs.get("is_training", False) or len(node.inputs) < 5:
             return None
@@ -207,7 +219,7 @@ def _per_channel(graph: Graph, param: str, output: str) -> bool:
         return False
     if any(not isinstance(dim, int) for dim in shape):
         return False
-    if int(np.prod(shape, dtype=np.int64)) == 1:
+    if math.prod(shape) == 1:
         return True
     varying = [axis for axis, dim in enumerate(shape) if dim != 1]
     if len(varying) != 1:

@@ -173,20 +173,24 @@ def _live_nodes(graph: Graph) -> set[int]:
     live: set[int] = set()
     stack = list(graph.outputs)
     for node in graph.nodes:
-        if not any(node.outputs) or node.source_op in SIDE_EFFECT_OPS:
+        if node.source_op in SIDE_EFFECT_OPS or not any(node.outputs):
             live.add(id(node))
             stack.extend(_reads(node))
     seen: set[str] = set()
+    producer, add_seen, add_live, push = graph.producer, seen.add, live.add, stack.extend
     while stack:
         name = stack.pop()
-        if not name or name in seen:
+        if name in seen or not name:
             continue
-        seen.add(name)
-        node = graph.producer(name)
-        if node is None or id(node) in live:
+        add_seen(name)
+        node = producer(name)
+        if node is None:
             continue
-        live.add(id(node))
-        stack.extend(_reads(node))
+        key = id(node)
+        if key in live:
+            continue
+        add_live(key)
+        push(_reads(node) if node.subgraphs else node.inputs)
     return live
 
 
@@ -240,15 +244,17 @@ def _removable(graph: Graph, node: Node, rule: Rule, ctx: Context) -> bool:
 
 
 def _unused_constants(graph: Graph) -> list[str]:
+    """Constants nothing reads, writes or exports (the cheapest test first: most constants have a reader)."""
+    consumers, producer, is_output = graph.consumers, graph.producer, graph.is_graph_output
+    boundary = {*graph.input_initializers, *graph.inputs}
     return [
         name
         for name, value in graph.values.items()
-        if value.is_const
-        and graph.producer(name) is None
-        and not graph.consumers(name)
-        and not graph.is_graph_output(name)
-        and name not in graph.input_initializers
-        and name not in graph.inputs
+        if value.data is not None  # Value.is_const, without the property call per value
+        and not consumers(name)
+        and producer(name) is None
+        and not is_output(name)
+        and name not in boundary
     ]
 
 

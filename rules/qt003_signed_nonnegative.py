@@ -126,6 +126,8 @@ class SignedNonnegative(Rule):
     fix = None
 
     def scan(self, graph: Graph, ctx: Context) -> Iterator[Finding]:
+        if not _quantizes(graph):  # a float model: nothing to find, and no need for the pass over every node
+            return
         nonnegative = _nonnegative_values(graph)
         if not nonnegative:
             return
@@ -171,6 +173,19 @@ class SignedNonnegative(Rule):
             self.fix,
             help_text,
         )
+
+
+def _quantizes(graph: Graph) -> bool:
+    """Whether `graph` has what `_wasted_outputs` looks for: a QuantizeLinear, or a value with quantization (in this
+    graph or a scope it reads)."""
+    if any(node.op == "QuantizeLinear" for node in graph.nodes):
+        return True
+    scope: Graph | None = graph
+    while scope is not None:
+        if any(value.quant is not None for value in scope.values.values()):
+            return True
+        scope = scope.parent
+    return False
 
 
 def _short(name: str) -> str:

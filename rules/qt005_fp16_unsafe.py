@@ -188,23 +188,30 @@ class Fp16Unsafe(Rule):
 
 
 def _mode(graph: Graph, ctx: Context) -> Mode | None:
-    """How (and whether) the graph is checked, from one pass over its values."""
-    activations = {
-        value.dtype
-        for node in graph.nodes
-        if node.op not in ("Constant", "ConstantOfShape")
-        for out in node.outputs
-        if out and (value := graph.value(out)) is not None and value.dtype
-    }
-    if "float16" in activations:
+    """How (and whether) the graph is checked, from at most one pass over its node outputs and one over its values
+    (each stops at the first answer)."""
+    if "float16" in _activation_dtypes(graph):
         return Mode(frozenset({"float16"}), "in this float16 model", "warning", False)
     if ctx.target.numeric() == ("float", 16):
         return Mode(frozenset({"float32", "float16"}), f"when converted for {ctx.target.label}", "warning", True)
-    fp16_weights = any(value.is_const and value.dtype == "float16" for value in graph.values.values())
-    if fp16_weights and "float32" in activations:
+    fp16_weights = any(value.data is not None and value.dtype == "float16" for value in graph.values.values())
+    if fp16_weights and "float32" in _activation_dtypes(graph):
         context = "on fp16 GPU delegates (this model stores float16 weights for them)"
         return Mode(frozenset({"float32"}), context, "info", False)
     return None
+
+
+def _activation_dtypes(graph: Graph) -> Iterator[str]:
+    """The dtypes of the values nodes compute (Constant and ConstantOfShape outputs are weights, not activations)."""
+    local = graph.values
+    for node in graph.nodes:
+        if node.op in ("Constant", "ConstantOfShape"):
+            continue
+        for out in node.outputs:
+            if out:
+                value = local.get(out) or graph.value(out)
+                if value is not None and value.dtype:
+                    yield value.dtype
 
 
 def _compute_dtype(graph: Graph, node: Node) -> str | None:

@@ -41,22 +41,23 @@ def model_from_proto(proto: onnx.ModelProto, path: str, base: Path) -> Model:
     proto = _with_shapes(proto, notes)
     reader = _ExternalData(base, notes)
     # The conversion allocates a few objects per node and frees none: the cyclic GC would rescan the growing heap
-    # again and again (a third of the load time of a 100k-node graph), and there is no garbage for it to find.
+    # again and again (a third of the load time of a 100k-node graph), and there is no garbage for it to find. The
+    # structure checks run before it resumes: its first collection would otherwise rescan the whole new IR.
     collecting = gc.isenabled()
     gc.disable()
     try:
         graph = _convert_graph(proto.graph, None, "", reader)
+        metadata = {prop.key: prop.value for prop in proto.metadata_props}
+        metadata.update(
+            producer=f"{proto.producer_name} {proto.producer_version}".strip(),
+            ir_version=str(proto.ir_version),
+            opset=",".join(f"{o.domain or 'ai.onnx'}:{o.version}" for o in proto.opset_import),
+        )
+        model = Model(path, "onnx", graph, metadata, notes)
+        check_structure(model)
     finally:
         if collecting:
             gc.enable()
-    metadata = {prop.key: prop.value for prop in proto.metadata_props}
-    metadata.update(
-        producer=f"{proto.producer_name} {proto.producer_version}".strip(),
-        ir_version=str(proto.ir_version),
-        opset=",".join(f"{o.domain or 'ai.onnx'}:{o.version}" for o in proto.opset_import),
-    )
-    model = Model(path, "onnx", graph, metadata, notes)
-    check_structure(model)
     return model
 
 
@@ -195,22 +196,29 @@ _RAW_DTYPES = frozenset(
 )  # what numpy_helper.to_array reads as np.frombuffer(raw_data, dtype).reshape(dims)
 
 
-def _tensor_constant(tensor: TensorProto, reader: _ExternalData, shape: tuple[int, ...]) -> ConstData:
-    if tensor.data_location == TensorProto.EXTERNAL:
-        return reader.constant(tensor)
-    return _inline_constant(tensor, shape)
-
-
-def _inline_constant(tensor: TensorProto, shape: tuple[int, ...] | None = None) -> ConstData:
-    """A tensor stored in the protobuf, decoded on first use exactly as numpy_helper.to_array decodes it."""
-    dtype = _np_dtype(tensor.data_type)
-    if dtype is None or math.prod(tensor.dims) * dtype.itemsize > COPY_INLINE_BYTES:
+def _inline_constant(
+    tensor: TensorProto, shape: tuple[int, ...] | None = None, data_type: int | None = None
+) -> ConstData:
+    """A tensor stored in the protobuf, decoded on first use exactly as numpy_helper.to_array decodes it (`shape` and
+    `data_type`: the tensor's dims and data_type when the caller has read them already)."""
+    if data_type is None:
+        data_type = tensor.data_type
+    if shape is None:
+        shape = tuple(tensor.dims)
+    dtype = _NP_DTYPES.get(data_type, _MISSING)
+    if dtype is _MISSING:
+        dtype = _NP_DTYPES[data_type] = _np_dtype(data_type)
+    if dtype is None or math.prod(shape) * dtype.itemsize > COPY_INLINE_BYTES:
         return ConstData(lambda: numpy_helper.to_array(tensor))
     if tensor.HasField("segment"):  # to_array refuses segments: let it say so on use
         return ConstData(lambda: numpy_helper.to_array(tensor))
-    if tensor.data_type in _RAW_DTYPES and tensor.HasField("raw_data") and _LITTLE_ENDIAN:
-        return ConstData(_RawData(tensor.raw_data, dtype, shape if shape is not None else tuple(tensor.dims)))
+    if data_type in _RAW_DTYPES and _LITTLE_ENDIAN and tensor.HasField("raw_data"):
+        return ConstData(_RawData(tensor.raw_data, dtype, shape))
     return ConstData(partial(_from_serialized, tensor.SerializeToString()))
+
+
+_MISSING: Any = object()
+_NP_DTYPES: dict[int, np.dtype | None] = {}  # data_type -> numpy dtype (a dict lookup costs less than the cache call)
 
 
 _LITTLE_ENDIAN = sys.byteorder == "little"
@@ -266,30 +274,42 @@ def _from_serialized(data: bytes) -> np.ndarray:
 
 
 def _convert_graph(graph: onnx.GraphProto, parent: Graph | None, prefix: str, reader: _ExternalData) -> Graph:
-    """The IR of one (sub)graph. The hot loop of loading: one pass over the protobuf, no per-item helper calls where
-    a dict lookup does (a 100k-node graph runs it 100k times). Tensor names are shared str objects (the values
-    dict's keys), so each name is stored once however many nodes read it."""
+    """The IR of one (sub)graph. The hot loop of loading: one pass over the protobuf, each field read once, no
+    per-item helper calls where a dict lookup does (a 100k-node graph runs it 100k times). Tensor names are shared str
+    objects (the values dict's keys), so each name is stored once however many nodes read it."""
     values: dict[str, Value] = {}
     shapes: dict[tuple[int | str | None, ...], tuple[int | str | None, ...]] = {}  # equal shapes share one tuple
+    # A large graph declares a few distinct types many times: decode each serialized TypeProto once (reading its dims
+    # field by field costs ten times more than serializing it).
+    types: dict[bytes, tuple[str | None, tuple[int | str | None, ...] | None]] = {}
     for info in [*graph.input, *graph.output, *graph.value_info]:
         name = info.name
         if name not in values:
             type_proto = info.type
-            shape = _shape_of(type_proto)
-            if shape is not None:
-                shape = shapes.setdefault(shape, shape)
-            values[name] = Value(name, _dtype_name(type_proto.tensor_type.elem_type), shape, NCHW)
+            key = type_proto.SerializeToString()
+            decoded = types.get(key)
+            if decoded is None:
+                shape = _shape_of(type_proto)
+                if shape is not None:
+                    shape = shapes.setdefault(shape, shape)
+                decoded = types[key] = (_dtype_name(type_proto.tensor_type.elem_type), shape)
+            values[name] = Value(name, decoded[0], decoded[1], NCHW)
     initializers = set()
+    external = TensorProto.EXTERNAL
     for tensor in graph.initializer:
         name = tensor.name
         initializers.add(name)
         value = values.get(name)
         if value is None:
             value = values[name] = Value(name)
-        value.dtype = _dtype_name(tensor.data_type)
+        data_type = tensor.data_type
+        value.dtype = _dtype_name(data_type)
         shape = tuple(tensor.dims)
         value.shape = shape = shapes.setdefault(shape, shape)
-        value.data = _tensor_constant(tensor, reader, shape)
+        if tensor.data_location == external:
+            value.data = reader.constant(tensor)
+        else:
+            value.data = _inline_constant(tensor, shape, data_type)
     for sparse in graph.sparse_initializer:
         name = sparse.values.name
         initializers.add(name)
@@ -307,22 +327,29 @@ def _convert_graph(graph: onnx.GraphProto, parent: Graph | None, prefix: str, re
     shared = names.setdefault
     ops: dict[tuple[str, str], tuple[str, str]] = {}  # (op_type, domain) -> (op, source_op), shared str objects
     graph_attr, graphs_attr = AttributeProto.GRAPH, AttributeProto.GRAPHS
+    simple = _SIMPLE_ATTRS
+    append, add_id = nodes.append, used_ids.add
     for index, proto_node in enumerate(graph.node):
         op_type, domain = proto_node.op_type, proto_node.domain
         op = ops.get((op_type, domain))
         if op is None:
             op = ops[(op_type, domain)] = (op_type, op_type if not domain else f"{domain}.{op_type}")
-        node_id = f"{prefix}{proto_node.name or f'{op_type}_{index}'}"
+        node_name = proto_node.name or f"{op_type}_{index}"
+        node_id = f"{prefix}{node_name}" if prefix else node_name
         if node_id in used_ids:
-            node_id = _unique_id(proto_node.name or f"{op_type}_{index}", used_ids, prefix)
+            node_id = _unique_id(node_name, used_ids, prefix)
         else:
-            used_ids.add(node_id)
+            add_id(node_id)
         attrs: dict[str, Any] = {}
         subgraphs: dict[str, Graph] = {}
-        if proto_node.attribute:
-            for attr in proto_node.attribute:
+        attributes = proto_node.attribute
+        if attributes:
+            for attr in attributes:
                 kind = attr.type
-                if kind == graph_attr:
+                field = simple.get(kind)
+                if field is not None and not attr.ref_attr_name:  # ints and floats, read directly
+                    attrs[attr.name] = getattr(attr, field) if kind < 6 else list(getattr(attr, field))
+                elif kind == graph_attr:
                     subgraphs[attr.name] = _convert_graph(attr.g, ir_graph, f"{node_id}/{attr.name}/", reader)
                 elif kind == graphs_attr:
                     for k, sub in enumerate(attr.graphs):
@@ -331,23 +358,27 @@ def _convert_graph(graph: onnx.GraphProto, parent: Graph | None, prefix: str, re
                 else:
                     attrs[attr.name] = _attribute_value(attr)
         outputs = [shared(name, name) for name in proto_node.output]
-        node = Node(
-            node_id,
-            op[0],
-            [shared(name, name) for name in proto_node.input],
-            outputs,
-            attrs,
-            source_op=op[1],
-            domain=domain,
-            subgraphs=subgraphs,
-            markers=_markers(proto_node),
+        doc = proto_node.doc_string
+        markers = _markers(proto_node) if (doc and "netlint" in doc.lower()) or proto_node.metadata_props else ()
+        append(
+            Node(
+                node_id,
+                op[0],
+                [shared(name, name) for name in proto_node.input],
+                outputs,
+                attrs,
+                op[1],
+                domain,
+                None,
+                subgraphs,
+                markers,
+            )
         )
         if op_type == "Constant" and outputs:
             _constant_node_value(proto_node, values.setdefault(outputs[0], Value(outputs[0], layout=NCHW)))
         for name in outputs:
             if name and name not in values:
                 values[name] = Value(name)
-        nodes.append(node)
     ir_graph.reindex()
     return ir_graph
 
@@ -395,6 +426,13 @@ def _unique_id(candidate: str, used: set[str], prefix: str) -> str:
 
 
 _SCALAR_ATTRS = {AttributeProto.INT: "i", AttributeProto.FLOAT: "f"}
+# The kinds the conversion loop reads inline: scalars (kind < 6) as they are, lists copied into a Python list.
+_SIMPLE_ATTRS = {
+    AttributeProto.FLOAT: "f",
+    AttributeProto.INT: "i",
+    AttributeProto.FLOATS: "floats",
+    AttributeProto.INTS: "ints",
+}
 _LIST_ATTRS = {AttributeProto.INTS: "ints", AttributeProto.FLOATS: "floats"}
 
 

@@ -8,7 +8,7 @@ hundreds of thousands of consumers) cannot hit Python's recursion limit or take 
 from __future__ import annotations
 
 from netlint.errors import ModelLoadError
-from netlint.ir import Graph, Model, Node
+from netlint.ir import Graph, Model, Node, Value
 from netlint.ir.graph import _captured
 
 
@@ -102,21 +102,30 @@ def graph_inputs_of(graph: Graph, node: Node) -> list[str]:
 
 def _dangling_note(graph: Graph) -> str | None:
     """Tensors read (or declared as outputs) that no node, input, constant or enclosing scope defines."""
-    defined: set[str] = set()
+    scopes: list[tuple[dict[str, Node], frozenset[str], dict[str, Value]]] = []
     scope: Graph | None = graph
     while scope is not None:
-        defined.update(scope.inputs, scope.input_initializers)
-        defined.update(name for name, value in scope.values.items() if value.is_const)
-        defined.update(scope._producer)  # every non-empty node output (empty names are never reported)
+        scopes.append((scope._producer, frozenset([*scope.inputs, *scope.input_initializers]), scope.values))
         scope = scope.parent
+
+    def defined(name: str) -> bool:
+        """One dict lookup for most names (a node's output), no set of every name in the graph."""
+        for producer, inputs, values in scopes:
+            if name in producer or name in inputs:
+                return True
+            value = values.get(name)
+            if value is not None and value.data is not None:
+                return True
+        return False
+
     missing: dict[str, str] = {}
     for node in graph.nodes:
         for name in node.inputs:
-            if name and name not in defined:
-                missing.setdefault(name, f"read by node '{node.id}'")
+            if name and name not in missing and not defined(name):
+                missing[name] = f"read by node '{node.id}'"
     for name in graph.outputs:
-        if name and name not in defined:
-            missing.setdefault(name, "a graph output")
+        if name and name not in missing and not defined(name):
+            missing[name] = "a graph output"
     if not missing:
         return None
     name, where = next(iter(missing.items()))

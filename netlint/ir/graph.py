@@ -160,16 +160,19 @@ class Graph:
         self._consumers: dict[str, list[Node]] = {}
         self._by_id: dict[str, Node] = {}
         producer, consumers, by_id = self._producer, self._consumers, self._by_id
+        first_writer = producer.setdefault
         for node in self.nodes:
             by_id[node.id] = node
             for out in node.outputs:
-                if out and out not in producer:
-                    producer[out] = node
-            reads: Iterable[str] = node.inputs
+                if out:
+                    first_writer(out, node)
+            inputs = node.inputs
+            reads: Iterable[str] = inputs
+            count = len(inputs)
             if node.subgraphs:  # a node owning subgraphs also reads the outer values its bodies capture
-                reads = dict.fromkeys([*reads, *_captured(node)])
-            elif len(reads) > 1 and len(set(reads)) < len(reads):  # a node reading one value twice consumes it once
-                reads = dict.fromkeys(reads)
+                reads = dict.fromkeys([*inputs, *_captured(node)])
+            elif count > 1 and (inputs[0] == inputs[1] if count == 2 else len(set(inputs)) < count):
+                reads = dict.fromkeys(reads)  # a node reading one value twice consumes it once
             for inp in reads:
                 if inp:
                     readers = consumers.get(inp)
@@ -181,6 +184,10 @@ class Graph:
         self._nx: nx.DiGraph | None = None
         self._origins: dict[str, Value | Node | None] = {}  # memo of _const_origin's walks through pass-through ops
         self._activations: dict[str, str | None] = {}  # memo of `activation`
+        self._uses: dict[str, tuple[list[Node], bool]] = {}  # memo of `uses`: several rules ask it of every conv
+        # What rules and helpers derive from the structure and would otherwise recompute per node, keyed by
+        # (what, node id or value name): valid until the next reindex.
+        self.memo: dict[tuple[Any, ...], Any] = {}
 
     # --- plain structure -------------------------------------------------------------------------------------------
     def node(self, node_id: str) -> Node | None:
@@ -215,12 +222,16 @@ class Graph:
             graph = stack.pop()
             yield graph
             for node in reversed(graph.nodes):
-                stack.extend(reversed(list(node.subgraphs.values())))
+                if node.subgraphs:  # almost no node has one: no list per node
+                    stack.extend(reversed(list(node.subgraphs.values())))
 
     # --- constants -------------------------------------------------------------------------------------------------
     def is_const(self, name: str) -> bool:
         """True for initializers/buffers, Constant nodes, and values computed only from constants by pass-through
         ops or ConstantOfShape (how onnx's light models build their weights)."""
+        value = self.values.get(name)
+        if value is not None and value.data is not None:  # a weight: the common case, without the walk
+            return True
         return self._const_origin(name) is not None
 
     def _const_origin(self, name: str) -> Value | Node | None:
@@ -340,7 +351,9 @@ class Graph:
         """The nodes that really read `name` (looking forward through pass-through nodes), and whether the data
         reaches a graph output on the way."""
         direct = self._consumers.get(name, [])
-        if not any(consumer.op in PASS_THROUGH_OPS for consumer in direct):  # nothing to look through (most values)
+        if len(direct) == 1 and direct[0].op not in PASS_THROUGH_OPS:  # one plain reader: most values
+            return [direct[0]], name in self._output_set
+        if not any(consumer.op in PASS_THROUGH_OPS for consumer in direct):  # nothing to look through
             unique: dict[str, Node] = {}
             for consumer in direct:
                 unique.setdefault(consumer.id, consumer)
@@ -364,14 +377,18 @@ class Graph:
 
     def uses(self, name: str) -> tuple[list[Node], bool]:
         """Like `effective_consumers`, but a composite activation (SiLU, HardSwish, Gelu, Mish written as several
-        nodes) counts once, as its output node: x -> {Sigmoid, Mul} of one SiLU is one use."""
-        consumers, reaches_output = self.effective_consumers(name)
-        found: dict[str, Node] = {}
-        for consumer in consumers:
-            composite = self.composite(consumer)
-            representative = composite.output_node if composite is not None else consumer
-            found.setdefault(representative.id, representative)
-        return list(found.values()), reaches_output
+        nodes) counts once, as its output node: x -> {Sigmoid, Mul} of one SiLU is one use. Remembered per value
+        (the caller gets its own list)."""
+        known = self._uses.get(name)
+        if known is None:
+            consumers, reaches_output = self.effective_consumers(name)
+            found: dict[str, Node] = {}
+            for consumer in consumers:
+                composite = self.composite(consumer)
+                representative = composite.output_node if composite is not None else consumer
+                found.setdefault(representative.id, representative)
+            known = self._uses[name] = (list(found.values()), reaches_output)
+        return list(known[0]), known[1]
 
     def composite(self, node: Node) -> Composite | None:
         """The composite activation `node` belongs to, if any."""

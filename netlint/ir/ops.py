@@ -56,9 +56,19 @@ FUSED_ACTIVATIONS = {
 
 
 def clip_bounds(graph: Graph, node: Node) -> tuple[float | None, float | None] | None:
-    """A Clip's (min, max), from attributes (opset < 11, TFLite) or constant inputs; None if not constant."""
+    """A Clip's (min, max), from attributes (opset < 11, TFLite) or constant inputs; None if not constant.
+    Remembered per node (several rules and the composite matcher ask it of every Clip)."""
     if "min" in node.attrs or "max" in node.attrs:
         return node.attrs.get("min"), node.attrs.get("max")
+    key = ("clip_bounds", node.id)
+    memo = graph.memo
+    if key in memo:
+        return memo[key]
+    bounds = memo[key] = _const_bounds(graph, node)  # an unreadable bound raises, and is not remembered
+    return bounds
+
+
+def _const_bounds(graph: Graph, node: Node) -> tuple[float | None, float | None] | None:
     bounds: list[float | None] = []
     for index in (1, 2):
         name = node.inputs[index] if len(node.inputs) > index else ""
@@ -111,12 +121,19 @@ def slope_kind(slopes: np.ndarray, atol: float) -> str:
 def prelu_kind(graph: Graph, node: Node, atol: float) -> str | None:
     """What a PRelu node computes (see `slope_kind`), None for the identity, "PRelu" when its slopes are computed at
     run time. Raises ConstantUnavailable when the slopes are in a missing external file."""
+    key = ("prelu_kind", node.id, atol)  # FU003 and FU004 both ask it of every PRelu
+    memo = graph.memo
+    if key in memo:
+        return memo[key]
     slope = node.inputs[1] if len(node.inputs) > 1 else ""
     values = graph.const(slope) if slope and graph.is_const(slope) else None
     if values is None:
-        return "PRelu"
-    kind = slope_kind(values, atol)
-    return None if kind == "Identity" else kind
+        kind: str | None = "PRelu"
+    else:
+        kind = slope_kind(values, atol)
+        kind = None if kind == "Identity" else kind
+    memo[key] = kind
+    return kind
 
 
 # Ops that only reshape a constant (an exporter's Unsqueeze of a per-channel initializer, as in DenseNet's BN → Mul).
