@@ -26,6 +26,21 @@ from netlint.fixes.registry import FixContext, FixPass, Plan, label, node_names,
 FIXABLE = frozenset({"bias", "sum"})
 
 
+def unfixable_blockers(data: dict) -> str | None:
+    """Why FU005's finding `data` names a blocker this pass cannot remove (ONNX and TFLite alike), or None."""
+    if "fuses" not in data:
+        return "the finding carries no FU005 data (a rule pack older than this pass?)"
+    if data["fuses"]:
+        return "only the add's activation is blocked: use an activation the target applies after the sum (manual)"
+    others = [b["reason"] for b in data.get("blocked", []) if b["key"] not in FIXABLE]
+    return f"not fixed automatically: {'; '.join(others)}" if others else None
+
+
+def blocked_by_sum(data: dict) -> bool:
+    """FU005 says the residual add is a Sum / ADD_N, which the fusion does not match."""
+    return any(b["key"] == "sum" for b in data.get("blocked", []))
+
+
 @register_fix
 class EnableConvSum(FixPass):
     name = "enable-conv-sum"
@@ -36,14 +51,9 @@ class EnableConvSum(FixPass):
         if add is None or add.op_type not in ("Add", "Sum"):
             return "the add is gone"
         data = ctx.finding.data
-        if "fuses" not in data:
-            return "the finding carries no FU005 data (a rule pack older than this pass?)"
-        if data["fuses"]:
-            return "only the add's activation is blocked: use an activation the target applies after the sum (manual)"
-        blocked = data.get("blocked", [])
-        others = [b["reason"] for b in blocked if b["key"] not in FIXABLE]
-        if others:
-            return f"not fixed automatically: {'; '.join(others)}"
+        unfixable = unfixable_blockers(data)
+        if unfixable:
+            return unfixable
         position_of = dict(zip(ctx.finding.nodes, ctx.nodes, strict=False))
         biasless = []
         for conv_id in dict.fromkeys(data.get("conv_without_bias", [])):
@@ -58,7 +68,7 @@ class EnableConvSum(FixPass):
                 return f"the output channels of {label(conv)} are unknown"
             dtype = np.dtype(weight.dtype) if weight.dtype else np.dtype(np.float32)
             biasless.append((position, np.zeros(weight.shape[0], dtype)))
-        to_add = add.op_type == "Sum" and any(b["key"] == "sum" for b in blocked) and len(add.input) == 2
+        to_add = add.op_type == "Sum" and blocked_by_sum(data) and len(add.input) == 2
         if not biasless and not to_add:
             return "nothing this pass can change (no bias-less conv or two-input Sum named in the finding)"
 

@@ -170,19 +170,27 @@ def _compose(
         vector = _per_channel(np.asarray(value), channels, rank)
         if vector is None:
             return f"the constant of {label(node)} does not broadcast as a scalar or per output channel"
-        if node.op_type == "Mul":
-            scale, shift = scale * vector, shift * vector
-        elif node.op_type == "Div":
-            if np.any(vector == 0):
-                return f"{label(node)} divides by a constant with a zero"
-            scale, shift = scale / vector, shift / vector
-        elif node.op_type == "Add":
-            shift = shift + vector
-        elif slot == 1:  # y − c
-            shift = shift - vector
-        else:  # c − y
-            scale, shift = -scale, vector - shift
+        if node.op_type == "Div" and np.any(vector == 0):
+            return f"{label(node)} divides by a constant with a zero"
+        scale, shift = affine_step(node.op_type, slot, vector, scale, shift)
     return scale, shift
+
+
+def affine_step(
+    op: str, slot: int, vector: np.ndarray, scale: np.ndarray, shift: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """y ↦ scale·y + shift followed by `op` (Mul, Div, Add or Sub, any case) with the constant `vector` in input
+    `slot`, as a new (scale, shift): shared by the ONNX and TFLite folds. A Div's vector must have no zero."""
+    kind = op.capitalize()
+    if kind == "Mul":
+        return scale * vector, shift * vector
+    if kind == "Div":
+        return scale / vector, shift / vector
+    if kind == "Add":
+        return scale, shift + vector
+    if slot == 1:  # y − c
+        return scale, shift - vector
+    return -scale, vector - shift  # c − y
 
 
 def _per_channel(value: np.ndarray, channels: int, rank: int) -> np.ndarray | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import tflite
 
+from netlint.fixes.fold_affine import affine_step
 from netlint.fixes.tflite.edit import TfliteEdit, ints
 from netlint.io.tflite_writer import Table
 
@@ -165,18 +166,9 @@ def compose(
 ) -> tuple[np.ndarray, np.ndarray] | str:
     """Apply (opcode, constant slot, per-channel vector) steps to y ↦ scale·y + shift."""
     for opcode, slot, vector in steps:
-        if opcode == "MUL":
-            scale, shift = scale * vector, shift * vector
-        elif opcode == "DIV":
-            if np.any(vector == 0):
-                return "a DIV divides by a constant with a zero"
-            scale, shift = scale / vector, shift / vector
-        elif opcode == "ADD":
-            shift = shift + vector
-        elif slot == 1:  # y − c
-            shift = shift - vector
-        else:  # c − y
-            scale, shift = -scale, vector - shift
+        if opcode == "DIV" and np.any(vector == 0):
+            return "a DIV divides by a constant with a zero"
+        scale, shift = affine_step(opcode, slot, vector, scale, shift)
     return scale, shift
 
 

@@ -25,14 +25,13 @@ from __future__ import annotations
 import numpy as np
 import tflite
 
+from netlint.fixes.enable_conv_sum import blocked_by_sum, unfixable_blockers
 from netlint.fixes.registry import Plan
 from netlint.fixes.tflite._common import touched
 from netlint.fixes.tflite.edit import TfliteEdit, ints
 from netlint.fixes.tflite.registry import TfliteContext, TflitePass, register_tflite_fix
 from netlint.io.tflite_writer import Table
 
-# FU005's blocker keys (rules/fu005_conv_sum_blocked.py) for the two blockers this pass removes.
-FIXABLE = frozenset({"bias", "sum"})
 _TYPES = tflite.TensorType
 # Accumulator (bias) type of a quantized conv, by its input type.
 _BIAS_TYPES = {_TYPES.INT8: np.int32, _TYPES.UINT8: np.int32, _TYPES.INT16: np.int64}
@@ -49,14 +48,9 @@ class EnableConvSum(TflitePass):
         if add is None or edit.opcode(add) not in ("ADD", "ADD_N"):
             return "the add is gone"
         data = ctx.finding.data
-        if "fuses" not in data:
-            return "the finding carries no FU005 data (a rule pack older than this pass?)"
-        if data["fuses"]:
-            return "only the add's activation is blocked: use an activation the target applies after the sum (manual)"
-        blocked = data.get("blocked", [])
-        others = [b["reason"] for b in blocked if b["key"] not in FIXABLE]
-        if others:
-            return f"not fixed automatically: {'; '.join(others)}"
+        unfixable = unfixable_blockers(data)
+        if unfixable:
+            return unfixable
         position_of = dict(zip(ctx.finding.nodes, ctx.nodes, strict=False))
         biasless: list[tuple[int, np.ndarray, Table | None]] = []
         for conv_id in dict.fromkeys(data.get("conv_without_bias", [])):
@@ -72,7 +66,7 @@ class EnableConvSum(TflitePass):
                 return zero
             biasless.append((conv_position, *zero))  # type: ignore[arg-type]
         inputs = ints(add["Inputs"])
-        to_add = edit.opcode(add) == "ADD_N" and any(b["key"] == "sum" for b in blocked) and len(inputs) == 2
+        to_add = edit.opcode(add) == "ADD_N" and blocked_by_sum(data) and len(inputs) == 2
         if not biasless and not to_add:
             return "nothing this pass can change (no bias-less conv or two-input ADD_N named in the finding)"
         outputs = ints(add["Outputs"])
