@@ -12,13 +12,17 @@ per channel), and a conv is linear in its input, so conv(W, s·z) = conv(W·s, z
 pads z with zeros where it padded s·z with zeros (s·0 = 0), so padding needs no check. Computed in float64, stored in
 the weights' dtype; only float rounding differs.
 
-Guards (the finding is skipped, with the reason): a channel with s ≤ 0 (the scale cannot cross the activation
-there; the unsafe `make-gamma-positive` variant, which clamps γ, is out of scope and not implemented), a TFLite-style
-fused activation, a pass-through node (Identity, Cast, Q/DQ) anywhere in the chain, an intermediate value with
-another reader or that is a graph output, an activation output read by anything but the finding's convs (or a graph
-output), a reader that is a ConvTranspose or Gemm (not folded yet) or reads the activation as something other than
-its data input, conv weights shared with another node, missing or non-constant values (missing external data), a
-rank below 2, non-float weights.
+The unsafe variant `make-gamma-positive` (FU007 declares the fix unsafe when a channel has s ≤ 0; applied only
+with --unsafe-fixes, and only before a Relu, as Samsung ONE's MakeBatchNormGammaPositivePass does): every s ≤ 0 is
+set to 1e-10 first, so those channels become relu(t) (the x term dropped) and the rest folds exactly as above.
+
+Guards (the finding is skipped, with the reason): a channel with s ≤ 0 in a safe run or before a LeakyRelu / PRelu
+(the scale cannot cross the activation there), a scale that is not finite, a shift t/s the dtype cannot hold, a
+TFLite-style fused activation, a pass-through node (Identity, Cast, Q/DQ) anywhere in the chain, an intermediate
+value with another reader or that is a graph output, an activation output read by anything but the finding's convs
+(or a graph output), a reader that is a ConvTranspose or Gemm (not folded yet) or reads the activation as something
+other than its data input, conv weights shared with another node, missing or non-constant values (missing external
+data), a rank below 2, non-float weights.
 """
 
 from __future__ import annotations
@@ -33,9 +37,33 @@ from netlint.fixes.edit import Uniform
 from netlint.fixes.registry import FixContext, FixPass, Plan, label, node_names, register_fix, uniform_constant
 from netlint.ir import ConstantUnavailable
 from netlint.ir.ops import const_source
+from netlint.rule import Finding
 
 AFFINE = ("BatchNormalization", "Mul", "Div", "Add", "Sub")
 CROSSES = ("Relu", "LeakyRelu", "PRelu")
+GAMMA_FLOOR = 1e-10  # what Samsung ONE's MakeBatchNormGammaPositivePass sets a negative γ to
+
+
+def unsafe_declared(finding: Finding) -> bool:
+    return finding.fix is not None and finding.fix.applicability == "unsafe"
+
+
+def make_gamma_positive(scale: np.ndarray, activation: str, unsafe: bool) -> tuple[np.ndarray, str] | str:
+    """`scale` and a note for the plan, with every channel ≤ 0 clamped to GAMMA_FLOOR when the finding declared the
+    fix unsafe and the activation is a Relu (the make-gamma-positive variant; ONE applies it to Relu only); or why
+    the scale cannot cross the activation. Shared by the ONNX and TFLite passes."""
+    if not np.all(np.isfinite(scale)):
+        return "the batchnorm's scale is not finite"
+    bad = int(np.count_nonzero(scale <= 0))
+    if not bad:
+        return scale, ""
+    if not unsafe or activation.upper() != "RELU":
+        return (
+            f"{bad} of {scale.size} channels have a scale ≤ 0, which cannot cross the {activation}; the unsafe "
+            "make-gamma-positive variant (--unsafe-fixes) clamps them, after a Relu only"
+        )
+    note = f"; unsafe: {bad} channel{'s' if bad > 1 else ''} with a scale ≤ 0 clamped to {GAMMA_FLOOR:g}"
+    return np.where(scale > 0, scale, GAMMA_FLOOR), note + " (make-gamma-positive)"
 
 
 @register_fix
@@ -72,12 +100,10 @@ class FoldPreactivationBatchnorm(FixPass):
             return "the batchnorm's parameters do not match the channel count"
         scale = np.broadcast_to(scale, (channels,)).copy()
         shift = np.broadcast_to(shift, (channels,)).copy()
-        bad = int(np.count_nonzero(~(scale > 0)))
-        if bad:
-            return (
-                f"{bad} of {channels} channels have a scale ≤ 0, which cannot cross the {act.op_type}; the unsafe "
-                "make-gamma-positive variant is not implemented"
-            )
+        positive = make_gamma_positive(scale, act.op_type, unsafe_declared(ctx.finding))
+        if isinstance(positive, str):
+            return positive
+        scale, clamped = positive
         weights = {}
         for position in convs:
             conv = edit.node(position)
@@ -93,6 +119,8 @@ class FoldPreactivationBatchnorm(FixPass):
         dtype = np.dtype(value.dtype) if value.dtype else np.dtype(np.float32)
         if not np.issubdtype(dtype, np.floating):
             return "the batchnorm's output is not floating point"
+        if not np.all(np.isfinite((shift / scale).astype(dtype))):
+            return f"the shift t/s overflows {dtype} (a clamped scale is tiny)"
         params = [name for p in chain for name in edit.node(p).input if name and name != data]  # type: ignore[union-attr]
 
         def apply() -> None:
@@ -119,7 +147,7 @@ class FoldPreactivationBatchnorm(FixPass):
         return Plan(
             touched,
             f"folded the scale of {label(first)} ({len(chain)} node{'s' if len(chain) > 1 else ''}) across "
-            f"{label(act)} into {names}; kept one Add",
+            f"{label(act)} into {names}; kept one Add{clamped}",
             apply,
         )
 

@@ -66,13 +66,52 @@ def test_mul_add_chain_and_two_reading_convs_fold():
     assert rechecked(result.fixed, "FU007") == []
 
 
-def test_negative_gamma_is_skipped_with_reason():
+def test_negative_gamma_is_skipped_in_a_safe_run_and_before_a_leaky_relu():
     for mul_add in (False, True):
         model = preact(gamma_sign=-1.0, mul_add=mul_add)
         assert codes(findings_of(model, select=["FU007"])) == ["FU007"]
-        result = run_fix(model, ["FU007"], unsafe=True)
+        assert run_fix(model, ["FU007"]).applied == [], mul_add  # declared unsafe: not part of a safe run
+        leaky = preact(gamma_sign=-1.0, mul_add=mul_add, act="LeakyRelu")
+        result = run_fix(leaky, ["FU007"], unsafe=True)
         assert result.applied == [], mul_add
         assert "scale ≤ 0" in result.skipped[0].reason and "make-gamma-positive" in result.skipped[0].reason
+
+
+def _gamma_floor_reference(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` with every channel's scale s ≤ 0 set to make-gamma-positive's 1e-10 and its shift t kept (ONE clamps
+    the γ of the Mul → Add form, whose Add holds t; for a BN: γ' = 1e-10·√(σ²+ε), β' = t + μ·1e-10)."""
+    reference = onnx.ModelProto()
+    reference.CopyFrom(model)
+    by_name = {t.name: t for t in reference.graph.initializer}
+    bn = next((n for n in reference.graph.node if n.op_type == "BatchNormalization"), None)
+    if bn is not None:
+        gamma, beta, mean, var = (numpy_helper.to_array(by_name[name]).astype(np.float64) for name in bn.input[1:5])
+        eps = next((a.f for a in bn.attribute if a.name == "epsilon"), 1e-5)
+        root = np.sqrt(var + eps)
+        bad, shift = gamma <= 0, beta - mean * gamma / root
+        gamma[bad], beta[bad] = (1e-10 * root)[bad], (shift + mean * 1e-10)[bad]
+        for name, value in ((bn.input[1], gamma), (bn.input[2], beta)):
+            by_name[name].CopyFrom(numpy_helper.from_array(value.astype(np.float32), name))
+    else:
+        s = numpy_helper.to_array(by_name["s"]).copy()
+        s[s <= 0] = 1e-10
+        by_name["s"].CopyFrom(numpy_helper.from_array(s, "s"))
+    return reference
+
+
+def test_make_gamma_positive_clamps_negative_scales_before_a_relu_with_unsafe_fixes():
+    for mul_add in (False, True):
+        model = preact(gamma_sign=-1.0, mul_add=mul_add)
+        result = run_fix(model, ["FU007"], unsafe=True)
+        assert [a.fix for a in result.applied] == ["fold-preactivation-batchnorm"], mul_add
+        assert "clamped to 1e-10 (make-gamma-positive)" in result.applied[0].description
+        assert ops(result.fixed) == ["MaxPool", "Add", "Relu", "Conv"]
+        assert rechecked(result.fixed, "FU007") == []
+        # the function changes (the negative channel no longer depends on x) ...
+        with np.testing.assert_raises(AssertionError):
+            assert_equivalent(model, result.fixed, rtol=1e-3, atol=1e-3)
+        # ... into exactly the model whose scale was clamped to 1e-10
+        assert_equivalent(_gamma_floor_reference(model), result.fixed, rtol=1e-5, atol=1e-5)
 
 
 def test_shared_conv_weights_are_skipped():

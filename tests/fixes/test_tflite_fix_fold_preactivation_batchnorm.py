@@ -57,13 +57,28 @@ def test_separate_leaky_relu_is_kept_and_crossed():
     assert rechecked(result.fixed, "FU007") == []
 
 
-def test_a_non_positive_scale_is_refused_even_with_unsafe_fixes():
+def test_a_non_positive_scale_is_refused_in_a_safe_run_and_before_a_leaky_relu():
     data = preact(gamma=[1.0, -0.5, 2.0, 0.7], readers=("conv",))
     safe = fix(data, select=["FU007"])
     assert not safe.applied and safe.fixed == data  # the finding declares the fix unsafe
-    unsafe = fix(data, select=["FU007"], unsafe=True)
-    assert not unsafe.applied and unsafe.fixed == data
+    leaky = preact(gamma=[1.0, -0.5, 2.0, 0.7], separate="LEAKY_RELU", readers=("conv",))
+    unsafe = fix(leaky, select=["FU007"], unsafe=True)
+    assert not unsafe.applied and unsafe.fixed == leaky
     assert any("1 of 4 channels have a scale ≤ 0" in s.reason for s in unsafe.skipped)
+
+
+def test_make_gamma_positive_clamps_the_negative_scale_before_a_relu_with_unsafe_fixes():
+    data = preact(gamma=[1.0, -0.5, 2.0, 0.7], readers=("conv",))
+    unsafe = fix(data, select=["FU007"], unsafe=True)
+    assert [a.fix for a in unsafe.applied] == ["fold-preactivation-batchnorm"]
+    assert "1 channel with a scale ≤ 0 clamped to 1e-10" in unsafe.applied[0].description
+    assert ops(unsafe.fixed) == {"ADD": 1, "CONV_2D": 1}
+    assert rechecked(unsafe.fixed, "FU007") == []
+    with pytest.raises(AssertionError):  # the function changes ...
+        assert_equivalent(data, unsafe.fixed, rtol=1e-3, atol=1e-3)
+    # ... into exactly the model whose γ was clamped (ONE's MakeBatchNormGammaPositive on the MUL → ADD form)
+    clamped = preact(gamma=[1.0, 1e-10, 2.0, 0.7], readers=("conv",))
+    assert_equivalent(clamped, unsafe.fixed, rtol=RTOL, atol=ATOL)
 
 
 def test_shared_reader_weights_are_left_alone():

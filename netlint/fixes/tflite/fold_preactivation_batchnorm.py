@@ -16,8 +16,12 @@ per channel), and a conv is linear in its input: conv(W, s·z) = conv(W·s, z). 
 the int8 kernels requantize after every op, and the new ADD, RELU and scaled weights would round at other scales, so
 an integer model cannot reproduce the original exactly.
 
-Guards (the finding is skipped, with the reason): a channel with s ≤ 0 (the unsafe `make-gamma-positive` variant,
-which clamps γ, is not implemented); a non-float32 chain, activation or conv; a fused activation other than RELU
+The unsafe variant `make-gamma-positive` (only with --unsafe-fixes, when FU007 declared the fix unsafe, and only
+before a RELU, fused or not): every s ≤ 0 is set to 1e-10 first, as Samsung ONE's MakeBatchNormGammaPositivePass
+does, so those channels become relu(t); shared with the ONNX pass (make_gamma_positive).
+
+Guards (the finding is skipped, with the reason): a channel with s ≤ 0 in a safe run or before LEAKY_RELU / PRELU
+(the scale cannot cross it); a non-float32 chain, activation or conv; a fused activation other than RELU
 (RELU6 and RELU_N1_TO_1 are bounded: the scale cannot cross them); an intermediate output with another reader or
 that is a subgraph output; an activation output read by anything but convs as their data input, or a subgraph
 output; conv weights shared with another operator, not constant or sparse; a constant that is not a scalar or per
@@ -30,6 +34,7 @@ from __future__ import annotations
 import numpy as np
 import tflite
 
+from netlint.fixes.fold_preactivation_batchnorm import make_gamma_positive
 from netlint.fixes.registry import Plan
 from netlint.fixes.tflite import _fold
 from netlint.fixes.tflite._common import touched
@@ -71,12 +76,11 @@ class FoldPreactivationBatchnorm(TflitePass):
         if isinstance(affine, str):
             return affine
         scale, shift = affine
-        bad = int(np.count_nonzero(~(scale > 0)))
-        if bad:
-            return (
-                f"{bad} of {channels} channels have a scale ≤ 0, which cannot cross the activation; the unsafe "
-                "make-gamma-positive variant is not implemented"
-            )
+        kind = "RELU" if act is None else edit.opcode(edit.op(act))  # type: ignore[arg-type]
+        positive = make_gamma_positive(scale, kind, ctx.unsafe_declared)
+        if isinstance(positive, str):
+            return positive
+        scale, clamped = positive
         last_op = edit.op(chain[-1])
         assert last_op is not None
         act_out = ints(edit.op(act)["Outputs"])[0] if act is not None else ints(last_op["Outputs"])[0]  # type: ignore[index]
@@ -94,7 +98,7 @@ class FoldPreactivationBatchnorm(TflitePass):
         names = ", ".join(edit.label(p) for p in convs)
         description = (
             f"folded the scale of {edit.label(head)} ({len(chain)} op{'s' if len(chain) > 1 else ''}) across the "
-            f"{'fused RELU' if act is None else edit.opcode(edit.op(act))} into {names}; kept one ADD"  # type: ignore[arg-type]
+            f"{'fused RELU' if act is None else kind} into {names}; kept one ADD{clamped}"
         )
 
         def apply() -> None:
