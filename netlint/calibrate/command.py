@@ -28,8 +28,9 @@ DEFAULT_BUDGET_S = 60.0
 DATA_DEPENDENT = 1.5  # PRelu on random-sign data this many times slower than on one-signed data: data dependent
 
 CALIBRATE_HELP = """Measure this machine with micro-benchmarks built in memory (dense and depthwise convs, memory-bound
-and elementwise ops, chains of tiny ops, conv + activation pairs), interleaved and repeated on one pinned thread by
-default, and write a target file: [cost] with the fitted throughputs and overhead, [fusion] with the activations
+and elementwise ops, chains of tiny ops, each activation alone against a Relu, conv + activation pairs), interleaved
+and repeated on one pinned thread by default, and write a target file: [cost] with the fitted throughputs, overhead
+and activation_ops_per_element, [fusion] with the activations
 observed to fuse into a conv (nn-Meter's test: fused iff T1 + T2 - T12 > 0.5 min(T1, T2)). Use it with
 `netlint check --target FILE.toml`. Exit codes: 0 written, 2 an error."""
 
@@ -145,6 +146,7 @@ def target_document(base: dict[str, Any], result: Any, name: str) -> dict[str, A
     cost.pop("clock_ghz", None)  # a CPU's throughput is measured, not derived from a clock
     cost.update(numbers)
     _data_dependence(cost, result.prelu_ratio)
+    _activation_table(cost, getattr(result, "activation_ops_per_element", {}))
     if "views_free" not in cost and runner.runtime == "onnxruntime":
         cost["views_free"] = True  # ORT's Reshape/Squeeze/Unsqueeze/Flatten alias their input (not measured)
         cost["assumed"] = [*cost.get("assumed", []), "views_free"]
@@ -183,6 +185,17 @@ def _data_dependence(cost: dict[str, Any], ratio: float | None) -> None:
         cost.pop("data_dependent_ratio", None)
 
 
+def _activation_table(cost: dict[str, Any], factors: dict[str, float]) -> None:
+    """The measured activations' Relu-equivalent ops per element replace the base's table (kept when none were
+    measured); an activation not measured here keeps the base's number."""
+    from netlint.targets import schema
+
+    if not factors or "activation_ops_per_element" not in getattr(schema, "COST_TABLES", ()):
+        return
+    table = {**cost.get("activation_ops_per_element", {}), **factors}
+    cost["activation_ops_per_element"] = {op: table[op] for op in sorted(table)}
+
+
 def _header(result: Any) -> str:
     from netlint.calibrate.fit import verdict
 
@@ -193,6 +206,16 @@ def _header(result: Any) -> str:
         *(
             [f"PRelu on random-sign / one-signed data (64x56x56): {result.prelu_ratio:.2f}x."]
             if result.prelu_ratio is not None
+            else []
+        ),
+        *(
+            [
+                "Activations alone on [1, 64, 56, 56] (PRelu on one-signed input), vector ops per element",
+                "(activation_ops_per_element: time per element relative to Relu x Relu's time at vector_gops_per_s):",
+                "  "
+                + ", ".join(f"{op} {value:.2f}" for op, value in sorted(result.activation_ops_per_element.items())),
+            ]
+            if getattr(result, "activation_ops_per_element", None)
             else []
         ),
         "Fusion test (nn-Meter): fused iff T1 + T2 - T12 > 0.5 min(T1, T2), each less the per-call cost; inconclusive",

@@ -5,6 +5,11 @@ fixed, so the time is `intercept + work / rate`: a least-squares line through (w
 relative errors, gives the rate as the inverse slope, and the intercept absorbs what does not scale (the runtime's
 per-call cost, one kernel launch). Slopes are what the cost model needs; intercepts are reported, not used.
 
+Activations: each activation op alone on the same tensor as a Relu, interleaved. Its time relative to Relu's is the
+median over rounds of (T_op - c) / (T_Relu - c), c the runtime's per-call cost (a ratio of two times of the same
+round: a shared machine's load mostly cancels); its ops per element, the number the cost model charges at the
+vector rate, is that ratio times Relu's own: (T_Relu - c) x vector rate / elements.
+
 Fusion (nn-Meter's fusion tester, Zhang et al., MobiSys 2021, arXiv:2105.13914 / github.com/microsoft/nn-Meter):
 two ops run as one kernel iff T1 + T2 - T12 > 0.5 * min(T1, T2), T1 and T2 the ops alone, T12 the pair.
 """
@@ -26,6 +31,7 @@ DEPTHWISE = "depthwise"  # depthwise Conv MACs
 MEMORY = "memory"  # bytes read + written by a memory-bound Add
 ELTWISE = "eltwise"  # elementwise ops (one per output element), with the bytes they move
 OVERHEAD = "overhead"  # kernels in a chain of tiny ops
+ACTIVATION = "activation"  # one activation alone on one tensor shape, timed against Relu on the same shape
 
 
 @dataclass(frozen=True)
@@ -166,3 +172,21 @@ def observed_fusions(pairs: dict[str, tuple[float, float, float]], baseline_us: 
     """Activation kinds whose (T_conv, T_act, T_pair) timings pass the fusion test and the consistency guard once
     `baseline_us` (the runtime's per-call cost, present in each of the three runs) is taken off each."""
     return sorted(kind for kind, times in pairs.items() if verdict(*(t - baseline_us for t in times)) == "fused")
+
+
+def relu_equivalents(op_us: Sequence[float], relu_us: Sequence[float], call_overhead_us: float) -> float:
+    """An activation's ops per element in Relu-equivalents: the median over rounds of (T_op - c) / (T_Relu - c), the
+    two timed in the same round on the same tensor, c the runtime's per-call cost (so a ratio of two small times is
+    not pulled towards 1). Rounded to 2 decimals, at least 0.01 (the table's numbers must be positive)."""
+    if not op_us or len(op_us) != len(relu_us):
+        raise ValueError("relu_equivalents needs as many activation as Relu times, at least one")
+    ratios = [
+        max(t - call_overhead_us, 1e-3) / max(r - call_overhead_us, 1e-3) for t, r in zip(op_us, relu_us, strict=True)
+    ]
+    return max(round(float(np.median(ratios)), 2), 0.01)
+
+
+def relu_ops_per_element(relu_us: float, call_overhead_us: float, elements: int, vector_gops_per_s: float) -> float:
+    """Relu's time per element expressed in vector ops: (T_Relu - c) x rate / elements. The cost model charges an
+    activation's ops at `vector_gops_per_s`, so an activation's ops per element are its ratio to Relu times this."""
+    return max(relu_us - call_overhead_us, 1e-3) * vector_gops_per_s * 1e3 / elements

@@ -2,7 +2,9 @@
 
 Families (netlint.calibrate.fit): dense Conv 1x1 and 3x3 at several sizes (MACs), depthwise 3x3 (MACs), a
 memory-bound Add of two inputs from 0.25 MB to 16 MB per tensor (bytes), elementwise ops and activations on
-activation-sized tensors (ops, under the memory roofline), and chains of 10 to 160 tiny ops on [1, 8] (kernels).
+activation-sized tensors (ops, under the memory roofline), chains of 10 to 160 tiny ops on [1, 8] (kernels), and
+every activation op alone on one [1, 64, 56, 56] tensor against a Relu (activation_ops_per_element; `run_activations`
+runs only these and the chains).
 Fusion: for every activation, chains of FUSION_DEPTH convs alone (T1), activations alone (T2) and conv -> activation
 pairs (T12), each less the runtime's per-call cost, through nn-Meter's test.
 """
@@ -11,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from netlint.calibrate.bench import (
     ONNX_ACTIVATIONS,
@@ -19,15 +21,46 @@ from netlint.calibrate.bench import (
     Layer,
     MicroModel,
     Runner,
+    Timings,
     build_onnx,
     build_tflite,
     measure,
 )
-from netlint.calibrate.fit import CONV, DEPTHWISE, ELTWISE, MEMORY, OVERHEAD, Fitted, Sample, fit_cost, observed_fusions
+from netlint.calibrate.fit import (
+    ACTIVATION,
+    CONV,
+    DEPTHWISE,
+    ELTWISE,
+    MEMORY,
+    OVERHEAD,
+    Fitted,
+    Sample,
+    fit_cost,
+    fit_line,
+    observed_fusions,
+    relu_equivalents,
+    relu_ops_per_element,
+)
 
 FUSION_DEPTH = 8  # conv -> activation repeated, so the saving stands out of the per-call cost
 FUSION_SHAPE = (16, 56, 56)  # channels, height, width: a 0.8 MMAC 1x1 conv and a 50k-element activation
 FLOAT = 4
+# Activations alone, each timed against a Relu on the same [1, C, H, W] tensor (200k elements: well above the per-call
+# cost, inside the L2 cache of most CPUs). Op type -> the micro-model's activation kind (Clip: bounds -2, 3; TFLite's
+# RELU6 is a Clip); PRelu on one-signed input, its fast path: the slow one is the data-dependent range.
+ACTIVATION_SHAPE = (64, 56, 56)
+ONNX_ACTIVATION_OPS = {
+    op: op
+    for op in (
+        "Clip", "LeakyRelu", "PRelu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Elu", "Selu", "Celu", "Gelu",
+        "Softplus", "Softsign", "Mish", "ThresholdedRelu",
+    )
+}  # fmt: skip
+TFLITE_ACTIVATION_OPS = {
+    "Clip": "Relu6", "LeakyRelu": "LeakyRelu", "PRelu": "PRelu", "Sigmoid": "Sigmoid", "Tanh": "Tanh",
+    "HardSwish": "HardSwish",
+}  # fmt: skip
+CHAINS = (10, 40, 80, 160)
 # The conv of the fusion pairs: a dense 1x1 (~4x an elementwise pass here) and a depthwise 3x3 (~1x); each activation
 # is judged with the one closer to its own time, since the test cannot resolve a saving far below the noise of the
 # slower op.
@@ -45,9 +78,12 @@ class Calibration:
     runner: Runner
     pinning: str
     prelu_ratio: float | None = None  # PRelu time on random-sign / one-signed data (a data-dependent op)
+    # activation op type -> ops per element in Relu-equivalents (per-element time relative to a Relu's)
+    activation_ops_per_element: dict[str, float] = field(default_factory=dict)
 
 
-def suite(activations: tuple[str, ...]) -> list[MicroModel]:
+def suite(activations: tuple[str, ...], activation_ops: dict[str, str] | None = None) -> list[MicroModel]:
+    """The whole suite; `activation_ops` (op type -> kind, default ONNX_ACTIVATION_OPS) are timed against Relu."""
     models: list[MicroModel] = []
     for k, c, h in ((1, 64, 28), (1, 128, 28), (1, 256, 28), (3, 32, 28), (3, 64, 28), (3, 64, 56)):
         macs = h * h * c * c * k * k
@@ -71,8 +107,8 @@ def suite(activations: tuple[str, ...]) -> list[MicroModel]:
         for positive in (False, True):
             spec = MicroModel(f"prelu_{'positive' if positive else 'mixed'}", 64, 56, 56, [Layer("act", act="PRelu")])
             models.append(MicroModel(**{**spec.__dict__, "family": "data", "positive_input": positive}))
-    for count in (10, 40, 80, 160):
-        models.append(MicroModel(f"chain_{count}", 8, 1, 1, [Layer("neg")] * count, OVERHEAD, count))
+    models += chain_suite()
+    models += activation_suite(ONNX_ACTIVATION_OPS if activation_ops is None else activation_ops)
     c, h, w = FUSION_SHAPE
     for conv_name, conv in FUSION_CONVS.items():
         models.append(MicroModel(f"fusion_{conv_name}", c, h, w, [conv] * FUSION_DEPTH, "fusion"))
@@ -85,6 +121,84 @@ def suite(activations: tuple[str, ...]) -> list[MicroModel]:
     return models
 
 
+def chain_suite() -> list[MicroModel]:
+    """Chains of tiny ops: the per-kernel cost (slope) and the runtime's per-call cost (intercept)."""
+    return [MicroModel(f"chain_{count}", 8, 1, 1, [Layer("neg")] * count, OVERHEAD, count) for count in CHAINS]
+
+
+def activation_suite(activation_ops: dict[str, str]) -> list[MicroModel]:
+    """Relu and each activation alone on the same ACTIVATION_SHAPE tensor (random-sign input, PRelu one-signed)."""
+    c, h, w = ACTIVATION_SHAPE
+    models = []
+    for op, kind in {"Relu": "Relu", **activation_ops}.items():
+        spec = MicroModel(f"act_{op}", c, h, w, [Layer("act", act=kind)], ACTIVATION, c * h * w)
+        spec.positive_input = op == "PRelu"
+        models.append(spec)
+    return models
+
+
+def activation_ratios(timings: Timings, models: list[MicroModel], call_overhead_us: float) -> dict[str, float]:
+    """Op type -> its per-element time relative to Relu's (see fit.relu_equivalents); Relu 1."""
+    relu = timings.samples["act_Relu"]
+    return {
+        spec.name.removeprefix("act_"): relu_equivalents(timings.samples[spec.name], relu, call_overhead_us)
+        for spec in models
+        if spec.family == ACTIVATION
+    }
+
+
+def activation_ops(
+    timings: Timings, models: list[MicroModel], call_overhead_us: float, vector_gops_per_s: float
+) -> dict[str, float]:
+    """Op type -> the vector ops per element the cost model should charge (Relu included): the ratio to Relu times
+    Relu's own time per element at `vector_gops_per_s` (fit.relu_ops_per_element), 2 decimals, at least 0.01."""
+    c, h, w = ACTIVATION_SHAPE
+    relu = relu_ops_per_element(timings.medians["act_Relu"], call_overhead_us, c * h * w, vector_gops_per_s)
+    ratios = activation_ratios(timings, models, call_overhead_us)
+    return {op: max(round(ratio * relu, 2), 0.01) for op, ratio in ratios.items()}
+
+
+@dataclass
+class ActivationRun:
+    factors: dict[str, float]  # op type -> vector ops per element (activation_ops_per_element)
+    ratios: dict[str, float]  # op type -> per-element time relative to Relu
+    medians: dict[str, float]  # micro-model -> median microseconds per call
+    call_overhead_us: float
+    rounds: int
+
+
+def run_activations(
+    runner: Runner, *, vector_gops_per_s: float, budget_s: float, progress: Callable[[str], None] | None = None
+) -> ActivationRun:
+    """Only the activation part of the suite (plus the kernel chains, for the per-call cost): the table
+    `activation_ops_per_element` for a target whose vector rate is `vector_gops_per_s`, no other number refitted."""
+    tflite = runner.runtime == "litert"
+    models = chain_suite() + activation_suite(TFLITE_ACTIVATION_OPS if tflite else ONNX_ACTIVATION_OPS)
+    timings = _time(runner, models, budget_s, progress)
+    chains = [s for s in models if s.family == OVERHEAD]
+    call = max(fit_line([s.work for s in chains], [timings.medians[s.name] for s in chains]).intercept_us, 0.0)
+    factors = activation_ops(timings, models, call, vector_gops_per_s)
+    ratios = activation_ratios(timings, models, call)
+    return ActivationRun(factors, ratios, timings.medians, call, timings.rounds)
+
+
+def _time(runner: Runner, models: list[MicroModel], budget_s: float, progress: Callable[[str], None] | None) -> Timings:
+    """Build and prepare every micro-model, then time them interleaved within about `budget_s`."""
+    build = build_tflite if runner.runtime == "litert" else build_onnx
+    started = time.perf_counter()
+    runs = {}
+    for index, spec in enumerate(models):
+        spec.seed = index
+        if progress is not None:
+            progress(f"preparing micro-models {index + 1}/{len(models)}")
+        runs[spec.name] = runner.prepare(*build(spec))
+    return measure(
+        runs,
+        budget_s=budget_s * 0.9 - (time.perf_counter() - started),
+        progress=(lambda i, n: progress(f"timing round {i}/{n}")) if progress is not None else None,
+    )
+
+
 def run_suite(
     runner: Runner,
     *,
@@ -94,27 +208,21 @@ def run_suite(
 ) -> Calibration:
     """Build, prepare and time the suite on `runner` within about `budget_s`, then fit."""
     tflite = runner.runtime == "litert"
-    models = suite(TFLITE_ACTIVATIONS if tflite else ONNX_ACTIVATIONS)
-    build = build_tflite if tflite else build_onnx
-    started = time.perf_counter()
-    runs = {}
-    for index, spec in enumerate(models):
-        spec.seed = index
-        if progress is not None:
-            progress(f"preparing micro-models {index + 1}/{len(models)}")
-        runs[spec.name] = runner.prepare(*build(spec))
-    timings = measure(
-        runs,
-        budget_s=budget_s * 0.9 - (time.perf_counter() - started),
-        progress=(lambda i, n: progress(f"timing round {i}/{n}")) if progress is not None else None,
-    )
+    if tflite:
+        models = suite(TFLITE_ACTIVATIONS, TFLITE_ACTIVATION_OPS)
+    else:
+        models = suite(ONNX_ACTIVATIONS, ONNX_ACTIVATION_OPS)
+    timings = _time(runner, models, budget_s, progress)
     medians = timings.medians
+    chains = [s for s in models if s.family == OVERHEAD]
+    call = max(fit_line([s.work for s in chains], [medians[s.name] for s in chains]).intercept_us, 0.0)
     samples = [
         Sample(spec.family, spec.name, spec.work, medians[spec.name], spec.ops, spec.bytes)
         for spec in models
-        if spec.family not in ("fusion", "data")
+        if spec.family not in ("fusion", "data", ACTIVATION)
     ]
     fitted = fit_cost(samples)
+    factors = activation_ops(timings, models, call, fitted.vector_gops_per_s)
     pairs = {}
     for spec in models:
         if not spec.name.startswith("fusion_act_"):
@@ -129,7 +237,7 @@ def run_suite(
     if "prelu_mixed" in medians:
         base = fitted.call_overhead_us
         prelu_ratio = (medians["prelu_mixed"] - base) / max(medians["prelu_positive"] - base, 1e-3)
-    return Calibration(fitted, fusions, pairs, samples, timings.rounds, runner, pinning, prelu_ratio)
+    return Calibration(fitted, fusions, pairs, samples, timings.rounds, runner, pinning, prelu_ratio, factors)
 
 
 def _balance(t1: float, t2: float) -> float:

@@ -8,7 +8,7 @@ section's `assumed`, and reports say so.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from netlint.targets import Target
@@ -27,6 +27,7 @@ KEYS = (
     "transfer_overhead_us",  # ... plus this fixed cost per crossing
     "data_dependent_ratio",  # worst / best time of a data-dependent op (data_dependent_ops) on the same tensor
     "data_dependent_ops",  # ops whose speed depends on the values (PRelu on ORT CPU: a branch per element)
+    "activation_ops_per_element",  # activation op type -> ops per element in Relu-equivalents (others: 1)
 )
 
 
@@ -49,6 +50,8 @@ class Rates:
     transfer_overhead_us: float | None = None
     data_dependent_ratio: float = 1.0  # 1: no op's time depends on the data
     data_dependent_ops: frozenset[str] = frozenset()
+    # activation op type -> ops per element, in Relu-equivalents (a Gelu costs this many Relus per element); others 1
+    activation_ops_per_element: Mapping[str, float] = field(default_factory=dict, hash=False, compare=False)
 
     @property
     def calibrated(self) -> bool:
@@ -91,6 +94,9 @@ def rates_for(target: Target) -> Rates | None:
             transfer_overhead_us=_optional(merged, "transfer_overhead_us"),
             data_dependent_ratio=float(merged.get("data_dependent_ratio", 1.0)),
             data_dependent_ops=frozenset(merged.get("data_dependent_ops", ())),
+            activation_ops_per_element={
+                op: float(value) for op, value in merged.get("activation_ops_per_element", {}).items()
+            },
         )
     except KeyError:
         return None

@@ -17,6 +17,7 @@ Layout of a target document (every section but [target] is optional; `generic.to
     [throughput]    macs_per_cycle.<precision> (MACs per cycle of the conv/matmul engine), source
     [[runtime.rewrites]]  fix, source: a netlint fix pass the target's runtime applies by itself when it loads a model
     [cost]          source, the numbers of COST_NUMBERS (units in the key names), views_free, data_dependent_ops,
+                    activation_ops_per_element (activation op type -> Relu-equivalent ops per element),
                     assumed (the keys nobody sourced, dotted: "memory_gb_per_s", "precision.int16.vector_gops_per_s"),
                     precision.<p> (the same numbers, overriding per precision)
 
@@ -63,6 +64,10 @@ COST_NUMBERS = frozenset(
 )
 COST_FLAGS = frozenset({"views_free"})
 COST_LISTS = frozenset({"data_dependent_ops"})  # op types (canonical names)
+# Per-op-type tables of positive numbers: activation op type -> the ops per element the cost model counts for it, in
+# Relu-equivalents (Relu = 1: an activation's per-element time on the target relative to a Relu's, measured by
+# `netlint calibrate`); op types not listed count 1.
+COST_TABLES = frozenset({"activation_ops_per_element"})
 
 _PRECISION_NAME = re.compile(r"[a-z0-9][a-z0-9_-]*")
 _CAMEL_CASE = re.compile(r"[A-Z][A-Za-z0-9]*")
@@ -86,7 +91,7 @@ _SECTIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "shapes": (frozenset({"static", "source"}), frozenset()),
     "throughput": (frozenset({"macs_per_cycle", "source"}), frozenset()),
     "runtime": (frozenset({"rewrites"}), frozenset()),
-    "cost": (frozenset({"source"}), COST_NUMBERS | COST_FLAGS | COST_LISTS | {"assumed", "precision"}),
+    "cost": (frozenset({"source"}), COST_NUMBERS | COST_FLAGS | COST_LISTS | COST_TABLES | {"assumed", "precision"}),
 }
 _REWRITE_KEYS = (frozenset({"fix", "source"}), frozenset())
 _RESIDUAL_KEYS = (frozenset({"activations", "requires_bias", "requires_same_shape", "source"}), frozenset())
@@ -404,7 +409,7 @@ class _Validator:
             key = f"cost.precision.{name}"
             self.declared_precision(name, key)
             entry = self.table(entry, key)
-            self.keys(entry, key, (frozenset(), COST_NUMBERS | COST_FLAGS | COST_LISTS))
+            self.keys(entry, key, (frozenset(), COST_NUMBERS | COST_FLAGS | COST_LISTS | COST_TABLES))
             present |= {f"precision.{name}.{number}" for number in self.cost_numbers(entry, key)}
         for index, name in enumerate(self.strings(table.get("assumed", []), "cost.assumed")):
             if name not in present:
@@ -427,7 +432,22 @@ class _Validator:
             self.boolean(table[name], _join(key, name))
         for name in COST_LISTS & table.keys():
             self.strings(table[name], _join(key, name), item=self.op_type)
-        return set((COST_NUMBERS | COST_FLAGS | COST_LISTS) & table.keys())
+        for name in COST_TABLES & table.keys():
+            self.activation_table(table[name], _join(key, name))
+        return set((COST_NUMBERS | COST_FLAGS | COST_LISTS | COST_TABLES) & table.keys())
+
+    def activation_table(self, value: Any, key: str) -> None:
+        """activation op type -> a positive, finite number (Relu-equivalent ops per element)."""
+        for op, number in self.table(value, key).items():
+            if op not in ACTIVATION_OPS:
+                self.fail(
+                    _join(key, op),
+                    f"{op!r} is not an activation op type (expected one of: {', '.join(sorted(ACTIVATION_OPS))})",
+                )
+            if isinstance(number, bool) or not isinstance(number, int | float):
+                self.fail(_join(key, op), f"expected a number, got {self.got(number)}")
+            if not 0 < number < float("inf"):
+                self.fail(_join(key, op), f"expected a positive number (ops per element, Relu = 1), got {number}")
 
 
 def op_type_problem(name: str) -> str | None:

@@ -22,6 +22,8 @@ from netlint.calibrate.fit import (
     fit_vector_rate,
     fused,
     observed_fusions,
+    relu_equivalents,
+    relu_ops_per_element,
     verdict,
 )
 from netlint.targets import load_target
@@ -151,6 +153,11 @@ def test_calibrate_writes_a_target_that_loads(run_cli, tmp_path):
     assert fusion["source"] == cost["source"]
     assert isinstance(fusion["precision"]["all"]["activations"], list)
     assert target.fused_activations() is not None
+    # every activation the suite times alone gets its ops per element, a slow one above Relu
+    table = cost["activation_ops_per_element"]
+    assert {"Relu", "Gelu", "Elu", "Sigmoid", "Tanh", "HardSwish", "PRelu"} <= set(table)
+    assert all(value > 0 for value in table.values())
+    assert table["Elu"] > table["Relu"] and table["Gelu"] > table["Relu"]
     # the base target's other facts are kept
     assert target.section("ops")["supported"] == ["*"]
     assert target.section("runtime")["rewrites"]
@@ -240,6 +247,57 @@ def test_document_keeps_the_base_facts_and_replaces_the_measured_ones():
     assert cost["source"] == document["target"]["sources"][-1]
     validate(dumps(document), "mine.toml")
     assert base["cost"]["source"] != cost["source"]  # the base document is not modified
+
+
+def test_document_writes_the_activation_table_over_the_bases():
+    from netlint.calibrate.command import target_document, validate
+
+    base = load_target("ort-cpu").data
+    result = fake_result(None)
+    result.activation_ops_per_element = {"Gelu": 2.5, "Relu": 0.4}
+    cost = target_document(base, result, "mine")["cost"]
+    table = cost["activation_ops_per_element"]
+    assert table["Gelu"] == 2.5 and table["Relu"] == 0.4  # measured: replaced
+    assert table["Elu"] == base["cost"]["activation_ops_per_element"]["Elu"]  # not measured here: the base's kept
+    text = dumps(target_document(base, result, "mine"))
+    validate(text, "mine.toml")
+    assert tomllib.loads(text)["cost"]["activation_ops_per_element"] == table
+
+
+# --- activations against Relu (pure) -------------------------------------------------------------------------------
+def test_relu_equivalents_takes_the_per_call_cost_off_and_the_median_over_rounds():
+    # per-call cost 6 us; Relu 30 us of work, the activation 4x that, one round disturbed by the machine
+    relu = [36.0, 36.0, 36.0, 80.0, 36.0]
+    gelu = [126.0, 126.0, 126.0, 130.0, 126.0]
+    assert relu_equivalents(gelu, relu, 6.0) == 4.0  # a naive ratio of medians without the 6 us would say 3.5
+    assert relu_equivalents(relu, relu, 6.0) == 1.0
+    with pytest.raises(ValueError):
+        relu_equivalents([1.0], [1.0, 2.0], 0.0)
+
+
+def test_relu_ops_per_element_is_relus_time_at_the_vector_rate():
+    # 200k elements in 64 us of work at 3.125 Gops/s: 1 op per element; in 32 us: 0.5
+    assert relu_ops_per_element(70.0, 6.0, 200_000, 3.125) == pytest.approx(1.0)
+    assert relu_ops_per_element(38.0, 6.0, 200_000, 3.125) == pytest.approx(0.5)
+
+
+def test_activation_ops_scale_the_ratio_by_relus_ops():
+    from netlint.calibrate.bench import Timings
+    from netlint.calibrate.suite import ACTIVATION_SHAPE, activation_ops, activation_suite
+
+    models = activation_suite({"Gelu": "Gelu", "PRelu": "PRelu"})
+    assert [m.name for m in models] == ["act_Relu", "act_Gelu", "act_PRelu"]
+    assert [m.positive_input for m in models] == [False, False, True]  # PRelu's fast path: the range covers the rest
+    c, h, w = ACTIVATION_SHAPE
+    relu_work = c * h * w / 3.0e3  # 1 op per element at 3 Gops/s
+    samples = {
+        "act_Relu": [5 + relu_work] * 3,
+        "act_Gelu": [5 + 5 * relu_work] * 3,
+        "act_PRelu": [5 + 2 * relu_work] * 3,
+    }
+    timings = Timings({k: v[0] for k, v in samples.items()}, 3, samples)
+    assert activation_ops(timings, models, 5.0, 3.0) == {"Relu": 1.0, "Gelu": 5.0, "PRelu": 2.0}
+    assert activation_ops(timings, models, 5.0, 1.5) == {"Relu": 0.5, "Gelu": 2.5, "PRelu": 1.0}
 
 
 def test_prelu_ratio_decides_data_dependence():
