@@ -192,12 +192,18 @@ def _mode(graph: Graph, ctx: Context) -> Mode | None:
     (each stops at the first answer)."""
     if "float16" in _activation_dtypes(graph):
         return Mode(frozenset({"float16"}), "in this float16 model", "warning", False)
-    if ctx.target.numeric() == ("float", 16):
-        return Mode(frozenset({"float32", "float16"}), f"when converted for {ctx.target.label}", "warning", True)
+    fp16_target = ctx.target.numeric() == ("float", 16)
+    # A float16-weight model (TFLite's float16 quantization, `netlint fix --to-fp16`) is already converted: its float32
+    # constants were kept on purpose, so only its unsafe float32 ops are reported, whatever the target.
     fp16_weights = any(value.data is not None and value.dtype == "float16" for value in graph.values.values())
     if fp16_weights and "float32" in _activation_dtypes(graph):
+        if fp16_target:
+            context = f"when run in float16 on {ctx.target.label} (this model stores float16 weights)"
+            return Mode(frozenset({"float32"}), context, "warning", False)
         context = "on fp16 GPU delegates (this model stores float16 weights for them)"
         return Mode(frozenset({"float32"}), context, "info", False)
+    if fp16_target:
+        return Mode(frozenset({"float32", "float16"}), f"when converted for {ctx.target.label}", "warning", True)
     return None
 
 

@@ -36,7 +36,7 @@ def render_text(reports: list[ModelReport], colour: bool = False) -> str:
             if hint:
                 lines.append(paint(f"  help: {hint}", "dim"))
             if finding.impact is not None:
-                lines.append(paint(f"  impact: {impact_text(finding.impact)}", "dim"))
+                lines.append(paint(f"  impact: {safe(impact_text(finding.impact))}", "dim"))
         skipped: dict[tuple[str, str], int] = defaultdict(int)
         for skip in report.skipped:
             skipped[(skip.code, skip.reason)] += 1
@@ -72,13 +72,17 @@ def ranked(findings: list[Finding]) -> list[Finding]:
 
 
 def impact_text(impact: Impact) -> str:
-    """'saves 0.42 ms (3.1%) on ort-cpu', 'slows ort-cpu down by 0.3 ms (2.0%)', 'saves nothing on ort-cpu'."""
+    """'saves 0.42 ms (3.1%) on ort-cpu', 'slows ort-cpu down by 0.3 ms (2.0%)', 'saves nothing on ort-cpu', then
+    the impact's basis when it has one (`saves nothing on ort-cpu: accuracy finding, not a latency one`), so a 0
+    saving says why it is 0."""
     saving, share = impact.saving_ms, abs(impact.saving_share)
     if abs(saving) < 5e-7:
-        return f"saves nothing on {impact.target}"
-    if saving > 0:
-        return f"saves {_ms(saving)} ({share:.1%}) on {impact.target}"
-    return f"slows {impact.target} down by {_ms(-saving)} ({share:.1%})"
+        text = f"saves nothing on {impact.target}"
+    elif saving > 0:
+        text = f"saves {_ms(saving)} ({share:.1%}) on {impact.target}"
+    else:
+        text = f"slows {impact.target} down by {_ms(-saving)} ({share:.1%})"
+    return f"{text}: {impact.basis}" if impact.basis else text
 
 
 def cost_text(report: ModelReport) -> str:

@@ -117,6 +117,17 @@ def test_node_def_attributes_are_read_from_the_flex_options():
     assert "not a readable NodeDef" in node_def_attrs(np.frombuffer(b"\x01\x02\x03", np.uint8))
 
 
+def test_node_def_fields_not_described_are_skipped_and_a_truncated_one_is_refused():
+    """What a real converter writes besides: inputs (3), a device (4), a type attribute (AttrValue.type = 6) and a
+    field this reader does not know; only the scalar attributes come back. A cut-off NodeDef gives the reason."""
+    type_attr = _bytes(1, b"T") + _bytes(2, _key(6, 0) + bytes([1]))
+    extra = _bytes(3, b"conv:0") + _bytes(4, b"/cpu:0") + _bytes(5, type_attr) + _key(15, 0) + bytes([7])
+    attrs = node_def_attrs(np.frombuffer(flex_options(node_def(1e-3, False) + extra), np.uint8))
+    assert attrs == {"epsilon": pytest.approx(1e-3), "is_training": False, "data_format": b"NHWC"}
+    cut = node_def_attrs(np.frombuffer(flex_options(node_def(1e-3, False)[:-3]), np.uint8))
+    assert isinstance(cut, str) and "not a readable NodeDef" in cut
+
+
 @pytest.mark.parametrize("depthwise", [False, True])
 def test_flex_batchnorm_folds_into_the_conv(depthwise):
     data = flex_bn(depthwise=depthwise)

@@ -151,6 +151,29 @@ def test_severity_ranks_before_impact() -> None:
     assert worst in " ".join(page.text)
 
 
+def test_an_impacts_basis_is_shown_next_to_its_saving_and_escaped() -> None:
+    from dataclasses import replace
+
+    from netlint.rule import Impact
+
+    b = GraphBuilder()
+    x = b.input("x", [1, 4, 8, 8])
+    b.output(b.batchnorm(b.conv(x, 4, name="conv"), name="bn"))
+    report = lint(b.build(), target="ti-tda4vm")
+    assert len(report.findings) >= 1
+    basis = f"accuracy finding, not a latency one {SCRIPT}"
+    report.findings[0] = replace(report.findings[0], impact=Impact("ti-tda4vm", 2.0, 2.0, basis=basis))
+    html = render_html([ReportInput(report, load(b.build()))])
+    page = parse(html)
+    assert f": {basis}" in "".join(page.text)  # on the impact row, as text
+    assert SCRIPT not in html and str(escape(SCRIPT)) in html
+    assert [s for s in page.with_class("span", "saving") if s.get("title") == basis]  # the summary's saving, too
+    report.findings[0] = replace(report.findings[0], impact=Impact("ti-tda4vm", 2.0, 2.0))
+    plain = parse(render_html([ReportInput(report, load(b.build()))]))
+    assert not plain.with_class("span", "basis") and "accuracy finding" not in "".join(plain.text)
+    assert all("title" not in s for s in plain.with_class("span", "saving"))
+
+
 def test_without_a_latency_model_the_report_says_so(tmp_path, run_cli, data_dir) -> None:
     html = _report(tmp_path, run_cli, data_dir / MOBILENET)  # generic: no rates
     text = " ".join(parse(html).text)

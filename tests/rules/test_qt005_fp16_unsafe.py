@@ -244,6 +244,37 @@ def test_tflite_float16_weight_model_is_advice_for_gpu_delegates() -> None:
     assert all(f.severity == "warning" for f in qt005(_tflite_head(fp16_weights=True), precision="fp16"))
 
 
+def _tflite_big_constant() -> bytes:
+    """x -> CONV_2D -> MUL(·, 1e5) -> MEAN: one constant float16 cannot hold (1e5 > 65504), one unsafe op."""
+    tb = TfliteBuilder()
+    x = tb.input("x", [1, 4, 4, 3])
+    weights = np.linspace(-0.5, 0.5, 4 * 3 * 3 * 3, dtype=np.float32).reshape(4, 3, 3, 3)
+    y = tb.conv_2d(x, weights, np.zeros(4, np.float32), name="conv")
+    scaled = tb.mul(y, tb.const("big", np.array([1.0e5], np.float32)), name="scaled")
+    mean = tb.tensor("mean", [1, 4])
+    tb.op("MEAN", [scaled, tb.const("axes", np.array([1, 2], np.int32))], [mean], {"keep_dims": False})
+    tb.output(mean)
+    return tb.build()
+
+
+def test_tflite_model_converted_by_to_fp16_is_not_reported_again_for_its_kept_constants() -> None:
+    """After `netlint fix --to-fp16` (float16 weights + DEQUANTIZE, 1e5 kept in float32), checking the output for fp16
+    reports only the unsafe op: the model is already converted, its float32 constants were kept on purpose."""
+    pytest.importorskip("tflite")
+    from netlint.config import FileConfig, Overrides, settings_for
+    from netlint.fixes.tflite.engine import fix_tflite
+
+    data = _tflite_big_constant()
+    before = qt005(data, precision="fp16")
+    assert any("big" in f.tensors for f in before) and any(f.message.startswith("MEAN") for f in before)
+    fixed = fix_tflite(data, "m.tflite", settings_for(FileConfig(), Overrides()), to_fp16=True).fixed
+    assert fixed != data
+    after = qt005(fixed, precision="fp16")
+    assert [f.message.split(" runs")[0] for f in after] == ["MEAN 'sg0/op3'"]
+    assert all(f.severity == "warning" and "float16 weights" in f.message for f in after)
+    assert [f.severity for f in qt005(fixed)] == ["info"]  # the default fp32 target: advice for GPU delegates
+
+
 # --- real models ------------------------------------------------------------------------------------------------------
 
 

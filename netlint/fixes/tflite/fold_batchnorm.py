@@ -26,7 +26,8 @@ of one value per output channel.
 
 from __future__ import annotations
 
-import struct
+import functools
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -36,6 +37,9 @@ from netlint.fixes.tflite._common import touched
 from netlint.fixes.tflite.edit import TfliteEdit, ints
 from netlint.fixes.tflite.registry import TfliteContext, TflitePass, register_tflite_fix
 from netlint.io.tflite_writer import Table
+
+if TYPE_CHECKING:
+    from google.protobuf.message import Message
 
 BATCHNORMS = ("FlexFusedBatchNormV3", "FlexFusedBatchNorm", "FlexFusedBatchNormV2")
 DEFAULT_EPSILON = 1e-4  # tf.raw_ops.FusedBatchNormV3's default
@@ -106,7 +110,8 @@ def _custom(edit: TfliteEdit, op: Table) -> bool:
 def node_def_attrs(options: np.ndarray | None) -> dict[str, object] | str:
     """The scalar attributes (f, b, i, s) of the TensorFlow NodeDef in a Flex op's custom options, or why they
     cannot be read. The options are a FlexBuffer vector [op name, serialized NodeDef] (tensorflow/lite/delegates/
-    flex/kernel.cc); the NodeDef is read at the protobuf wire level, so TensorFlow is not needed."""
+    flex/kernel.cc); the NodeDef is parsed by protobuf with a minimal description of it (_node_def_class), so
+    TensorFlow is not needed and the fields not described are skipped by protobuf itself."""
     if options is None or not len(options):
         return "the batch norm has no custom options (its epsilon is unknown)"
     from flatbuffers import flexbuffers
@@ -115,66 +120,52 @@ def node_def_attrs(options: np.ndarray | None) -> dict[str, object] | str:
         root = flexbuffers.GetRoot(bytearray(np.asarray(options, np.uint8).tobytes())).AsVector
         entry = root[1]
         raw = bytes(entry.AsBlob if entry.IsBlob else entry.AsStringBytes)
+        node = _node_def_class().FromString(raw)
         attrs: dict[str, object] = {}
-        for field, value in _fields(raw):
-            if field == 5:  # map<string, AttrValue> attr
-                entry_fields = dict(_fields(value))  # type: ignore[arg-type]
-                key = entry_fields.get(1)
-                attr = _attr_value(entry_fields.get(2, b""))  # type: ignore[arg-type]
-                if isinstance(key, bytes) and attr is not None:
-                    attrs[key.decode(errors="replace")] = attr
+        for key, attr in node.attr.items():
+            kind = attr.WhichOneof("value")  # None for lists, types, shapes, tensors, ...: not described here
+            if kind is not None:
+                attrs[key] = getattr(attr, kind)
         return attrs
     except Exception as exc:  # a malformed buffer of any kind: the finding is skipped with the reason
         return f"the batch norm's custom options are not a readable NodeDef ({type(exc).__name__})"
 
 
-def _attr_value(raw: bytes) -> object | None:
-    """The scalar of an AttrValue: s (2, bytes), i (3), f (4, float), b (5, bool); None for lists, shapes, ..."""
-    for field, value in _fields(raw):
-        if field == 2:
-            return value
-        if field == 3:
-            return int(value)  # type: ignore[call-overload]
-        if field == 4:
-            return struct.unpack("<f", value)[0]  # type: ignore[arg-type]
-        if field == 5:
-            return bool(value)
-    return None
+@functools.cache
+def _node_def_class() -> type[Message]:
+    """A message class for tensorflow.NodeDef with only the fields read here, with TensorFlow's field numbers
+    (tensorflow/core/framework/node_def.proto and attr_value.proto): NodeDef name = 1, op = 2,
+    map<string, AttrValue> attr = 5; AttrValue's oneof value: s = 2 (bytes), i = 3 (int64), f = 4 (float),
+    b = 5 (bool). name and op are declared bytes (the same wire form as string, without the UTF-8 check: they are
+    not read). The description lives in a private pool under its own package, so it cannot clash with TensorFlow's
+    own classes in the same process."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-
-def _fields(raw: bytes) -> list[tuple[int, object]]:
-    """(field number, value) of a protobuf message: varints as int, fixed32 as 4 bytes, length-delimited as bytes."""
-    out: list[tuple[int, object]] = []
-    position = 0
-    while position < len(raw):
-        key, position = _varint(raw, position)
-        field, wire = key >> 3, key & 7
-        if wire == 0:
-            value, position = _varint(raw, position)
-            out.append((field, value))
-        elif wire == 1:
-            out.append((field, raw[position : position + 8]))
-            position += 8
-        elif wire == 2:
-            length, position = _varint(raw, position)
-            out.append((field, raw[position : position + length]))
-            position += length
-        elif wire == 5:
-            out.append((field, raw[position : position + 4]))
-            position += 4
-        else:
-            raise ValueError(f"unsupported protobuf wire type {wire}")
-        if position > len(raw):
-            raise ValueError("truncated protobuf")
-    return out
-
-
-def _varint(raw: bytes, position: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = raw[position]
-        position += 1
-        value |= (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            return value, position
+    types = descriptor_pb2.FieldDescriptorProto
+    optional, repeated = types.LABEL_OPTIONAL, types.LABEL_REPEATED
+    proto = descriptor_pb2.FileDescriptorProto(name="netlint_tf_node_def.proto", package="netlint_tf", syntax="proto3")
+    attr_value = proto.message_type.add(name="AttrValue")
+    attr_value.oneof_decl.add(name="value")
+    for name, number, kind in (
+        ("s", 2, types.TYPE_BYTES),
+        ("i", 3, types.TYPE_INT64),
+        ("f", 4, types.TYPE_FLOAT),
+        ("b", 5, types.TYPE_BOOL),
+    ):
+        attr_value.field.add(name=name, number=number, type=kind, label=optional, oneof_index=0)
+    node_def = proto.message_type.add(name="NodeDef")
+    node_def.field.add(name="name", number=1, type=types.TYPE_BYTES, label=optional)
+    node_def.field.add(name="op", number=2, type=types.TYPE_BYTES, label=optional)
+    entry = node_def.nested_type.add(name="AttrEntry")
+    entry.options.map_entry = True
+    entry.field.add(name="key", number=1, type=types.TYPE_STRING, label=optional)
+    entry.field.add(name="value", number=2, type=types.TYPE_MESSAGE, type_name=".netlint_tf.AttrValue", label=optional)
+    node_def.field.add(
+        name="attr", number=5, type=types.TYPE_MESSAGE, type_name=".netlint_tf.NodeDef.AttrEntry", label=repeated
+    )
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(proto)
+    descriptor = pool.FindMessageTypeByName("netlint_tf.NodeDef")
+    if hasattr(message_factory, "GetMessageClass"):  # protobuf >= 4.21
+        return message_factory.GetMessageClass(descriptor)
+    return message_factory.MessageFactory(pool).GetPrototype(descriptor)  # older protobuf (onnx allows 3.20)

@@ -6,12 +6,17 @@ over their type's range (so int8 models see every code). The comparison and its 
 
 `compare` runs LiteRT in a child process: some LiteRT kernels crash the whole process on a model they cannot run
 (e.g. a DEPTHWISE_CONV_2D without a bias segfaults in allocate_tensors), and a crash must become a one-line
-"verification unavailable", never the end of `netlint fix`.
+"verification unavailable", never the end of `netlint fix`. So does a child killed by a signal netlint has no
+name for, one killed by the out-of-memory killer (SIGKILL), one that stops with an error, and one that runs longer
+than `timeout_s` (TIMEOUT_S plus TIMEOUT_S_PER_MB for each MB of the two models: generous, LiteRT runs a model of
+tens of MB in seconds on a CPU; a child that hangs is killed). The child reads no stdin (a hanging kernel cannot
+wait on the user's terminal) and finds netlint where this process found it.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import pickle
 import signal
 import subprocess
@@ -24,6 +29,9 @@ import numpy as np
 from netlint.fixes.verify import ATOL, RTOL, SEED, OutputDiff, VerifyUnavailable, output_diff
 
 __all__ = ["ATOL", "RTOL", "OutputDiff", "VerifyUnavailable", "available", "compare", "run"]
+
+TIMEOUT_S = 600.0  # the child's time limit for any model ...
+TIMEOUT_S_PER_MB = 10.0  # ... plus this per MB of the original and the fixed model together
 
 
 def available() -> bool:
@@ -84,19 +92,58 @@ def compare(original: bytes, fixed: bytes) -> list[OutputDiff]:
         a, b, out = Path(folder, "a.tflite"), Path(folder, "b.tflite"), Path(folder, "result.pickle")
         a.write_bytes(original)
         b.write_bytes(fixed)
-        child = subprocess.run(
-            [sys.executable, "-m", __name__, str(a), str(b), str(out)], capture_output=True, text=True, check=False
-        )
+        limit = timeout_s(len(original) + len(fixed))
+        try:
+            child = subprocess.run(
+                [sys.executable, "-m", __name__, str(a), str(b), str(out)],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                errors="replace",
+                env=_child_env(),
+                timeout=limit,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:  # run() has killed the child
+            raise VerifyUnavailable(f"LiteRT did not finish within {limit:.0f} s (the child was stopped)") from None
+        except OSError as exc:  # no interpreter to start, no process left to fork
+            raise VerifyUnavailable(f"could not start LiteRT in a child process: {exc}") from None
         if child.returncode < 0:
-            name = signal.Signals(-child.returncode).name
-            raise VerifyUnavailable(f"LiteRT crashed ({name}) running the model")
+            raise VerifyUnavailable(_killed(-child.returncode))
         if child.returncode != 0 or not out.exists():
             lines = child.stderr.strip().splitlines()
-            raise VerifyUnavailable(lines[-1] if lines else f"LiteRT exited with status {child.returncode}")
+            raise VerifyUnavailable(lines[-1][:200] if lines else f"LiteRT exited with status {child.returncode}")
         status, value = pickle.loads(out.read_bytes())  # written by this module's own child, below
     if status == "unavailable":
         raise VerifyUnavailable(value)
     return value
+
+
+def timeout_s(model_bytes: int) -> float:
+    """The child's time limit for models of `model_bytes` bytes together (TIMEOUT_S, TIMEOUT_S_PER_MB)."""
+    return TIMEOUT_S + TIMEOUT_S_PER_MB * model_bytes / 1e6
+
+
+def _killed(number: int) -> str:
+    """Why the child ended on signal `number`: a crash, or the out-of-memory killer's SIGKILL."""
+    try:
+        name = signal.Signals(number).name
+    except ValueError:  # a number with no name on this platform (a real-time signal, ...)
+        name = f"signal {number}"
+    if number == getattr(signal, "SIGKILL", None):
+        return f"LiteRT was killed ({name}; the out-of-memory killer does this) running the model"
+    return f"LiteRT crashed ({name}) running the model"
+
+
+def _child_env() -> dict[str, str]:
+    """This environment; when netlint runs from a source folder rather than an installation, that folder first on
+    PYTHONPATH, so the child imports the same netlint whatever its working directory. (An installation's
+    site-packages is never put there: PYTHONPATH comes before the standard library.)"""
+    root = Path(__file__).resolve().parents[3]
+    if root.name in ("site-packages", "dist-packages"):
+        return dict(os.environ)
+    path = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": str(root) + (os.pathsep + path if path else "")}
 
 
 def compare_here(original: bytes, fixed: bytes) -> list[OutputDiff]:

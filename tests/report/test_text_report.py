@@ -1,0 +1,40 @@
+"""The text report's impact line: the predicted saving on the target, and why it is what it is when the rule says."""
+
+from __future__ import annotations
+
+from netlint.engine import ModelReport
+from netlint.report.text import impact_text, render_text
+from netlint.rule import Finding, Impact
+
+
+def _report(*impacts: Impact | None) -> ModelReport:
+    findings = [
+        Finding(f"XX00{i}", "rule", "warning", f"finding {i}", [f"n{i}"], [], impact=impact)
+        for i, impact in enumerate(impacts)
+    ]
+    return ModelReport("m.onnx", "onnx", "ort-cpu", findings=findings)
+
+
+def _impact_lines(report: ModelReport) -> list[str]:
+    return [line for line in render_text([report]).splitlines() if line.startswith("  impact: ")]
+
+
+def test_a_basis_is_shown_on_the_impact_line() -> None:
+    basis = "accuracy finding, not a latency one"
+    lines = _impact_lines(_report(Impact("ort-cpu", 2.0, 2.0, basis=basis), Impact("ort-cpu", 4.0, 3.0, basis="a")))
+    assert lines == [
+        "  impact: saves 1 ms (25.0%) on ort-cpu: a",
+        f"  impact: saves nothing on ort-cpu: {basis}",
+    ]
+    slower = impact_text(Impact("ort-cpu", 2.0, 2.5, basis="the fix adds a Transpose"))
+    assert slower == "slows ort-cpu down by 0.5 ms (25.0%): the fix adds a Transpose"
+
+
+def test_without_a_basis_the_impact_line_is_unchanged() -> None:
+    lines = _impact_lines(_report(Impact("ort-cpu", 2.0, 2.0), Impact("ort-cpu", 4.0, 3.0), None))
+    assert lines == ["  impact: saves 1 ms (25.0%) on ort-cpu", "  impact: saves nothing on ort-cpu"]
+
+
+def test_a_basis_cannot_smuggle_terminal_escapes() -> None:
+    (line,) = _impact_lines(_report(Impact("ort-cpu", 1.0, 1.0, basis="node \x1b[31mred")))
+    assert "\x1b" not in line and "\\x1b[31mred" in line
