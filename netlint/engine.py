@@ -10,12 +10,13 @@ import gc
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from netlint.config import Settings
 from netlint.errors import ModelLoadError
 from netlint.io import LFS_SKIPPED, LfsPointerError, load_model
 from netlint.ir import ConstantUnavailable, Graph, Model
+from netlint.pattern import Match
 from netlint.rule import Context, Finding, Rule, Skip
 from netlint.suppression import suppress
 from netlint.targets import Target
@@ -69,7 +70,18 @@ def lint_file(path: Path, settings: Settings) -> ModelReport:
         return _lint_file(path, settings)
     finally:
         if enabled:
+            _promote_survivors()
             gc.enable()
+
+
+def _promote_survivors() -> None:
+    """Move what linting left alive (the report: 300k objects for a 100k-node graph) straight to the oldest GC
+    generation, as surviving collections would, without the young collection that would scan it all first (0.15 s).
+    Cycles among them are still found, by the next full collection. Skipped when someone else froze objects:
+    unfreezing would hand theirs back to the collector."""
+    if gc.get_freeze_count() == 0:
+        gc.freeze()
+        gc.unfreeze()
 
 
 def _lint_file(path: Path, settings: Settings) -> ModelReport:
@@ -135,15 +147,36 @@ def _add_cost(model: Model, report: ModelReport, target: Target) -> None:
 
 
 def _run_patterns(graph: Graph, by_anchor: dict[str, list[Rule]], ctx: Context, report: ModelReport) -> list[Finding]:
+    """Each node against the rules anchored on its op type, in file order then rule order. The per-op plans hold
+    bound methods, and an anchor-only pattern (the op type decides) skips `Op.match`: this loop runs a quarter of a
+    million times on a 100k-node graph."""
+    plans: dict[str, list[tuple[Rule, Any, str | None, Any]]] = {}
+    for op, rules in by_anchor.items():
+        plan = []
+        for rule in rules:
+            pattern = rule.pattern
+            assert pattern is not None
+            # an anchor-only pattern's match is built here (Op.anchor_match), binding the anchor under its name
+            plan.append((rule, None if pattern.anchor_only else pattern.match, pattern.name, rule.check))
+        if plan:
+            plans[op] = plan
     found: list[Finding] = []
+    add = found.append
+    get_plan = plans.get
     for node in graph.nodes:
-        for rule in by_anchor.get(node.op, ()):
-            assert rule.pattern is not None
+        plan = get_plan(node.op)
+        if plan is None:
+            continue
+        for rule, match_of, name, check in plan:
             try:
-                match = rule.pattern.match(graph, node)
-                if match is None or rule.check(graph, match, ctx) is not None:
-                    continue
-                found.append(rule.finding(graph, match, ctx))
+                if match_of is None:
+                    match = Match(node, {name: node}) if name else Match(node)
+                else:
+                    match = match_of(graph, node)
+                    if match is None:
+                        continue
+                if check(graph, match, ctx) is None:
+                    add(rule.finding(graph, match, ctx))
             except ConstantUnavailable as exc:
                 ctx.skip(rule, node, f"needs weight values: {exc}")
             except Exception as exc:

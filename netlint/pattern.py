@@ -75,17 +75,22 @@ class Op(Pattern):
         self.single_use = single_use
         self.where = where
 
+    @property
+    def anchor_only(self) -> bool:
+        """Whether the op type alone decides a match (most rules): the engine, which dispatches by op type, then
+        needs no binding walk (see `anchor_match`)."""
+        return not self.inputs and self.where is None and self.single_use is None
+
+    def anchor_match(self, node: Node) -> Match:
+        """The match of an `anchor_only` pattern on a node of one of its types."""
+        return Match(node, {self.name: node}) if self.name else Match(node)
+
     def match(self, graph: Graph, node: Node) -> Match | None:
         """Match with `node` as the anchor."""
-        if self.inputs or self.where is not None or self.single_use is not None:
+        if not self.anchor_only:
             match = Match(node)
             return match if self._bind_node(graph, node, match) else None
-        if node.op not in self.types:  # an anchor-only pattern (most rules): no binding walk
-            return None
-        match = Match(node)
-        if self.name:
-            match.nodes[self.name] = node
-        return match
+        return self.anchor_match(node) if node.op in self.types else None
 
     def bind(self, graph: Graph, value: str, match: Match) -> bool:
         node = graph.effective_producer(value) if value else None
@@ -97,7 +102,7 @@ class Op(Pattern):
         if self.where is not None and not self.where(graph, node):
             return False
         if self.single_use is not None:
-            uses, reaches_output = graph.uses(node.output)
+            uses, reaches_output = graph.uses_view(node.output)
             count = len(uses) + reaches_output
             if not ((count == 1 and not reaches_output) if self.single_use else count >= 2):
                 return False

@@ -68,7 +68,7 @@ class Impact:
         return self.saving_ms / self.latency_ms_before if self.latency_ms_before > 0 else 0.0
 
 
-@dataclass
+@dataclass(slots=True)  # a large graph can give tens of thousands
 class Finding:
     code: str
     name: str
@@ -147,7 +147,11 @@ class Rule:
 
     # --- shared machinery ---------------------------------------------------------------------------------------------
     def finding(self, graph: Graph, match: Match, ctx: Context) -> Finding:
-        nodes = list(dict.fromkeys([match.anchor.id, *(node.id for node in match.nodes.values())]))
+        anchor = match.anchor
+        bound = match.nodes
+        nodes = [anchor.id]  # the anchor alone (most findings) unless the match bound other nodes
+        if bound and (len(bound) > 1 or next(iter(bound.values())) is not anchor):
+            nodes = list(dict.fromkeys([anchor.id, *(node.id for node in bound.values())]))
         return Finding(
             self.code,
             self.name,

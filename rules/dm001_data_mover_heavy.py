@@ -79,12 +79,16 @@ def static_values(graph: Graph) -> frozenset[str]:
     const = _sizes(graph).const
     static: set[str] = set()
     for node in graph.nodes:
-        if (
-            node.op in SHAPE_OPS
-            or node.op == "Constant"
-            or all(name in static or name in const for name in node.inputs if name)
-        ):
-            static.update(out for out in node.outputs if out)
+        op = node.op
+        if op not in SHAPE_OPS and op != "Constant":
+            computed = True
+            for name in node.inputs:
+                if name and name not in static and name not in const:
+                    computed = False
+                    break
+            if not computed:
+                continue
+        static.update(out for out in node.outputs if out)
     known = _STATIC[graph] = frozenset(static)
     return known
 
@@ -221,15 +225,29 @@ def _tally(graph: Graph, static: frozenset[str], sizer: _Sizer, check_own_sizes:
     size), None as soon as a node breaks `_own_sized`: one pass checks and counts on graphs where sizes are static."""
     index = _sizes(graph)
     values, nbytes, numel = graph.values, index.nbytes, index.numel
+    sized = nbytes.__contains__
     movers: list[tuple[int, Node]] = []
     total = moved = 0
     unsized: list[Node] = []
     for node in graph.nodes:
-        if check_own_sizes and not _own_sized(node, values, nbytes, numel):
-            return None
-        outputs = [out for out in node.outputs if out]
-        if node.op == "Constant" or not outputs or all(out in static for out in outputs):
-            continue  # folded before the model runs, or shape arithmetic
+        if check_own_sizes:  # _own_sized, with its common case (every name sized) inline
+            inputs, outputs = node.inputs, node.outputs
+            if not (all(map(sized, inputs)) and all(map(sized, outputs))):  # an unsized name, or an omitted one ("")
+                if not _own_sized(node, values, nbytes, numel):
+                    return None
+            elif node.op in SAME_COUNT and inputs and outputs:
+                source, result = inputs[0], outputs[0]
+                if numel[source] != numel[result] or (
+                    node.op not in PASS_THROUGH_OPS and values[source].dtype != values[result].dtype
+                ):
+                    return None
+        if node.op == "Constant":
+            continue  # folded before the model runs
+        for out in node.outputs:
+            if out and out not in static:
+                break
+        else:
+            continue  # no outputs, or shape arithmetic
         size = node_traffic(graph, node, sizer, static)
         if size is None:
             unsized.append(node)
@@ -266,24 +284,25 @@ def dynamic_axes(graph: Graph) -> frozenset[str]:
 def node_traffic(graph: Graph, node: Node, sizer: _Sizer, static: frozenset[str]) -> int | None:
     """Bytes `node` reads and writes per inference (None: some tensor cannot be sized). Shape tensors are not data
     traffic; constants (weights) are; a gather reads only the rows it writes."""
-    total = 0
     written = 0
     size_of = sizer.bytes
+    consumed = graph.consumer_index()
     for out in node.outputs:
-        if out and (graph.consumers(out) or graph.is_graph_output(out)):  # unused outputs are not made
+        if out and (consumed.get(out) or graph.is_graph_output(out)):  # unused outputs are not made
             size = size_of(out)
             if size is None:
                 return None
             written += size
-    total += written
+    total = written
     const = sizer.const
+    gather = node.op in GATHERS
     for index, name in enumerate(node.inputs):
         if not name or (name in static and name not in const):
             continue
         size = size_of(name)
         if size is None:
             return None
-        total += min(size, written) if node.op in GATHERS and index == 0 else size
+        total += min(size, written) if gather and index == 0 else size
     return total
 
 

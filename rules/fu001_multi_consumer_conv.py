@@ -63,12 +63,12 @@ class MultiConsumerConv(Rule):
         conv = match.anchor
         if conv.fused_activation is not None:
             return "an activation is already fused into the conv"
-        uses, reaches_output = graph.uses(conv.output)
+        uses, reaches_output = graph.uses_view(conv.output)
+        if len(uses) + reaches_output < 2:  # first: the cheap test that clears most convs
+            return "at most one consumer: the activation, if any, can fuse"
         activations = [node for node in uses if self._activates(graph, node, conv.output)]
         if not activations:
             return "no activation reads the conv's output"
-        if len(uses) + reaches_output < 2:
-            return "the activation is the conv's only consumer"
         activation_ids = {node.id for node in activations}
         others = [node for node in uses if node.id not in activation_ids]
         for index, node in enumerate([*activations, *others]):

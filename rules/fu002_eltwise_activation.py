@@ -177,7 +177,7 @@ def _activation_after(graph: Graph, node: Node) -> tuple[Node, str] | None:
     activation), and its kind."""
     if node.fused_activation is not None:
         return node, node.fused_activation
-    uses, reaches_output = graph.uses(node.output)
+    uses, reaches_output = graph.uses_view(node.output)
     if len(uses) != 1 or reaches_output:
         return None
     act = uses[0]
@@ -218,7 +218,7 @@ def _folds_into_conv(graph: Graph, node: Node, tensor: str) -> bool:
     producer = graph.effective_producer(tensor)
     if producer is None or producer.op not in CONV_OPS or producer.fused_activation is not None:
         return False
-    uses, reaches_output = graph.uses(producer.output)
+    uses, reaches_output = graph.uses_view(producer.output)
     return not reaches_output and [use.id for use in uses] == [node.id]
 
 
@@ -263,7 +263,7 @@ def _residual_fuses(graph: Graph, node: Node, kind: str, target: Target) -> bool
             continue
         if residual["requires_bias"] and (len(conv.inputs) < 3 or not conv.inputs[2]):
             continue
-        uses, reaches_output = graph.uses(conv.output)
+        uses, reaches_output = graph.uses_view(conv.output)
         if not reaches_output and [use.id for use in uses] == [node.id]:
             return True
     return False

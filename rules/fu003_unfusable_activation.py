@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 from netlint.ir import Graph, Node
@@ -184,14 +185,14 @@ def _activations_after(graph: Graph, conv: Node) -> tuple[list[_Activation], Nod
     if conv.fused_activation is not None:
         return [_Activation(conv, conv.fused_activation, True)], None
     value = conv.output
-    uses, reaches_output = graph.uses(value)
+    uses, reaches_output = graph.uses_view(value)
     via = None
     if len(uses) == 1 and not reaches_output and _is_affine(graph, uses[0], value):
         via = uses[0]
         if via.fused_activation is not None:
             return [_Activation(via, via.fused_activation, True)], via
         value = via.output
-        uses, _ = graph.uses(value)
+        uses, _ = graph.uses_view(value)
     found = []
     for node in uses:
         kind = graph.activation(node)
@@ -233,6 +234,7 @@ def _unfusable(
     return act
 
 
+@cache  # a frozenset per target selection: each finding's message and data ask it again
 def _listing(kinds: frozenset[str]) -> str:
     ordered = sorted(kinds, key=lambda kind: (ORDER.index(kind) if kind in ORDER else len(ORDER), kind))
     return ", ".join(ordered) if ordered else "no activation"

@@ -219,7 +219,7 @@ class ConvSumBlocked(Rule):
         fusable = set(residual.get("activations", []))
         if add.fused_activation is not None:
             return (add.fused_activation, None) if add.fused_activation not in fusable else None
-        uses, reaches_output = graph.uses(add.output)
+        uses, reaches_output = graph.uses_view(add.output)
         if len(uses) != 1 or reaches_output:
             return None
         kind = graph.activation(uses[0])
@@ -303,7 +303,7 @@ def _has_bias(conv: Node) -> bool:
 def _is_ancestor(graph: Graph, node: Node, name: str) -> bool:
     """Whether `node` helps compute `name`: then `node` is where the shortcut branches off, not the branch's end.
     The search is bounded (residual branches are short), so the rule stays linear in the graph size."""
-    uses, reaches_output = graph.uses(node.output)
+    uses, reaches_output = graph.uses_view(node.output)
     if len(uses) + reaches_output < 2:
         return False
     stack, seen = [name], set()
@@ -320,6 +320,6 @@ def _is_ancestor(graph: Graph, node: Node, name: str) -> bool:
 
 def _other_uses(graph: Graph, node: Node, reader: Node) -> list[str]:
     """What reads `node`'s output besides `reader` (a graph output counts)."""
-    uses, reaches_output = graph.uses(node.output)
+    uses, reaches_output = graph.uses_view(node.output)
     others = [f"{use.label()}" for use in uses if use is not reader]
     return [*others, "a graph output"] if reaches_output else others

@@ -185,10 +185,10 @@ def _affine_data(graph: Graph, node: Node) -> str | None:
     node: the chain walks ask it again of the nodes around each candidate."""
     key = ("FU007.affine_data", node.id)
     memo = graph.memo
-    if key in memo:
-        return memo[key]
-    data = memo[key] = _affine_data_of(graph, node)
-    return data
+    data = memo.get(key, memo)  # the memo itself marks "not computed yet" (None is an answer)
+    if data is memo:
+        data = memo[key] = _affine_data_of(graph, node)
+    return data  # type: ignore[return-value]
 
 
 def _affine_data_of(graph: Graph, node: Node) -> str | None:
@@ -243,7 +243,7 @@ def _shape(graph: Graph, name: str) -> tuple[int | str | None, ...] | None:
 
 
 def _single_use(graph: Graph, name: str) -> Node | None:
-    uses, reaches_output = graph.uses(name)
+    uses, reaches_output = graph.uses_view(name)
     return uses[0] if len(uses) == 1 and not reaches_output else None
 
 
@@ -297,7 +297,7 @@ def _activation_after(graph: Graph, last: Node) -> tuple[Node | None, str | None
 
 def _conv_uses(graph: Graph, name: str) -> list[Node]:
     """The convs reading `name` as their data input, if they are its only uses; otherwise []."""
-    uses, reaches_output = graph.uses(name)
+    uses, reaches_output = graph.uses_view(name)
     if reaches_output or not uses:
         return []
     for node in uses:
@@ -305,7 +305,7 @@ def _conv_uses(graph: Graph, name: str) -> list[Node]:
             return []
         if graph.source(node.inputs[0]) != graph.source(name):  # a conv whose weights this is: nothing to fold
             return []
-    return uses
+    return list(uses)
 
 
 def _scale_values(graph: Graph, node: Node) -> np.ndarray | None:

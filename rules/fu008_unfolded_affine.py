@@ -143,7 +143,7 @@ def _operands(graph: Graph, node: Node) -> tuple[str, str] | None:
 
 
 def _only_use(graph: Graph, producer: Node, reader: Node) -> bool:
-    uses, reaches_output = graph.uses(producer.output)
+    uses, reaches_output = graph.uses_view(producer.output)
     return not reaches_output and len(uses) == 1 and uses[0] is reader
 
 
@@ -152,7 +152,7 @@ def _next_affine(graph: Graph, node: Node) -> Node | None:
     fused activation ends the chain: what follows comes after the activation."""
     if node.fused_activation is not None:
         return None
-    uses, reaches_output = graph.uses(node.output)
+    uses, reaches_output = graph.uses_view(node.output)
     if reaches_output or len(uses) != 1 or uses[0].op not in AFFINE_OPS:
         return None
     operands = _operands(graph, uses[0])

@@ -95,11 +95,15 @@ class DeadCode(Rule):
             self._dead_bodies.update(id(body) for node in graph.nodes for body in node.subgraphs.values())
             return
         live = _live_nodes(graph)
-        dead = [node for node in graph.nodes if id(node) not in live]
+        if len(live) == len(graph.nodes):  # no dead code (most graphs): no pass to split the nodes
+            dead, alive = [], graph.nodes
+        else:
+            dead = [node for node in graph.nodes if node not in live]
+            alive = [node for node in graph.nodes if node in live]
         self._dead_bodies.update(id(body) for node in dead for body in node.subgraphs.values())
         for region in _regions(graph, dead):
             yield self._dead_finding(region)
-        yield from self._no_op_findings(graph, [node for node in graph.nodes if id(node) in live], ctx)
+        yield from self._no_op_findings(graph, alive, ctx)
         unused = _unused_constants(graph)
         if unused:
             yield self._unused_finding(graph, unused)
@@ -167,30 +171,31 @@ class DeadCode(Rule):
         )
 
 
-def _live_nodes(graph: Graph) -> set[int]:
-    """Ids of the nodes whose outputs reach a graph output, or that have effects of their own; one walk back from
-    the outputs over producers (values read by a node's bodies count as its inputs)."""
-    live: set[int] = set()
-    stack = list(graph.outputs)
+def _live_nodes(graph: Graph) -> set[Node]:
+    """The nodes whose outputs reach a graph output, or that have effects of their own; one walk back from the
+    outputs over producers (values read by a node's bodies count as its inputs). The walk goes node to node, one
+    lookup and one set test per edge (nodes hash by identity)."""
+    producer = graph.producer_index().get
+    live: set[Node] = set()
+    add_live = live.add
+    pending: list[Node] = []
+    push = pending.append
     for node in graph.nodes:
-        if node.source_op in SIDE_EFFECT_OPS or not any(node.outputs):
-            live.add(id(node))
-            stack.extend(_reads(node))
-    seen: set[str] = set()
-    producer, add_seen, add_live, push = graph.producer, seen.add, live.add, stack.extend
-    while stack:
-        name = stack.pop()
-        if name in seen or not name:
-            continue
-        add_seen(name)
-        node = producer(name)
-        if node is None:
-            continue
-        key = id(node)
-        if key in live:
-            continue
-        add_live(key)
-        push(_reads(node) if node.subgraphs else node.inputs)
+        outputs = node.outputs
+        if node.source_op in SIDE_EFFECT_OPS or not outputs or (not outputs[0] and not any(outputs)):
+            add_live(node)
+            push(node)
+    for name in graph.outputs:
+        node = producer(name) if name else None
+        if node is not None and node not in live:
+            add_live(node)
+            push(node)
+    while pending:
+        node = pending.pop()
+        for writer in map(producer, _reads(node) if node.subgraphs else node.inputs):
+            if writer is not None and writer not in live:
+                add_live(writer)
+                push(writer)
     return live
 
 
@@ -245,15 +250,15 @@ def _removable(graph: Graph, node: Node, rule: Rule, ctx: Context) -> bool:
 
 def _unused_constants(graph: Graph) -> list[str]:
     """Constants nothing reads, writes or exports (the cheapest test first: most constants have a reader)."""
-    consumers, producer, is_output = graph.consumers, graph.producer, graph.is_graph_output
+    read, written = graph.consumer_index(), graph.producer_index()
     boundary = {*graph.input_initializers, *graph.inputs}
     return [
         name
         for name, value in graph.values.items()
         if value.data is not None  # Value.is_const, without the property call per value
-        and not consumers(name)
-        and producer(name) is None
-        and not is_output(name)
+        and name not in read
+        and name not in written
+        and not graph.is_graph_output(name)
         and name not in boundary
     ]
 

@@ -176,8 +176,10 @@ def _is_depthwise(graph: Graph, conv: Node, weight: str) -> bool:
     if conv.source_op == "DEPTHWISE_CONV_2D":
         return True
     group = conv.attrs.get("group", 1) or 1
+    if group <= 1:  # most convs: no shape lookup
+        return False
     shape = _shape(graph, weight)
-    if group <= 1 or shape is None or len(shape) < 2 or shape[1] != 1:
+    if shape is None or len(shape) < 2 or shape[1] != 1:
         return False
     data = graph.value(conv.inputs[0]) if conv.inputs else None
     channels = data.channels if data is not None else None

@@ -64,7 +64,7 @@ MB = 1e6  # fallback_us_per_mb counts megabytes of 10^6 bytes
 ACTIVATION, RESIDUAL = "activation", "residual"
 
 
-@dataclass
+@dataclass(slots=True)  # one per node: slots make it smaller and quicker to build
 class NodeCost:
     """One node: its cost (None for a coverage gap, with `gap` saying why), the kernel it runs in (the id of the
     kernel's first node; None when it runs in none) and the latency its kernel adds (on the kernel's first node only).
@@ -194,10 +194,15 @@ class ModelCost:
         """Kernel id -> the nodes that run in it (the kernel's own node first), in graph order."""
         kernels: dict[str, list[NodeCost]] = {}
         for entry in self.nodes:
-            if entry.kernel is not None:
-                kernels.setdefault(entry.kernel, []).append(entry)
+            kernel = entry.kernel
+            if kernel is not None:
+                members = kernels.get(kernel)
+                if members is None:
+                    kernels[kernel] = [entry]
+                else:
+                    members.append(entry)
         for kernel_id, members in kernels.items():
-            if members[0].id != kernel_id:  # the kernel's own node comes first in graph order; be sure
+            if members[0].node.id != kernel_id:  # the kernel's own node comes first in graph order; be sure
                 members.sort(key=lambda member: member.id != kernel_id)
         return kernels
 
@@ -231,7 +236,7 @@ def cost_model(
 def _cost_model(graph: Graph, target: Target, dims: Mapping[str, int] | None) -> ModelCost:
     ctx = build_context(graph, dims)
     entries = [_cost_node(ctx, node) for node in graph.nodes]
-    by_id = {entry.id: entry for entry in entries}
+    by_id = {entry.node.id: entry for entry in entries}
     rates = rates_for(target)
     result = ModelCost(target.label, entries, rates)
     tails = _runtime_rewrites(graph, target, entries, by_id)
@@ -279,7 +284,8 @@ def _runtime_rewrites(
     if target.applies_fix("remove-dead-code"):
         live = _live_nodes(graph)
         for entry in entries:
-            if entry.id not in live or entry.op in REMOVED_VIEWS:
+            node = entry.node
+            if node.id not in live or node.op in REMOVED_VIEWS:
                 entry.rewritten = "remove-dead-code"
     if target.applies_fix("cancel-transposes"):
         _cancel_transposes(graph, by_id)
@@ -315,6 +321,7 @@ def _folds(graph: Graph, node: Node, value: str, fold_bn: bool, fold_affine: boo
 
 def _live_nodes(graph: Graph) -> set[str]:
     """Ids of the nodes some graph output depends on (one reverse walk)."""
+    producer = graph.producer_index().get  # no node writes "" (an omitted input): it is looked up once, found None
     live: set[str] = set()
     stack = [name for name in graph.outputs if name]
     seen: set[str] = set()
@@ -323,11 +330,11 @@ def _live_nodes(graph: Graph) -> set[str]:
         if name in seen:
             continue
         seen.add(name)
-        node = graph.producer(name)
+        node = producer(name)
         if node is None or node.id in live:
             continue
         live.add(node.id)
-        stack.extend(inp for inp in node.inputs if inp)
+        stack.extend(node.inputs)
     return live
 
 
@@ -374,10 +381,12 @@ def _group_kernels(
     fused = target.fused_activations() or frozenset()
     residual = target.residual_fusion()
     for entry in entries:
-        if entry.cost is None or not _placed(entry) or entry.kernel is not None:
+        cost = entry.cost  # _placed(entry), inline: it runs once per node
+        if cost is None or entry.rewritten is not None or cost.op_class == FREE or entry.kernel is not None:
             continue
-        entry.kernel = entry.id
-        if entry.node.op not in CONV_OPS or entry.fallback:
+        node = entry.node
+        entry.kernel = node.id
+        if node.op not in CONV_OPS or entry.fallback:
             continue
         kind = entry.node.fused_activation
         if kind is not None and kind not in fused:
@@ -593,9 +602,15 @@ def _kernel_time(
         return 0.0, 0.0
     working = [m for m in members if m.cost is not None and m.rewritten is None]  # folded nodes add nothing
     macs = sum(m.cost.macs for m in working)  # type: ignore[union-attr]
-    # an activation fused into the kernel is applied to the result while it is still in registers: its ops hide
-    # behind the MACs (calibration: conv+activation pairs cost the conv alone); a residual Add still costs its ops
-    ops = sum(m.cost.ops for m in working if m.fusion != ACTIVATION)  # type: ignore[union-attr]
+    # an activation fused into the kernel is applied to the result while it is still in registers: a Relu's ops hide
+    # behind the MACs (calibration: conv+Relu pairs cost the conv alone), a costlier one adds what it costs beyond a
+    # Relu ([cost].activation_ops_per_element: ops per element by op type, default 1); a residual Add costs its ops
+    per_element = rates.activation_ops_per_element
+    hidden = per_element.get("Relu", 1.0)
+    ops = 0.0
+    for m in working:
+        factor = per_element.get(m.op, 1.0)
+        ops += m.cost.ops * (max(factor - hidden, 0.0) if m.fusion == ACTIVATION else factor)  # type: ignore[union-attr]
     traffic = cost.bytes * scale  # fused members add no traffic: they are applied before the kernel writes...
     for member in working:  # ...except the residual, which the kernel reads
         if member.fusion == RESIDUAL and member.cost is not None and member.cost.op_class == ELTWISE:
@@ -609,7 +624,7 @@ def _kernel_time(
         if head.op in dependent:
             worst = time * rates.data_dependent_ratio
         else:
-            extra = sum(m.cost.ops for m in working if m is not head and m.op in dependent)  # type: ignore[union-attr]
+            extra = sum(m.cost.ops * per_element.get(m.op, 1.0) for m in working if m is not head and m.op in dependent)  # type: ignore[union-attr]
             worst = time + (rates.data_dependent_ratio - 1.0) * extra / (rates.vector_gops_per_s * 1e3)
     time += rates.kernel_overhead_us
     worst += rates.kernel_overhead_us
@@ -644,17 +659,19 @@ def _grouped(node: Node) -> bool:
 def _by_op_type(entries: list[NodeCost]) -> dict[str, OpTypeCost]:
     table: dict[str, OpTypeCost] = {}
     for entry in entries:
-        row = table.get(entry.op)
+        op = entry.node.op
+        row = table.get(op)
         if row is None:
-            row = table[entry.op] = OpTypeCost()
+            row = table[op] = OpTypeCost()
         row.count += 1
-        if entry.cost is None:
+        cost = entry.cost
+        if cost is None:
             row.gaps += 1
             continue
-        row.macs += entry.cost.macs
-        row.ops += entry.cost.ops
-        row.bytes += entry.cost.bytes
-        row.param_bytes += entry.cost.param_bytes
+        row.macs += cost.macs
+        row.ops += cost.ops
+        row.bytes += cost.bytes_read + cost.bytes_written + cost.param_bytes  # OpCost.bytes
+        row.param_bytes += cost.param_bytes
         row.latency_us += entry.latency_us or 0.0
     return table
 

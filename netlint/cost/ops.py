@@ -266,11 +266,16 @@ class CostContext:
     _dtypes: dict[str, str | None] = field(default_factory=dict, repr=False)
     _nbytes: dict[str, tuple[int, tuple[str, ...]]] = field(default_factory=dict, repr=False)
     _numels: dict[str, int] = field(default_factory=dict, repr=False)  # values with fully static shapes
+    # node_cost's memo: a node's signature (see _signature) -> its OpCost, shared by every node with that signature
+    _memo: dict[tuple, OpCost] = field(default_factory=dict, repr=False)
+    _kinds: dict[str, int] = field(default_factory=dict, repr=False)  # sizes.kind
+    _unkinded: frozenset[str] = field(default=frozenset(), repr=False)  # static | sizes.derived_const
 
     def __post_init__(self) -> None:
         self.sizes = tensor_sizes(self.graph)
         self.const = self.sizes.const
         self._numels = self.sizes.numel  # shared, read only
+        self._kinds = self.sizes.kind
 
     # --- shapes and sizes ------------------------------------------------------------------------------------------
     def value(self, name: str) -> Value:
@@ -402,6 +407,7 @@ def build_context(graph: Graph, dims: Mapping[str, int] | None = None) -> CostCo
                 if consumers and all(c.op == "DequantizeLinear" for c in consumers):
                     markers.add(node.id)
     ctx.qdq = qdq
+    ctx._unkinded = ctx.sizes.derived_const.union(static)
     if not qdq:  # with QDQ a tensor's storage width may differ from its own dtype's: sized per name
         ctx._static_nbytes = ctx.sizes.nbytes
     return ctx
@@ -409,7 +415,23 @@ def build_context(graph: Graph, dims: Mapping[str, int] | None = None) -> CostCo
 
 # --- the per-node entry point ------------------------------------------------------------------------------------
 def node_cost(ctx: CostContext, node: Node) -> OpCost:
-    """The cost of `node`; raises UnknownCost for a coverage gap."""
+    """The cost of `node`; raises UnknownCost for a coverage gap.
+
+    Large graphs repeat the same layer thousands of times: a node whose cost depends only on its op, the attributes
+    its cost function reads and the static shapes, dtypes, layouts and constness of its tensors (see _signature)
+    gets the OpCost computed for the first node with the same signature (OpCost is frozen: sharing it is safe)."""
+    signature = _signature(ctx, node)
+    if signature is not None:
+        known = ctx._memo.get(signature)
+        if known is not None:
+            return known
+    cost = _node_cost(ctx, node)
+    if signature is not None and not cost.assumed:
+        ctx._memo[signature] = cost
+    return cost
+
+
+def _node_cost(ctx: CostContext, node: Node) -> OpCost:
     ctx.assumed = []
     free = _free_reason(ctx, node)
     if free is not None:
@@ -425,6 +447,61 @@ def node_cost(ctx: CostContext, node: Node) -> OpCost:
     if not ctx.assumed:
         return cost
     return _with(cost, assumed=tuple(dict.fromkeys(ctx.assumed)))
+
+
+# Node attributes each cost function reads (its signature includes them; tests/cost/test_cost_memo.py checks the
+# list against the functions' source). The other functions read none.
+ATTRS_READ: dict[str, tuple[str, ...]] = {
+    "_gemm": ("transB",),
+    "_matmul": ("adj_x",),
+    "_rnn": ("layout",),
+    "_pool": ("kernel_shape", "filter_height", "filter_width"),
+    "_lrn": ("size",),
+    "_resize": ("mode",),
+    "_grid_sample": ("mode",),
+    "_einsum": ("equation",),
+}
+
+
+def _signature(ctx: CostContext, node: Node) -> tuple | None:
+    """What node_cost's answer depends on, as a hashable key, or None when the node is not memoised: in a QDQ graph
+    (storage widths depend on the neighbours), for a node with subgraphs, and when a tensor it reads or writes lacks
+    a fully static shape or a sized dtype (dynamic dims add per-name notes to `assumed`), or when it reads shape
+    arithmetic or a constant without data of its own. A tensor stands as its kind (netlint.cost.sizes: shape, dtype,
+    layout, whether it holds data, which then is whether it is a constant)."""
+    if ctx.qdq or node.subgraphs:
+        return None
+    kind = ctx._kinds.get
+    inputs = tuple(map(kind, node.inputs))
+    outputs = tuple(map(kind, node.outputs))
+    if None in inputs or None in outputs:
+        if "" not in node.inputs and "" not in node.outputs:
+            return None
+        inputs = tuple(kind(name, None) if name else 0 for name in node.inputs)
+        outputs = tuple(kind(name, None) if name else 0 for name in node.outputs)
+        if None in inputs or None in outputs:
+            return None
+    if not ctx._unkinded.isdisjoint(node.inputs):  # a constant or shape arithmetic that its kind does not tell
+        return None
+    names = _attrs_read(node.op)
+    attrs: tuple = ()
+    if names:
+        attrs = tuple(_frozen(node.attrs.get(name)) for name in names)
+        try:
+            hash(attrs)
+        except TypeError:  # e.g. a numpy array
+            return None
+    return (node.op, node.source_op, node.fused_activation, attrs, inputs, outputs)
+
+
+@cache
+def _attrs_read(op: str) -> tuple[str, ...]:
+    handler = _handler(op)
+    return ATTRS_READ.get(handler.__name__, ()) if handler is not None else ()
+
+
+def _frozen(value: object) -> object:
+    return tuple(_frozen(item) for item in value) if isinstance(value, list | tuple) else value
 
 
 def _carry_count(ctx: CostContext, node: Node) -> None:

@@ -29,43 +29,55 @@ class TensorSizes:
     the graph's nodes can read for which Graph.is_const is true (the cost model and DM001 ask it for every input of
     every node: a set lookup instead of a call)."""
 
-    __slots__ = ("const", "graph", "nbytes", "numel")
+    __slots__ = ("const", "derived_const", "graph", "kind", "nbytes", "numel")
 
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
         self.numel: dict[str, int] = {}
         self.nbytes: dict[str, int] = {}
-        numels, sizes = self.numel, self.nbytes
+        # `kind`: for each name in `nbytes`, a small int standing for its (shape, dtype, layout, whether it holds
+        # data): the cost model's memo key (netlint.cost.ops._signature) is made of these
+        self.kind: dict[str, int] = {}
+        numels, sizes, kinds = self.numel, self.nbytes, self.kind
         const: set[str] = set()
-        # a model has few distinct (shape, dtype) pairs: size each once, and share the int objects (memory)
-        by_type: dict[tuple, tuple[int | None, int | None]] = {}
+        # a model has few distinct (shape, dtype, layout, data) kinds: size each once, share the int objects (memory)
+        by_type: dict[tuple, tuple[int | None, int | None, int]] = {}
         for name, value in graph.values.items():
-            if value.data is not None:
+            data = value.data is not None
+            if data:
                 const.add(name)
             shape = value.shape
             if shape is None:
                 continue
-            key = (shape, value.dtype)
+            key = (shape, value.dtype, value.layout, data)
             try:
-                known = by_type.get(key)
-                if known is None:
-                    known = by_type[key] = _sized(shape, value.dtype)
+                known = by_type[key]
+            except KeyError:
+                known = by_type[key] = (*_sized(shape, value.dtype), len(by_type) + 1)
             except TypeError:  # a shape given as a list
-                known = _sized(shape, value.dtype)
-            count, size = known
+                known = (*_sized(shape, value.dtype), 0)
+            count, size, kind = known
             if count is not None:
                 numels[name] = count
                 if size is not None:
                     sizes[name] = size
+                    if kind:
+                        kinds[name] = kind
         # Besides stored data, Graph.is_const follows pass-through ops and ConstantOfShape back to constants; in a
         # subgraph a name may also be an enclosing graph's constant.
         values = graph.values
+        derived: list[str] = []  # constants without data of their own (their kind says nothing of it)
         for node in graph.nodes:
             if node.op in PASS_THROUGH_OPS or node.op == "ConstantOfShape":
-                const.update(out for out in node.outputs if out and out not in const and graph.is_const(out))
+                found = [out for out in node.outputs if out and out not in const and graph.is_const(out)]
+                derived += found
+                const.update(found)
             if graph.parent is not None:
-                const.update(n for n in node.inputs if n and n not in values and graph.is_const(n))
+                found = [name for name in node.inputs if name and name not in values and graph.is_const(name)]
+                derived += found
+                const.update(found)
         self.const = frozenset(const)
+        self.derived_const = frozenset(derived)
 
     def is_const(self, name: str) -> bool:
         """Graph.is_const(name) for the names the graph's nodes read and write."""

@@ -30,7 +30,32 @@ def load_onnx(path: Path) -> Model:
         if "MaxDepth" in reason:  # protobuf's nesting limit: about 30 levels of If/Loop bodies
             raise ModelLoadError(f"ONNX protobuf nested too deeply for the protobuf parser ({reason})") from None
         raise ModelLoadError(f"not a valid ONNX protobuf ({reason})") from None
-    return model_from_proto(proto, str(path), path.parent)
+    model = model_from_proto(proto, str(path), path.parent)
+    del proto  # the IR holds no reference into it (but for large inline tensors): freed here, before any rule runs
+    if os.path.getsize(path) >= TRIM_AFTER_BYTES:
+        _return_freed_memory()
+    return model
+
+
+# A protobuf this large (serialized) takes about four times as much in memory once parsed; what glibc keeps of it
+# after it is freed is worth a malloc_trim (a few milliseconds) before linting allocates its own data.
+TRIM_AFTER_BYTES = 8 << 20
+
+
+def _return_freed_memory() -> None:
+    """Give the freed protobuf's pages back to the OS: glibc's malloc keeps freed memory in the process (about 170 MB
+    after a 100k-node graph) and linting then grows on top of it. glibc on Linux only; skipped silently elsewhere
+    or on any error. The only library netlint loads through ctypes (tests/io/test_hostile_resources.py checks)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        if not os.confstr("CS_GNU_LIBC_VERSION").startswith("glibc"):  # musl has no malloc_trim
+            return
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except Exception:
+        return
 
 
 def model_from_proto(proto: onnx.ModelProto, path: str, base: Path) -> Model:
@@ -213,7 +238,7 @@ def _inline_constant(
     if tensor.HasField("segment"):  # to_array refuses segments: let it say so on use
         return ConstData(lambda: numpy_helper.to_array(tensor))
     if data_type in _RAW_DTYPES and _LITTLE_ENDIAN and tensor.HasField("raw_data"):
-        return ConstData(_RawData(tensor.raw_data, dtype, shape))
+        return _RawConst(tensor.raw_data, dtype, shape)
     return ConstData(partial(_from_serialized, tensor.SerializeToString()))
 
 
@@ -257,15 +282,18 @@ class _Mapped:
         return np.frombuffer(self.file.get(), self.dtype, count=self.count, offset=self.offset).reshape(self.shape)
 
 
-class _RawData:
-    """The loader of a copied raw_data payload (a class with slots: lighter than a closure, ~100k per large model)."""
+class _RawConst(ConstData):
+    """A constant whose raw_data payload was copied: its own loader (`load` is this method, which shadows the base
+    class's slot), so one object per constant instead of ConstData plus a loader (~100k per large model)."""
 
     __slots__ = ("dims", "dtype", "raw")
 
-    def __init__(self, raw: bytes, dtype: np.dtype, dims: tuple[int, ...]) -> None:
+    def __init__(self, raw: bytes, dtype: np.dtype, dims: tuple[int, ...]) -> None:  # not ConstData's: no `load`
         self.raw, self.dtype, self.dims = raw, dtype, dims
+        self.unavailable = None
+        self._array = None
 
-    def __call__(self) -> np.ndarray:
+    def load(self) -> np.ndarray:  # type: ignore[override]
         return np.frombuffer(self.raw, dtype=self.dtype).reshape(self.dims)
 
 
@@ -327,7 +355,11 @@ def _convert_graph(graph: onnx.GraphProto, parent: Graph | None, prefix: str, re
     shared = names.setdefault
     ops: dict[tuple[str, str], tuple[str, str]] = {}  # (op_type, domain) -> (op, source_op), shared str objects
     graph_attr, graphs_attr = AttributeProto.GRAPH, AttributeProto.GRAPHS
-    simple = _SIMPLE_ATTRS
+    uncached = _UNCACHED_ATTRS
+    # Attribute tables are read-only and shared (see _attributes); a node without attributes or subgraphs gets these.
+    no_attrs: dict[str, Any] = {}
+    no_subgraphs: dict[str, Graph] = {}
+    tables: dict[tuple[bytes, ...], dict[str, Any]] = {}
     append, add_id = nodes.append, used_ids.add
     for index, proto_node in enumerate(graph.node):
         op_type, domain = proto_node.op_type, proto_node.domain
@@ -340,23 +372,35 @@ def _convert_graph(graph: onnx.GraphProto, parent: Graph | None, prefix: str, re
             node_id = _unique_id(node_name, used_ids, prefix)
         else:
             add_id(node_id)
-        attrs: dict[str, Any] = {}
-        subgraphs: dict[str, Graph] = {}
         attributes = proto_node.attribute
+        attrs, subgraphs = no_attrs, no_subgraphs
         if attributes:
+            # Nodes with the same attributes (every 3x3 conv with the same pads) share one table: the serialized
+            # attributes are the key (serializing costs less than reading the fields). Subgraphs and tensors never
+            # are: a body is converted per node, and a tensor's bytes are no key to copy.
+            blobs: list[bytes] | None = []
             for attr in attributes:
-                kind = attr.type
-                field = simple.get(kind)
-                if field is not None and not attr.ref_attr_name:  # ints and floats, read directly
-                    attrs[attr.name] = getattr(attr, field) if kind < 6 else list(getattr(attr, field))
-                elif kind == graph_attr:
-                    subgraphs[attr.name] = _convert_graph(attr.g, ir_graph, f"{node_id}/{attr.name}/", reader)
-                elif kind == graphs_attr:
-                    for k, sub in enumerate(attr.graphs):
-                        key = f"{attr.name}[{k}]"
-                        subgraphs[key] = _convert_graph(sub, ir_graph, f"{node_id}/{key}/", reader)
-                else:
-                    attrs[attr.name] = _attribute_value(attr)
+                if attr.type in uncached:
+                    blobs = None
+                    break
+                blobs.append(attr.SerializeToString())  # type: ignore[union-attr]
+            if blobs is not None:
+                key = tuple(blobs)
+                attrs = tables.get(key)  # type: ignore[assignment]
+                if attrs is None:
+                    attrs = tables[key] = _attributes(attributes)
+            else:
+                attrs, subgraphs = {}, {}
+                for attr in attributes:
+                    kind = attr.type
+                    if kind == graph_attr:
+                        subgraphs[attr.name] = _convert_graph(attr.g, ir_graph, f"{node_id}/{attr.name}/", reader)
+                    elif kind == graphs_attr:
+                        for k, sub in enumerate(attr.graphs):
+                            slot = f"{attr.name}[{k}]"
+                            subgraphs[slot] = _convert_graph(sub, ir_graph, f"{node_id}/{slot}/", reader)
+                    else:
+                        attrs[attr.name] = _attribute_value(attr)
         outputs = [shared(name, name) for name in proto_node.output]
         doc = proto_node.doc_string
         markers = _markers(proto_node) if (doc and "netlint" in doc.lower()) or proto_node.metadata_props else ()
@@ -425,14 +469,24 @@ def _unique_id(candidate: str, used: set[str], prefix: str) -> str:
     return node_id
 
 
+def _attributes(attributes: Any) -> dict[str, Any]:
+    """A node's attributes (none of them a subgraph) as the table the IR keeps. Nodes whose serialized attributes are
+    equal share the table and its lists: the IR is read-only (netlint.fixes edits the protobuf, and the cost model
+    copies a table before it changes one)."""
+    return {attr.name: _attribute_value(attr) for attr in attributes}
+
+
+_UNCACHED_ATTRS = frozenset(
+    {
+        AttributeProto.GRAPH,
+        AttributeProto.GRAPHS,
+        AttributeProto.TENSOR,
+        AttributeProto.TENSORS,
+        AttributeProto.SPARSE_TENSOR,
+        AttributeProto.SPARSE_TENSORS,
+    }
+)
 _SCALAR_ATTRS = {AttributeProto.INT: "i", AttributeProto.FLOAT: "f"}
-# The kinds the conversion loop reads inline: scalars (kind < 6) as they are, lists copied into a Python list.
-_SIMPLE_ATTRS = {
-    AttributeProto.FLOAT: "f",
-    AttributeProto.INT: "i",
-    AttributeProto.FLOATS: "floats",
-    AttributeProto.INTS: "ints",
-}
 _LIST_ATTRS = {AttributeProto.INTS: "ints", AttributeProto.FLOATS: "floats"}
 
 

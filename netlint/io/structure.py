@@ -24,11 +24,13 @@ def check_structure(model: Model, dangling_notes: bool = True) -> None:
 
 
 def _check_single_producer(graph: Graph) -> None:
-    written: dict[str, Node] = {}
+    """The producer index (built by the loader's reindex) holds each tensor's first writer: any other writer is a
+    second one."""
+    written = graph._producer
     for node in graph.nodes:
         outputs = node.outputs
         for name in outputs:
-            first = written.setdefault(name, node) if name else node
+            first = written.get(name, node) if name else node
             if first is not node:
                 raise ModelLoadError(
                     f"invalid graph: tensor '{name}' is written by two nodes, '{first.id}' and '{node.id}'"
@@ -71,12 +73,13 @@ def _in_topological_order(graph: Graph) -> bool:
     was written by an earlier node. Then the nodes in file order are a topological order: no cycle."""
     producer = graph._producer
     written: set[str] = set()
+    wrote = written.update
     for node in graph.nodes:
         reads = [*node.inputs, *_captured(node)] if node.subgraphs else node.inputs
         for name in reads:
-            if name and name not in written and name in producer:
+            if name in producer and name not in written and name:
                 return False
-        written.update(node.outputs)
+        wrote(node.outputs)
     return True
 
 
@@ -119,8 +122,14 @@ def _dangling_note(graph: Graph) -> str | None:
         return False
 
     missing: dict[str, str] = {}
+    producer, values = graph._producer, graph.values
     for node in graph.nodes:
         for name in node.inputs:
+            if name in producer:  # a node's output: most reads, decided without a call
+                continue
+            value = values.get(name)
+            if value is not None and value.data is not None:  # a constant of this graph
+                continue
             if name and name not in missing and not defined(name):
                 missing[name] = f"read by node '{node.id}'"
     for name in graph.outputs:

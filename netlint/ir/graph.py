@@ -8,8 +8,9 @@ data is read only when a rule asks for it, and a constant whose data is missing 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -184,7 +185,7 @@ class Graph:
         self._nx: nx.DiGraph | None = None
         self._origins: dict[str, Value | Node | None] = {}  # memo of _const_origin's walks through pass-through ops
         self._activations: dict[str, str | None] = {}  # memo of `activation`
-        self._uses: dict[str, tuple[list[Node], bool]] = {}  # memo of `uses`: several rules ask it of every conv
+        self._uses: dict[str, tuple[tuple[Node, ...], bool]] = {}  # memo of `uses`: several rules ask it of every conv
         # What rules and helpers derive from the structure and would otherwise recompute per node, keyed by
         # (what, node id or value name): valid until the next reindex.
         self.memo: dict[tuple[Any, ...], Any] = {}
@@ -215,6 +216,15 @@ class Graph:
     def is_graph_output(self, name: str) -> bool:
         return name in self._output_set
 
+    def producer_index(self) -> Mapping[str, Node]:
+        """Value name -> the node writing it, for whole-graph walks that would otherwise call `producer` per edge.
+        Read-only (`reindex` rebuilds it)."""
+        return self._producer
+
+    def consumer_index(self) -> Mapping[str, list[Node]]:
+        """Value name -> the nodes reading it (names nothing reads are absent), like `producer_index`."""
+        return self._consumers
+
     def walk(self) -> Iterator[Graph]:
         """This graph and every nested subgraph (If/Loop/Scan bodies, TFLite control flow), iteratively."""
         stack: list[Graph] = [self]
@@ -230,8 +240,14 @@ class Graph:
         """True for initializers/buffers, Constant nodes, and values computed only from constants by pass-through
         ops or ConstantOfShape (how onnx's light models build their weights)."""
         value = self.values.get(name)
-        if value is not None and value.data is not None:  # a weight: the common case, without the walk
-            return True
+        if value is not None:
+            if value.data is not None:  # a weight: the common case, without the walk
+                return True
+        elif self.parent is not None:  # maybe a weight of an enclosing scope
+            return self._const_origin(name) is not None
+        node = self._producer.get(name)  # an activation (the other common case) unless computed from constants
+        if node is None or (node.op not in PASS_THROUGH_OPS and node.op != "ConstantOfShape"):
+            return False
         return self._const_origin(name) is not None
 
     def _const_origin(self, name: str) -> Value | Node | None:
@@ -381,26 +397,52 @@ class Graph:
         (the caller gets its own list)."""
         known = self._uses.get(name)
         if known is None:
+            known = self._find_uses(name)
+        return list(known[0]), known[1]
+
+    def uses_view(self, name: str) -> tuple[tuple[Node, ...], bool]:
+        """`uses`, as the remembered tuple itself (no copy): for rules that ask it of every conv and only read it."""
+        known = self._uses.get(name)
+        return known if known is not None else self._find_uses(name)
+
+    def _find_uses(self, name: str) -> tuple[tuple[Node, ...], bool]:
+        direct = self._consumers.get(name)
+        consumers: list[Node]
+        if direct is not None and len(direct) == 1 and direct[0].op not in PASS_THROUGH_OPS:
+            consumers, reaches_output = direct, name in self._output_set  # most values: one plain reader
+        else:
             consumers, reaches_output = self.effective_consumers(name)
+        composites = self._composites if self._composites is not None else self._composite_index()
+        if len(consumers) == 1:  # one reader: its own representative unless inside a composite
+            consumer = consumers[0]
+            composite = composites.get(consumer.id)
+            known = ((composite.output_node if composite is not None else consumer),), reaches_output
+        else:
             found: dict[str, Node] = {}
             for consumer in consumers:
-                composite = self.composite(consumer)
+                composite = composites.get(consumer.id)
                 representative = composite.output_node if composite is not None else consumer
                 found.setdefault(representative.id, representative)
-            known = self._uses[name] = (list(found.values()), reaches_output)
-        return list(known[0]), known[1]
+            known = tuple(found.values()), reaches_output
+        self._uses[name] = known
+        return known
 
     def composite(self, node: Node) -> Composite | None:
         """The composite activation `node` belongs to, if any."""
         composites = self._composites
         if composites is None:
-            from netlint.ir.composites import find_composites
-
-            composites = self._composites = {}
-            for composite in find_composites(self):
-                for member in composite.nodes:
-                    composites.setdefault(member.id, composite)
+            composites = self._composite_index()
         return composites.get(node.id)
+
+    def _composite_index(self) -> dict[str, Composite]:
+        from netlint.ir.composites import find_composites
+
+        composites: dict[str, Composite] = {}
+        self._composites = composites
+        for composite in find_composites(self):
+            for member in composite.nodes:
+                composites.setdefault(member.id, composite)
+        return composites
 
     def activation(self, node: Node) -> str | None:
         """The activation `node` computes (see netlint.ir.ops.activation_kind); a composite's inner nodes are None.
@@ -408,13 +450,12 @@ class Graph:
         known = self._activations.get(node.id, _UNKNOWN)
         if known is not _UNKNOWN:
             return known  # type: ignore[return-value]
-        composite = self.composite(node)
+        composites = self._composites
+        composite = (composites if composites is not None else self._composite_index()).get(node.id)
         if composite is not None:
             kind = composite.kind if node is composite.output_node else None
         else:
-            from netlint.ir.ops import activation_kind
-
-            kind = activation_kind(self, node)
+            kind = _activation_kind()(self, node)
         self._activations[node.id] = kind
         return kind
 
@@ -433,6 +474,14 @@ class Graph:
                         view.add_edge(producer.id, node.id, tensor=inp)
             self._nx = view
         return self._nx
+
+
+@cache
+def _activation_kind() -> Callable[[Graph, Node], str | None]:
+    """netlint.ir.ops.activation_kind, imported on first use (that module imports this one)."""
+    from netlint.ir.ops import activation_kind
+
+    return activation_kind
 
 
 def _captured(node: Node) -> list[str]:
