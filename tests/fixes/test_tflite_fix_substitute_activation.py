@@ -206,3 +206,18 @@ def test_cli_reports_the_deviation(tmp_path, capsys):
     assert source.read_bytes() == before
     assert ops(out.read_bytes()) == {"CONV_2D": 1}
     assert main(["check", str(out), "--select", "FU003", "--target", "ti-tda4vm"]) == 0
+
+
+def test_real_mobilenet_v3_int8_every_hard_swish_is_substituted_and_the_model_still_runs(data_dir):
+    """The Keras MobileNetV3-Small int8 model (a real export, tests/data): FU003 reports its 19 HARD_SWISH; with
+    --unsafe-fixes each becomes the target's Relu, fused into the op before it, and LiteRT runs the result."""
+    data = (data_dir / "keras_mobilenet_v3_small_int8.tflite").read_bytes()
+    before = ops(data)
+    assert rechecked(data, "FU003", **TI) != []
+    result = fix(data, select=["FU003"], unsafe=True, **TI)
+    assert len(result.applied) == before["HARD_SWISH"] > 0
+    after = ops(result.fixed)
+    assert after["HARD_SWISH"] == 0 and sum(after.values()) <= sum(before.values())
+    assert rechecked(result.fixed, "FU003", **TI) == []
+    got = outputs(result.fixed)  # runs in LiteRT: the rewritten flatbuffer is valid
+    assert [o.shape for o in got] == [o.shape for o in outputs(data)]
