@@ -21,6 +21,8 @@ The runtime is modelled on the IR, in one linear pass per step (no fix pass runs
    of netlint.cost.rates. Views (Reshape, ...) cost nothing on targets whose runtime aliases them. Ops whose speed
    depends on the data (`data_dependent_ops`, e.g. PRelu on ORT CPU: branchy per element) get a range: the low end
    is the estimate above, the high end multiplies the kernel's time by `data_dependent_ratio`.
+5. Layout (targets with [cost].nchwc_block_channels: ORT CPU on x86): the NCHW <-> NCHWc reorders the runtime inserts
+   around its blocked convs are kernels of their own (`ModelCost.layout_kernels`, netlint.cost.layout).
 
 Nodes the model cannot cost are coverage gaps: the totals and the latency are then lower bounds (`complete` False).
 Everything is linear in the number of nodes (a 100k-node graph costs in well under a second).
@@ -35,6 +37,7 @@ from operator import attrgetter
 
 import numpy as np
 
+from netlint.cost import layout
 from netlint.cost.ops import (
     COMPUTE_CLASSES,
     CONV,
@@ -119,6 +122,8 @@ class ModelCost:
     transfers: int = 0  # tensors crossing between accelerator and CPU
     transfer_us: float = 0.0  # their predicted cost (part of latency_us)
     notes: list[str] = field(default_factory=list)  # what the estimate could not take into account
+    # kernels the runtime adds that no graph node stands for (ORT CPU's NCHW <-> NCHWc reorders; netlint.cost.layout)
+    layout_kernels: list[NodeCost] = field(default_factory=list)
 
     # --- totals ----------------------------------------------------------------------------------------------------
     def _sum(self, attr: str) -> int:
@@ -201,6 +206,8 @@ class ModelCost:
                     kernels[kernel] = [entry]
                 else:
                     members.append(entry)
+        for added in self.layout_kernels:
+            kernels[added.id] = [added]
         for kernel_id, members in kernels.items():
             if members[0].node.id != kernel_id:  # the kernel's own node comes first in graph order; be sure
                 members.sort(key=lambda member: member.id != kernel_id)
@@ -246,7 +253,9 @@ def _cost_model(graph: Graph, target: Target, dims: Mapping[str, int] | None) ->
         for entry in entries:
             if entry.cost is not None and entry.cost.op_class == VIEW and entry.fused_into is None:
                 entry.kernel = None
-    result.kernels = len({entry.kernel for entry in entries if entry.kernel is not None})
+    if rates is not None and rates.nchwc_block_channels:
+        result.layout_kernels = _layout_kernels(graph, ctx, entries, rates.nchwc_block_channels)
+    result.kernels = len({entry.kernel for entry in entries if entry.kernel is not None}) + len(result.layout_kernels)
     result.fallback_nodes = [entry.id for entry in entries if entry.fallback]
     transfers = _partition(graph, target, entries, by_id, result)
     if rates is not None:
@@ -255,8 +264,28 @@ def _cost_model(graph: Graph, target: Target, dims: Mapping[str, int] | None) ->
         result.transfer_us = transfer
         result.latency_us = low + transfer
         result.latency_range_us = (low + transfer, high + transfer)
-    result.by_op_type = _by_op_type(entries)
+    result.by_op_type = _by_op_type([*entries, *result.layout_kernels])
     return result
+
+
+def _layout_kernels(graph: Graph, ctx: CostContext, entries: list[NodeCost], block: int) -> list[NodeCost]:
+    """One kernel per NCHW <-> NCHWc reorder the runtime inserts (netlint.cost.layout): nodes that launch nothing
+    of their own pass their tensor on (folded, fused, removed views), nodes that never run are skipped."""
+    passed: set[str] = set()
+    skipped: set[str] = set()
+    for entry in entries:
+        dead = entry.rewritten == "remove-dead-code" and entry.op not in REMOVED_VIEWS
+        if dead or (entry.cost is not None and entry.cost.op_class == FREE):
+            skipped.add(entry.id)
+        elif entry.rewritten is not None or (entry.fused_into is not None and entry.fusion != RESIDUAL):
+            passed.add(entry.id)
+    added = []
+    for op, name in layout.reorders(graph, ctx, block, passed, skipped):
+        cost = layout.reorder_cost(ctx, op, name, block)
+        if cost is not None:
+            node = layout.reorder_node(graph, op, name)
+            added.append(NodeCost(node, cost, kernel=node.id))
+    return added
 
 
 def _cost_node(ctx: CostContext, node: Node) -> NodeCost:

@@ -28,6 +28,7 @@ KEYS = (
     "data_dependent_ratio",  # worst / best time of a data-dependent op (data_dependent_ops) on the same tensor
     "data_dependent_ops",  # ops whose speed depends on the values (PRelu on ORT CPU: a branch per element)
     "activation_ops_per_element",  # activation op type -> ops per element in Relu-equivalents (others: 1)
+    "nchwc_block_channels",  # ORT CPU's NCHWc block (8 AVX2, 16 AVX-512): layout reorders priced (netlint.cost.layout)
 )
 
 
@@ -52,6 +53,7 @@ class Rates:
     data_dependent_ops: frozenset[str] = frozenset()
     # activation op type -> ops per element, in Relu-equivalents (a Gelu costs this many Relus per element); others 1
     activation_ops_per_element: Mapping[str, float] = field(default_factory=dict, hash=False, compare=False)
+    nchwc_block_channels: int | None = None  # None: the runtime inserts no NCHW <-> NCHWc reorders
 
     @property
     def calibrated(self) -> bool:
@@ -97,6 +99,7 @@ def rates_for(target: Target) -> Rates | None:
             activation_ops_per_element={
                 op: float(value) for op, value in merged.get("activation_ops_per_element", {}).items()
             },
+            nchwc_block_channels=int(merged["nchwc_block_channels"]) if "nchwc_block_channels" in merged else None,
         )
     except KeyError:
         return None

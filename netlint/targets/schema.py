@@ -60,6 +60,7 @@ COST_NUMBERS = frozenset(
         "transfer_gb_per_s",  # a tensor crossing a partition border: bandwidth ...
         "transfer_overhead_us",  # ... and fixed cost per crossing
         "data_dependent_ratio",  # worst / best time of data_dependent_ops on the same tensor (>= 1)
+        "nchwc_block_channels",  # ORT CPU's NCHWc channel block (a whole number): reorders around blocked convs
     }
 )
 COST_FLAGS = frozenset({"views_free"})
@@ -428,6 +429,9 @@ class _Validator:
                 )
         if "data_dependent_ratio" in table and table["data_dependent_ratio"] < 1:
             self.fail(_join(key, "data_dependent_ratio"), f"expected a ratio >= 1, got {table['data_dependent_ratio']}")
+        block = table.get("nchwc_block_channels")
+        if block is not None and not isinstance(block, bool) and isinstance(block, float) and not block.is_integer():
+            self.fail(_join(key, "nchwc_block_channels"), f"expected a whole number of channels, got {block}")
         for name in COST_FLAGS & table.keys():
             self.boolean(table[name], _join(key, name))
         for name in COST_LISTS & table.keys():

@@ -1,0 +1,155 @@
+"""ORT CPU's NCHWc layout: [cost].nchwc_block_channels adds a reorder kernel wherever a blocked region meets NCHW."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from netlint.cost import cost_model, rates_for
+from netlint.errors import UsageError
+from netlint.targets import load_target
+from netlint.testing import GraphBuilder, load
+
+MEMORY_GB_PER_S = 2.0
+OVERHEAD_US = 1.5
+
+
+def target(tmp_path: Path, block: int | None = 8, fused: bool = True) -> str:
+    """Relu fuses into a lone conv (like ORT CPU); `block` is nchwc_block_channels (None: no key)."""
+    path = tmp_path / f"t_{block}_{fused}.toml"
+    fusion = (
+        '[fusion]\nsource = "bench"\nrequires_lone_consumer = true\n[fusion.precision.all]\nactivations = ["Relu"]\n'
+        if fused
+        else ""
+    )
+    key = f"nchwc_block_channels = {block}\n" if block is not None else ""
+    path.write_text(
+        f'[target]\nname = "t"\nsources = ["bench"]\n{fusion}'
+        '[cost]\nsource = "bench"\nconv_gmacs_per_s = 1000.0\nvector_gops_per_s = 1000.0\n'
+        f"memory_gb_per_s = {MEMORY_GB_PER_S}\nkernel_overhead_us = {OVERHEAD_US}\nviews_free = true\n{key}"
+    )
+    return str(path)
+
+
+def reorders(model: onnx.ModelProto, path: str) -> list[tuple[str, str]]:
+    return [(k.op, k.node.inputs[0]) for k in cost_model(load(model), path).layout_kernels]
+
+
+def conv_act_conv(act: str, channels: int = 16) -> onnx.ModelProto:
+    b = GraphBuilder()
+    x = b.input("x", [1, channels, 8, 8])
+    first = b.conv(x, channels, name="c1")
+    if act == "PRelu":
+        mid = b.prelu(first, np.full((channels, 1, 1), 0.25, np.float32), name="act")
+    else:
+        mid = b.node(act, [first], name="act")
+    b.output(b.conv(mid, channels, name="c2"))
+    return b.build()
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_a_conv_relu_conv_chain_stays_blocked_between_the_graph_boundaries(tmp_path: Path, fused: bool) -> None:
+    # fused into the conv or run alone, Relu keeps the blocked layout: only the graph input and output are reordered
+    assert reorders(conv_act_conv("Relu"), target(tmp_path, fused=fused)) == [
+        ("ReorderInput", "x"),
+        ("ReorderOutput", "c2_out"),
+    ]
+
+
+def test_a_prelu_between_convs_is_surrounded_by_reorders(tmp_path: Path) -> None:
+    assert reorders(conv_act_conv("PRelu"), target(tmp_path)) == [
+        ("ReorderInput", "x"),
+        ("ReorderOutput", "c1_out"),
+        ("ReorderInput", "act_out"),
+        ("ReorderOutput", "c2_out"),
+    ]
+
+
+def test_a_channel_shuffle_between_convs_gets_reorders(tmp_path: Path) -> None:
+    b = GraphBuilder()
+    x = b.input("x", [1, 16, 8, 8])
+    first = b.conv(x, 16, name="c1")
+    split = b.node("Reshape", [first, b.const("s5", np.array([1, 2, 8, 8, 8]))], name="r1", shape=[1, 2, 8, 8, 8])
+    swapped = b.node("Transpose", [split], name="t", perm=[0, 2, 1, 3, 4], shape=[1, 8, 2, 8, 8])
+    merged = b.node("Reshape", [swapped, b.const("s4", np.array([1, 16, 8, 8]))], name="r2", shape=[1, 16, 8, 8])
+    b.output(b.conv(merged, 16, name="c2"))
+    found = reorders(b.build(), target(tmp_path))
+    assert ("ReorderOutput", "c1_out") in found and ("ReorderInput", "r2_out") in found
+    assert len(found) == 4  # plus the graph input and output
+
+
+def test_channels_that_are_not_a_multiple_of_the_block_get_no_reorders(tmp_path: Path) -> None:
+    # 12 input channels >= the block of 8 but not a multiple of it: ORT keeps the NCHW conv
+    assert reorders(conv_act_conv("PRelu", channels=12), target(tmp_path)) == []
+    # the same graph with a block of 4 (12 = 3 blocks) is converted
+    assert len(reorders(conv_act_conv("PRelu", channels=12), target(tmp_path, block=4))) == 4
+
+
+def test_a_first_conv_with_fewer_channels_than_a_block_reads_nchw_directly(tmp_path: Path) -> None:
+    b = GraphBuilder()
+    x = b.input("x", [1, 3, 8, 8])
+    b.output(b.node("Relu", [b.conv(x, 16, name="c1")], name="act"))
+    assert reorders(b.build(), target(tmp_path)) == [("ReorderOutput", "act_out")]
+
+
+def test_a_transpose_to_nhwc_is_the_reorder_itself(tmp_path: Path) -> None:
+    b = GraphBuilder()
+    x = b.input("x", [1, 3, 8, 8])
+    conv = b.conv(x, 16, name="c1")
+    b.output(b.node("Transpose", [conv], name="t", perm=[0, 2, 3, 1], shape=[1, 8, 8, 16]))
+    assert reorders(b.build(), target(tmp_path)) == []
+    b2 = GraphBuilder()
+    x = b2.input("x", [1, 3, 8, 8])
+    conv = b2.conv(x, 16, name="c1")
+    b2.output(b2.node("Transpose", [conv], name="t", perm=[0, 3, 2, 1], shape=[1, 8, 8, 16]))
+    assert reorders(b2.build(), target(tmp_path)) == [("ReorderOutput", "c1_out")]
+
+
+def test_a_reorder_kernel_costs_one_copy_and_a_launch(tmp_path: Path) -> None:
+    model = load(conv_act_conv("PRelu"))
+    with_key = cost_model(model, target(tmp_path))
+    without = cost_model(load(conv_act_conv("PRelu")), target(tmp_path, block=None))
+    assert without.layout_kernels == []
+    tensor_bytes = 16 * 8 * 8 * 4
+    for kernel in with_key.layout_kernels:
+        assert kernel.latency_us == pytest.approx(2 * tensor_bytes / (MEMORY_GB_PER_S * 1e3) + OVERHEAD_US)
+    # the graph's own nodes cost the same; the reorders are added kernels, listed like the others
+    assert [n.latency_us for n in with_key.nodes] == [n.latency_us for n in without.nodes]
+    assert with_key.latency_us == pytest.approx(without.latency_us + sum(k.latency_us for k in with_key.layout_kernels))
+    assert with_key.kernels == without.kernels + 4
+    assert with_key.by_op_type["ReorderOutput"].count == 2 and with_key.by_op_type["ReorderInput"].count == 2
+    assert with_key.coverage == without.coverage and len(with_key.nodes) == len(without.nodes)
+    assert "c1_out" in {members[0].id for members in with_key.top_kernels(10)}
+
+
+def test_padded_channels_are_copied_on_the_blocked_side(tmp_path: Path) -> None:
+    # 3 -> 10 channels: the conv writes 16 (two blocks of 8), the ReorderOutput reads them all
+    b = GraphBuilder()
+    x = b.input("x", [1, 3, 8, 8])
+    b.output(b.conv(x, 10, name="c1"))
+    (kernel,) = cost_model(load(b.build()), target(tmp_path)).layout_kernels
+    assert kernel.cost.bytes_written == 10 * 64 * 4 and kernel.cost.bytes_read == 16 * 64 * 4
+
+
+def test_the_shipped_ort_cpu_target_states_its_block(tmp_path: Path) -> None:
+    rates = rates_for(load_target("ort-cpu"))
+    assert rates is not None and rates.nchwc_block_channels in (8, 16)
+    assert rates_for(load_target("onednn-cpu")).nchwc_block_channels is None  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [("8.5", "expected a whole number of channels, got 8.5"), ("0", "expected a positive number, got 0")],
+)
+def test_the_block_must_be_a_positive_whole_number(tmp_path: Path, value: str, message: str) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(
+        '[target]\nname = "bad"\nsources = ["s"]\n[cost]\nsource = "s"\nconv_gmacs_per_s = 1.0\n'
+        f"vector_gops_per_s = 1.0\nmemory_gb_per_s = 1.0\nnchwc_block_channels = {value}\n"
+    )
+    with pytest.raises(UsageError, match=re.escape(message)):
+        load_target(str(path))
