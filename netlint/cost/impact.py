@@ -13,7 +13,8 @@ The IR simulation mirrors what each ONNX fix pass writes, so it works for TFLite
 passes yet). A fix the target's runtime applies by itself when it loads the model saves nothing there. A fix whose
 rewrite depends on the target (relu6-to-relu8) picks its simulation per target. HW001's advised change (an op the
 accelerator cannot run) is priced as the same op running on the accelerator; the other manual rules' advised changes
-(HW002's channel padding, HW003, QT006's precision, DM001, and the accuracy rules QT002-QT004 at 0) are priced by
+(HW001's partition summary, HW002's channel padding, HW003, QT006's precision, DM001, and the accuracy rules
+QT002-QT004 at 0) and QT005's keep-fp32 (a precision change: negative, the price of accuracy) are priced by
 netlint.cost.advice, with a `basis` saying how.
 """
 
@@ -42,6 +43,7 @@ RESHAPE_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze"})
 ELTWISE_OPS = frozenset({"Add", "Sub", "Mul", "Sum"})
 BYPASSED = frozenset({"Identity", "Dropout"})
 UNSUPPORTED_OP_RULE = "HW001"  # a manual rule whose advised change is priced by changing the target, not the graph
+ADVISED_FIXES = frozenset({"QT005"})  # rules with a fix that netlint.cost.advice prices (keep-fp32: a precision change)
 
 
 def model_cost(graph: Graph, target: Target) -> ModelCost:
@@ -85,7 +87,7 @@ def price_findings(graph: Graph, findings: Iterable[Finding], target: Target, co
     memo: dict[Any, float | None] = {}
     for finding in findings:
         basis: str | None = None
-        if finding.fix is None and finding.code != UNSUPPORTED_OP_RULE:
+        if _advised(finding):
             from netlint.cost.advice import price_advice  # manual rules' advised changes (imported when needed)
 
             priced = price_advice(graph, finding, target, cost, memo)
@@ -96,6 +98,20 @@ def price_findings(graph: Graph, findings: Iterable[Finding], target: Target, co
                 basis = TARGET_SIMULATIONS[finding.fix.name](target)[1]
         if saving is not None:
             finding.impact = Impact(target.label, total / 1000, (total - saving) / 1000, basis)
+
+
+def summarises(finding: Finding) -> bool:
+    """Whether the finding's impact covers its rule's other findings (HW001's partition summary prices removing all
+    fallback, which its per-op findings price one op at a time): a per-rule total leaves it out."""
+    return finding.code == UNSUPPORTED_OP_RULE and "unsupported_op" not in finding.data
+
+
+def _advised(finding: Finding) -> bool:
+    """Whether netlint.cost.advice prices the finding: manual rules (but HW001's per-op findings, priced here), and
+    QT005, whose keep-fp32 changes the precision the op computes in rather than the graph's ops."""
+    if finding.code == UNSUPPORTED_OP_RULE:
+        return summarises(finding)
+    return finding.fix is None or finding.code in ADVISED_FIXES
 
 
 def _saving_us(graph: Graph, finding: Finding, target: Target, memo: dict[Any, float | None]) -> float | None:

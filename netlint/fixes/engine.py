@@ -172,9 +172,9 @@ def _to_fp16(
 
 def slower_on_the_target(finding: Finding, settings: Settings) -> str | None:
     """Why a fix is not applied: the cost model predicts it slows the target down (netlint.cost.impact), unless
-    --keep-slower-fixes."""
+    --keep-slower-fixes. keep-fp32 (QT005) always costs time: it is applied for accuracy, never skipped for speed."""
     impact = finding.impact
-    if impact is None or impact.saving_ms >= -1e-9 or settings.keep_slower_fixes:
+    if impact is None or impact.saving_ms >= -1e-9 or settings.keep_slower_fixes or finding.code == "QT005":
         return None
     return f"predicted {-impact.saving_ms:.3g} ms slower on {impact.target} (--keep-slower-fixes applies it anyway)"
 

@@ -20,6 +20,7 @@ from markupsafe import Markup
 
 from netlint import __version__
 from netlint.cost import ModelCost, cost_model
+from netlint.cost.impact import summarises
 from netlint.cost.ops import MOVER, VIEW
 from netlint.docs import render_rule_doc, templates_dir
 from netlint.engine import ModelReport
@@ -250,7 +251,7 @@ def _groups(findings: list[Finding], where: dict[str, Graph], cost: ModelCost | 
         group.findings.append(view)
         if view.impact_us is not None:
             group.impact_us = (group.impact_us or 0.0) + view.impact_us
-        if view.finding.impact is not None:
+        if view.finding.impact is not None and not summarises(view.finding):  # a summary would count them twice
             group.saving_ms = (group.saving_ms or 0.0) + view.finding.impact.saving_ms
             group.saving_share += view.finding.impact.saving_share
     return sorted(

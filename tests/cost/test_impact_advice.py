@@ -198,3 +198,132 @@ def test_tflite_fused_relu6_and_nhwc_padding_are_priced() -> None:
     assert saving_us(model, "QT001", TDA4VM, "ethos-u55") < 0  # Vela applies RELU6, not a clip at 8, in the conv
     assert saving_us(model, "HW002", TDA4VM, "qualcomm-htp") > 0  # NHWC: the last axis is padded
     assert saving_us(model, "HW002", TDA4VM, "ethos-u55") == 0.0
+
+
+# --- QT005: keep-fp32, the price of accuracy --------------------------------------------------------------------------
+def conv_softmax() -> onnx.ModelProto:
+    b = GraphBuilder(seed=1)
+    y = b.conv(b.input("x", [1, 32, 28, 28]), 32, name="conv")
+    b.output(b.node("Softmax", [y], name="softmax", axis=1))
+    return b.build()
+
+
+def fp16_softmax() -> onnx.ModelProto:
+    """A float16 model: x (fp16) -> Softmax -> y (fp16)."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Softmax", ["x"], ["y"], name="softmax", axis=-1)],
+        "fp16",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1, 8, 256, 256])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [1, 8, 256, 256])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
+FP16_HTP = {"target": "qualcomm-htp", "precision": "fp16"}
+
+
+def test_keeping_an_unsafe_op_in_fp32_costs_time_on_an_fp16_target_and_nothing_elsewhere() -> None:
+    model = conv_softmax()
+    htp = repriced(model, "QT005", FP16_HTP, "qualcomm-htp", precision="fp16")
+    assert htp.saving_ms < 0  # two Casts and float32 bytes: slower, never faster
+    assert "accuracy, not speed" in (htp.basis or "") and "2 Casts" in (htp.basis or "")
+    for target in ("ort-cpu", "ti-tda4vm"):  # no float16 precision: not modelled
+        other = repriced(model, "QT005", FP16_HTP, target)
+        assert other.saving_ms == 0.0 and "no float16 precision" in (other.basis or "")
+
+
+def test_a_float16_model_is_priced_at_the_targets_fp16_rates_and_bigger_tensors_cost_more() -> None:
+    model = fp16_softmax()
+    graph = load(model).graph
+    [finding] = lint(model, select=["QT005"], target="qualcomm-htp").findings  # a8 selected: fp16 is still there
+    small = repriced(model, "QT005", {"target": "qualcomm-htp"}, "qualcomm-htp")
+    assert small.saving_ms < 0 and "on qualcomm-htp (fp16" in (small.basis or "")
+    # the float32 island reads and writes twice the bytes of the float16 op: the price grows with the tensor
+    assert -small.saving_ms * 1000 > 2 * 5.0  # more than the two Casts' launch overheads alone
+    assert finding.nodes == ["softmax"] and graph.value("x").dtype == "float16"
+
+
+def test_keep_fp32_is_not_skipped_as_slower_by_netlint_fix() -> None:
+    from netlint.config import FileConfig, Overrides, settings_for
+    from netlint.fixes.engine import slower_on_the_target
+
+    [finding] = lint(conv_softmax(), select=["QT005"], **FP16_HTP).findings
+    assert finding.impact is not None and finding.impact.saving_ms < 0
+    settings = settings_for(FileConfig(), Overrides(target="qualcomm-htp", precision="fp16"))
+    assert slower_on_the_target(finding, settings) is None
+
+
+# --- HW001: the partition summary -------------------------------------------------------------------------------------
+def conv_erf_conv() -> onnx.ModelProto:
+    """Conv -> Erf -> Conv: Erf is not in TIDL's or Vela's op list, so the graph splits into three partitions."""
+    b = GraphBuilder(seed=1)
+    y = b.conv(b.input("x", [1, 32, 56, 56]), 32, name="c1")
+    b.output(b.conv(b.node("Erf", [y], name="erf"), 32, name="c2"))
+    return b.build()
+
+
+def summary_of(model: onnx.ModelProto, **found_on: str):
+    findings = [f for f in lint(model, select=["HW001"], **found_on).findings if "unsupported_op" not in f.data]
+    assert len(findings) == 1
+    return findings[0]
+
+
+@pytest.mark.parametrize("target", ["ti-tda4vm", "ethos-u55"])
+def test_the_partition_summary_saves_the_fallback_and_the_transfers(target: str) -> None:
+    model = conv_erf_conv()
+    summary = summary_of(model, target=target)
+    assert summary.impact is not None and summary.impact.saving_ms > 0
+    assert "every node on the accelerator" in (summary.impact.basis or "")
+    per_op = [f for f in lint(model, select=["HW001"], target=target).findings if "unsupported_op" in f.data]
+    assert [f.nodes for f in per_op] == [["erf"]]
+    # one unsupported op: moving it onto the accelerator is the whole summary's saving (to rounding)
+    assert summary.impact.saving_ms == pytest.approx(per_op[0].impact.saving_ms, rel=0.05)  # type: ignore[union-attr]
+
+
+def test_the_partition_summary_is_zero_where_nothing_falls_back() -> None:
+    model = conv_erf_conv()
+    graph = load(model).graph
+    summary = summary_of(model, **TDA4VM)
+    on_cpu = load_target("ort-cpu")  # runs every op: the summary found on ti-tda4vm saves nothing there
+    price_findings(graph, [summary], on_cpu, model_cost(graph, on_cpu))
+    assert summary.impact is not None and summary.impact.target == on_cpu.label
+    assert summary.impact.saving_ms == 0.0 and "no node falls back" in (summary.impact.basis or "")
+    assert not lint(model, select=["HW001"], target="ort-cpu").findings  # and ort-cpu reports no finding at all
+
+
+def test_the_json_report_carries_the_new_impacts(run_cli, tmp_path) -> None:
+    import json
+
+    path = tmp_path / "m.onnx"
+    onnx.save(conv_erf_conv(), str(path))
+    done = run_cli("check", path, "--target", "ti-tda4vm", "--select", "HW001", "--format", "json", "--no-cache")
+    report = json.loads(done.stdout)
+    findings = (report["models"][0] if "models" in report else report)["findings"]
+    [summary] = [f for f in findings if "partitions" in f["message"]]
+    assert summary["impact"]["saving_ms"] > 0 and summary["impact"]["basis"].startswith("the whole model")
+
+
+def test_the_html_rule_total_does_not_count_the_summary_twice() -> None:
+    from netlint.report.html import _groups
+
+    findings = lint(conv_erf_conv(), select=["HW001"], target="ti-tda4vm").findings
+    [group] = _groups(findings, {}, None)
+    [per_op] = [f for f in findings if "unsupported_op" in f.data]
+    assert len(group.findings) == 2 and per_op.impact is not None
+    assert group.saving_ms == pytest.approx(per_op.impact.saving_ms)
+
+
+def test_the_casts_of_an_op_on_the_fallback_run_beside_it_and_add_no_border() -> None:
+    b = GraphBuilder(seed=1)  # Erf: QT005 (fp16-unsafe) and not lowered by the QNN EP (falls back to the CPU)
+    y = b.conv(b.input("x", [1, 8, 32, 32]), 8, name="c1")
+    b.output(b.conv(b.node("Erf", [y], name="erf"), 8, name="c2"))
+    model = b.build()
+    impact = repriced(model, "QT005", FP16_HTP, "qualcomm-htp", precision="fp16")
+    rates = model_cost(load(model).graph, load_target("qualcomm-htp", precision="fp16")).rates
+    assert rates is not None and rates.transfer_overhead_us is not None
+    assert impact.saving_ms < 0
+    assert -impact.saving_ms * 1000 < rates.transfer_overhead_us  # Casts on the accelerator would add two borders
