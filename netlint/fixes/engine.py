@@ -17,6 +17,7 @@ import gc
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Generic, TypeVar
 
 import onnx
 
@@ -57,24 +58,40 @@ class SkippedFix:
     reason: str
 
 
+M = TypeVar("M")
+
+
 @dataclass
-class FixResult:
-    original: onnx.ModelProto
-    fixed: onnx.ModelProto
-    safe_only: onnx.ModelProto  # after the safe fixes, before any unsafe one (what the exact verification checks)
+class FixOutcome(Generic[M]):
+    """What a fix run produced, for either format (M: an ONNX ModelProto, or a TFLite flatbuffer's bytes)."""
+
+    original: M
+    fixed: M
+    safe_only: M  # after the safe fixes, before any unsafe one (what the exact verification checks)
     applied: list[AppliedFix] = field(default_factory=list)
     skipped: list[SkippedFix] = field(default_factory=list)
     remaining: list[Finding] = field(default_factory=list)
     rounds: int = 0
     notes: list[str] = field(default_factory=list)
 
+    @staticmethod
+    def op_counts(model: M) -> Counter[str]:
+        raise NotImplementedError
+
     @property
     def ops_before(self) -> Counter[str]:
-        return Counter(node.op_type for node in self.original.graph.node)
+        return self.op_counts(self.original)
 
     @property
     def ops_after(self) -> Counter[str]:
-        return Counter(node.op_type for node in self.fixed.graph.node)
+        return self.op_counts(self.fixed)
+
+
+@dataclass
+class FixResult(FixOutcome[onnx.ModelProto]):
+    @staticmethod
+    def op_counts(model: onnx.ModelProto) -> Counter[str]:
+        return Counter(node.op_type for node in model.graph.node)
 
 
 def fix_model(
@@ -170,11 +187,14 @@ def _to_fp16(
     result.remaining = lint_model(_convert(proto, path, base), settings).findings
 
 
-def slower_on_the_target(finding: Finding, settings: Settings) -> str | None:
+def slower_on_the_target(finding: Finding, settings: Settings, fix_pass: type) -> str | None:
     """Why a fix is not applied: the cost model predicts it slows the target down (netlint.cost.impact), unless
-    --keep-slower-fixes. keep-fp32 (QT005) always costs time: it is applied for accuracy, never skipped for speed."""
+    --keep-slower-fixes or the pass is applied for accuracy, not speed (`for_speed = False`: keep-fp32 always
+    costs time)."""
     impact = finding.impact
-    if impact is None or impact.saving_ms >= -1e-9 or settings.keep_slower_fixes or finding.code == "QT005":
+    if impact is None or impact.saving_ms >= -1e-9 or settings.keep_slower_fixes:
+        return None
+    if not getattr(fix_pass, "for_speed", True):
         return None
     return f"predicted {-impact.saving_ms:.3g} ms slower on {impact.target} (--keep-slower-fixes applies it anyway)"
 
@@ -221,7 +241,7 @@ def _run(
                 reason = "the nodes are inside a subgraph (If/Loop/Scan body): not fixed yet"
                 skipped.setdefault((finding.code, where, reason), SkippedFix(finding.code, fix.name, where, reason))
                 continue
-            slower = slower_on_the_target(finding, settings)
+            slower = slower_on_the_target(finding, settings, passes[fix.name])
             if slower is not None:
                 skipped.setdefault((finding.code, where, slower), SkippedFix(finding.code, fix.name, where, slower))
                 continue

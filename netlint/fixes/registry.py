@@ -49,6 +49,9 @@ class Plan:
 
 class FixPass:
     name: ClassVar[str]
+    # False for a pass applied for accuracy, not speed (keep-fp32): the cost model's "slower on the target" veto
+    # (netlint.fixes.engine.slower_on_the_target) does not apply to it.
+    for_speed: ClassVar[bool] = True
 
     def plan(self, ctx: FixContext) -> Plan | str:
         raise NotImplementedError

@@ -250,11 +250,12 @@ def test_a_float16_model_is_priced_at_the_targets_fp16_rates_and_bigger_tensors_
 def test_keep_fp32_is_not_skipped_as_slower_by_netlint_fix() -> None:
     from netlint.config import FileConfig, Overrides, settings_for
     from netlint.fixes.engine import slower_on_the_target
+    from netlint.fixes.registry import all_passes
 
     [finding] = lint(conv_softmax(), select=["QT005"], **FP16_HTP).findings
     assert finding.impact is not None and finding.impact.saving_ms < 0
     settings = settings_for(FileConfig(), Overrides(target="qualcomm-htp", precision="fp16"))
-    assert slower_on_the_target(finding, settings) is None
+    assert slower_on_the_target(finding, settings, all_passes()["keep-fp32"]) is None
 
 
 # --- HW001: the partition summary -------------------------------------------------------------------------------------

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from netlint.config import Settings
 from netlint.engine import lint_model
 from netlint.errors import ModelLoadError
-from netlint.fixes.engine import MAX_ROUNDS, AppliedFix, FixError, SkippedFix, slower_on_the_target
+from netlint.fixes.engine import MAX_ROUNDS, AppliedFix, FixError, FixOutcome, SkippedFix, slower_on_the_target
 from netlint.fixes.tflite.edit import InvariantError, TfliteEdit
 from netlint.fixes.tflite.registry import TfliteContext, all_passes
 from netlint.io.tflite_io import model_from_buffer
@@ -25,23 +25,10 @@ _NODE_ID = re.compile(r"sg(\d+)/op(\d+)")
 
 
 @dataclass
-class TfliteFixResult:
-    original: bytes
-    fixed: bytes
-    safe_only: bytes
-    applied: list[AppliedFix] = field(default_factory=list)
-    skipped: list[SkippedFix] = field(default_factory=list)
-    remaining: list[Finding] = field(default_factory=list)
-    rounds: int = 0
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def ops_before(self) -> Counter[str]:
-        return op_counts(self.original)
-
-    @property
-    def ops_after(self) -> Counter[str]:
-        return op_counts(self.fixed)
+class TfliteFixResult(FixOutcome[bytes]):
+    @staticmethod
+    def op_counts(model: bytes) -> Counter[str]:
+        return op_counts(model)
 
 
 def op_counts(data: bytes) -> Counter[str]:
@@ -110,7 +97,7 @@ def _run(data: bytes, path: str, settings: Settings, allowed: set[str], result: 
             index = subgraphs.pop() if subgraphs else _subgraph_of_tensors(graphs, finding)
             if index is None:
                 continue
-            slower = slower_on_the_target(finding, settings)
+            slower = slower_on_the_target(finding, settings, passes[fix.name])
             if slower is not None:
                 skipped.setdefault((finding.code, where, slower), SkippedFix(finding.code, fix.name, where, slower))
                 continue

@@ -59,6 +59,7 @@ DEQUANTIZE_FP16_VERSION = 3  # op_version.cc: DEQUANTIZE of a float16 input
 class KeepFp32(TflitePass):
     name = "keep-fp32"
     exact = False  # like the ONNX pass: float16 is never bit for bit (here it never applies anyway)
+    for_speed = False  # like the ONNX pass: applied for accuracy
 
     def plan(self, ctx: TfliteContext) -> Plan | str:
         edit = ctx.edit

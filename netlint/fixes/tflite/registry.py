@@ -37,6 +37,7 @@ class TfliteContext:
 
 class TflitePass:
     name: ClassVar[str]
+    for_speed: ClassVar[bool] = True  # as netlint.fixes.registry.FixPass.for_speed
 
     def plan(self, ctx: TfliteContext) -> Plan | str:
         raise NotImplementedError
