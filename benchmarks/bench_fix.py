@@ -17,6 +17,7 @@ folder and are checked to load after each run.
     python benchmarks/bench_fix.py --verify-large  # also the verified runs at 100k nodes (adds ~20 minutes)
     python benchmarks/bench_fix.py --quick         # smoke run: light_resnet50 and 10k, one round
     python benchmarks/bench_fix.py --json out.json
+    python benchmarks/bench_fix.py --phases MODEL  # in-process CPU seconds per phase of fix --no-verify, best of 3
 """
 
 from __future__ import annotations
@@ -136,6 +137,77 @@ def measure(name: str, model: Path, out_folder: Path, rounds: int, sides: tuple[
     return row
 
 
+PHASES = ("load", "convert", "lint", "fixes", "edit index", "commit", "checker", "reconvert", "write", "other")
+
+
+def phases_child(model: str) -> None:
+    """Run `netlint fix --no-verify MODEL` in this process, timing each phase in CPU seconds (time.process_time,
+    less disturbed by other load than wall time); prints them as JSON. `fixes` is the planning and applying of the
+    fixes with GraphEdit's incremental checks: what is left of the fix loop once the others are taken out."""
+    import contextlib
+    import io
+
+    sys.path.insert(0, str(REPO))
+    import onnx
+
+    import netlint.fixes.command as command
+    import netlint.fixes.engine as engine
+    import netlint.fixes.output as output
+    from netlint.cli import main as cli_main
+
+    spent = dict.fromkeys(PHASES, 0.0)
+    active: list[str] = []
+
+    def timed(owner: object, attribute: str, phase: str) -> None:
+        function = getattr(owner, attribute)
+
+        def wrapper(*args: object, **kwargs: object) -> object:
+            start = time.process_time()
+            active.append(phase)
+            try:
+                return function(*args, **kwargs)
+            finally:
+                active.pop()
+                elapsed = time.process_time() - start
+                spent[phase] += elapsed
+                if active:  # an outer phase does not count what an inner one spent
+                    spent[active[-1]] -= elapsed
+
+        setattr(owner, attribute, wrapper)
+
+    timed(onnx, "load", "load")
+    timed(command, "_load", "convert")  # onnx.load and the IR of the input (load is counted apart)
+    timed(engine, "_run", "fixes")
+    timed(engine, "lint_model", "lint")
+    timed(engine, "_convert", "reconvert")
+    timed(engine, "_check", "checker")
+    timed(engine.GraphEdit, "begin", "edit index")
+    timed(engine.GraphEdit, "commit", "commit")
+    timed(output, "write_model", "write")
+    out = Path(tempfile.mkdtemp(prefix="netlint-bench-phases-")) / "fixed.onnx"
+    start = time.process_time()
+    with contextlib.redirect_stdout(io.StringIO()):
+        cli_main(["fix", "--no-verify", "--isolated", model, "-o", str(out)])
+    total = time.process_time() - start
+    spent["other"] = total - sum(spent.values())
+    shutil.rmtree(out.parent, ignore_errors=True)
+    print(json.dumps({"total": total, **spent}))
+
+
+def phases(model: Path, rounds: int = 3) -> dict[str, float]:
+    """The best of `rounds` child runs of phases_child, per phase."""
+    best: dict[str, float] = {}
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env.update(CI="1", PYTHONPYCACHEPREFIX=str(PYCACHE))
+    for _ in range(rounds):
+        child = subprocess.run(
+            [PY, __file__, "--phases-child", str(model)], cwd=REPO, env=env, capture_output=True, text=True, check=True
+        )
+        for phase, seconds in json.loads(child.stdout.splitlines()[-1]).items():
+            best[phase] = min(best.get(phase, float("inf")), seconds)
+    return best
+
+
 def generate_size(name: str) -> int:
     """conv_100k -> 100000; 0 for a model that is not generated."""
     digits = name.rpartition("_")[2].removesuffix("k")
@@ -161,7 +233,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", type=Path, help="also write the results as JSON here")
     parser.add_argument("--keep", action="store_true", help="keep the temp folder (generated models and outputs)")
+    parser.add_argument("--phases", metavar="MODEL", help="only time the phases of fix --no-verify on MODEL")
+    parser.add_argument("--phases-child", metavar="MODEL", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.phases_child:
+        phases_child(args.phases_child)
+        return 0
+    if args.phases:
+        best = phases(Path(args.phases), args.rounds or 3)
+        print(f"{args.phases}: in-process CPU seconds, best of {args.rounds or 3} runs per phase")
+        for phase, seconds in best.items():
+            print(f"  {phase:12s} {seconds:6.2f}")
+        return 0
     rounds = args.rounds or (1 if args.quick else 5)
     sides = tuple(s for s in SIDES if not (args.no_verify_runs and s == "fix+verify"))
     folder = Path(tempfile.mkdtemp(prefix="netlint-bench-fix-"))

@@ -16,7 +16,12 @@ modules from source) and with CI set (no progress line).
 
     python benchmarks/bench_many.py                  # 200 models, 3 timed pairs
     python benchmarks/bench_many.py --models 40 --rounds 1   # smoke run
-    python benchmarks/bench_many.py --pool            # also: start method (forkserver vs spawn) and pool threshold
+    python benchmarks/bench_many.py --pool            # also: start methods (fork, forkserver, spawn) and pool threshold
+
+On a loaded machine the ratios are not trustworthy (both runs of a pair compete with other processes for the cores);
+`--pool` also prints the CPU time of each phase in one process (set-up, preload, the parent's share of the pool, the
+workers' total), which load changes far less: a pool's wall time on an idle machine is about set-up + preload + the
+workers' total / 2 + rendering.
 """
 
 from __future__ import annotations
@@ -117,17 +122,22 @@ def halves(folder: Path, cwd: Path) -> float:
 
 
 def pool_study(folder: Path, rounds: int) -> None:
-    """forkserver vs spawn on the same folder, and how long a pool of 2 takes to lint 2, 4, 8 models."""
+    """The start methods on the same folder, and how long a pool of 2 takes to lint 2, 4, 8 models; then where the
+    CPU time of a `-j 2` run goes, phase by phase."""
     code = (
-        "import sys, time; from pathlib import Path; import netlint.batch as b; from netlint.config import *; "
-        "b.START_METHOD = sys.argv[1]; b.MIN_POOL_MODELS = int(sys.argv[3]); "
-        "s = settings_for(FileConfig(), Overrides()); "
-        "paths = sorted(Path(sys.argv[2]).rglob('*.onnx'))[: int(sys.argv[4])]; "
-        "t = time.perf_counter(); b.lint_many([(p, s) for p in paths], jobs=int(sys.argv[5])); "
-        "print(time.perf_counter() - t)"
+        "import sys, time, resource; from pathlib import Path\n"
+        "if __name__ == '__main__':\n"
+        "    import netlint.batch as b; from netlint.config import FileConfig, Overrides, settings_for\n"
+        "    b.START_METHOD = sys.argv[1]; b.MIN_POOL_MODELS = int(sys.argv[3])\n"
+        "    s = settings_for(FileConfig(), Overrides())\n"
+        "    paths = sorted(Path(sys.argv[2]).rglob('*.onnx'))[: int(sys.argv[4])]\n"
+        "    t = time.perf_counter(); c = time.process_time()\n"
+        "    b.lint_many([(p, s) for p in paths], jobs=int(sys.argv[5]))\n"
+        "    kids = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+        "    print(time.perf_counter() - t, time.process_time() - c, kids.ru_utime + kids.ru_stime)\n"
     )
 
-    def inner(method: str, count: int, jobs: int, threshold: int = 2) -> float:
+    def inner(method: str, count: int, jobs: int, threshold: int = 2) -> list[float]:
         out = subprocess.run(
             [PY, "-c", code, method, str(folder), str(threshold), str(count), str(jobs)],
             check=True,
@@ -136,16 +146,23 @@ def pool_study(folder: Path, rounds: int) -> None:
             cwd=REPO,
             env=ENV,
         )
-        return float(out.stdout.split()[-1])
+        return [float(value) for value in out.stdout.split()[-3:]]
 
+    methods = ["fork", "forkserver", "spawn"] if sys.platform == "linux" else ["forkserver", "spawn"]
     for count in (2, 4, 8, 200):
-        rows = {"in-process": [], "forkserver": [], "spawn": []}
+        rows: dict[str, list[float]] = {"in-process": [], **{method: [] for method in methods}}
         for _ in range(rounds):
-            rows["in-process"].append(inner("forkserver", count, 1))
-            rows["forkserver"].append(inner("forkserver", count, 2))
-            rows["spawn"].append(inner("spawn", count, 2))
+            rows["in-process"].append(inner(methods[0], count, 1)[0])
+            for method in methods:
+                rows[method].append(inner(method, count, 2)[0])
         shown = ", ".join(f"{k} {statistics.median(v):.2f} s" for k, v in rows.items())
         print(f"lint_many over {count} models (in the process, not counting start-up): {shown}")
+    for method in methods:
+        wall, parent, children = inner(method, 200, 2)
+        print(
+            f"    -j 2 {method}: lint_many {wall:.2f} s wall; CPU: this process {parent:.2f} s (preload included when"
+            f" forking), workers {children:.2f} s (forkserver workers are not this process's children: 0)"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

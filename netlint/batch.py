@@ -1,27 +1,34 @@
 """Linting many models: from the content cache, in-process, or in a process pool; and the map functions
 `lint_bytes` / `lint_path` for distributing a model zoo over an existing engine (Dask, Ray: docs/scaling.md).
 
-The pool uses the 'forkserver' start method (not fork: the parent may have threads, e.g. onnx's or numpy's), with
-netlint's engine and loaders preloaded in the server, so each worker starts by forking a process that has already
-imported them. Workers ignore SIGINT: Ctrl-C reaches the parent, which cancels what has not started and terminates
-the workers. Results come back in the order of the input, whatever order the workers finish in. An exception in a
-worker is that model's error line; a worker that dies (a crash in a native library) breaks the pool, and every model
-it had not finished is retried alone in a fresh one-worker pool, so only the model that kills its worker gets the
-error.
+How workers start (`start_method`): on Linux, when this process has no other Python thread and none of the libraries
+known to run native thread pools without fork handlers (FORK_UNSAFE) is loaded, workers are forked from this process
+once it has imported the engine, onnx and the rule packs (`preload_engine`): a worker then costs a fork, not a second
+interpreter importing netlint (about 0.2 s of CPU, on a machine whose cores the workers need). numpy's OpenBLAS
+thread is fork-safe (it registers pthread_atfork handlers). Elsewhere (macOS, Windows) or when threads exist, the pool
+uses 'forkserver' (POSIX) or 'spawn', with the engine preloaded in the server (netlint.worker_preload), and
+`netlint check` starts that server before it imports the engine (`start_early`), so that both import at once.
 
-Start-up is overlapped with this process's own work: `netlint check` starts the fork server before it imports the
-engine (`start_early`), when the run is likely to need workers, and the server preloads everything a worker needs
-(netlint.worker_preload: engine, loaders, rule packs, cost model), so that a forked worker lints at once.
+Models go to workers in chunks (`_chunks`: largest first, a few small models per task), so that 200 tiny models are
+not 200 round trips. Workers ignore SIGINT (SIGINT is blocked while they are forked, and ignored before it is
+unblocked in them): Ctrl-C reaches the parent, which cancels what has not started and terminates the workers. Results
+come back in the order of the input, whatever order the workers finish in. An exception in a worker is that model's
+error line; a worker that dies (a crash in a native library) breaks the pool, and every model it had not finished is
+retried alone in a fresh one-worker pool, so only the model that kills its worker gets the error.
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
 import signal
 import sys
 import tempfile
+import threading
+import warnings
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,13 +40,30 @@ if TYPE_CHECKING:  # the engine is imported on first use: `start_early` runs bef
     from netlint.config import Settings
     from netlint.engine import ModelReport
 
-START_METHOD = "forkserver" if sys.platform != "win32" else "spawn"  # forkserver: POSIX only
+START_METHOD: str | None = None  # None: `start_method()` chooses per pool; a name forces one (benchmarks, tests)
+# Libraries whose native thread pools have no fork handlers: a child forked while they run threads can deadlock.
+FORK_UNSAFE = ("onnxruntime", "torch", "tensorflow", "jax", "grpc")
 PRELOAD = ["netlint.worker_preload"]  # imported once by the fork server; every worker is forked from it
+# What a worker needs before its first model: the engine, the ONNX loader and onnx (the largest import), and what
+# the engine and the loader import on first use (the cost model). Imported once, by the parent or the fork server.
+PRELOAD_MODULES = (
+    "onnx",
+    "netlint.engine",
+    "netlint.batch",
+    "netlint.cache",
+    "netlint.io.onnx_io",
+    "netlint.cost.impact",
+    "netlint.cost.model",
+    "netlint.cost.ops",
+    "netlint.cost.rates",
+)
 WORKER_DIED = "internal error: the worker process linting this model died (please report this)"
 MAX_DEATHS = 3
-WINDOW = 4  # models queued per worker, so that no worker waits for this process to hand out the next one
-# Starting a pool costs about 0.3-1 s (the fork server imports onnx and netlint; measured in docs/performance.md),
-# while a small model lints in 10-30 ms: a pool pays from about 16 models, or from 2 when there is much to load.
+WINDOW = 2  # chunks queued per worker, so that no worker waits for this process to hand out the next one
+MAX_CHUNK = 8  # models per task at most: small models travel together (one round trip), big ones alone
+# Starting a pool costs about 0.3-1 s with a fork server (it imports onnx and netlint; docs/performance.md), a few
+# forks when forking, while a small model lints in 10-30 ms: a pool pays from about 16 models (kept for both
+# methods), or from 2 when there is much to load.
 MIN_POOL_MODELS = 16
 MIN_POOL_BYTES = 64 << 20
 MODEL_SUFFIXES = (".onnx", ".tflite")
@@ -55,14 +79,40 @@ def lint_file(path: Path, settings: Settings) -> ModelReport:
     return lint(path, settings)
 
 
+def start_method() -> str:
+    """How the next pool's workers start: 'fork' where it is safe and available (see the module's docstring), else
+    'forkserver' (POSIX) or 'spawn' (Windows)."""
+    if START_METHOD:
+        return START_METHOD
+    if sys.platform == "linux" and threading.active_count() == 1 and not any(m in sys.modules for m in FORK_UNSAFE):
+        return "fork"
+    return "forkserver" if sys.platform != "win32" else "spawn"
+
+
+def preload_engine() -> None:
+    """Import what a worker needs (PRELOAD_MODULES) and load the rule packs. Never fails: a missing piece is
+    imported later where it is used, and a broken rule pack fails in the worker as it would here."""
+    import importlib
+
+    for name in PRELOAD_MODULES:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
+    try:
+        from netlint.rule import all_rules
+
+        all_rules()
+    except Exception:  # the worker's initializer loads the packs again, and its failure is each model's error line
+        pass
+
+
 def start_early(paths: Sequence[str], jobs: int, no_cache: bool, cache_dir: str | None) -> None:
     """Start the fork server now, so that it imports netlint while this process does too (two cores, not one after
     the other), when the run will likely need workers: `jobs` > 1, at least MIN_POOL_MODELS model files under
     `paths`, and no cache entries that could serve them (`--no-cache`, or a cache folder without entries; its
     place guessed from `cache_dir` or $NETLINT_CACHE_DIR, else .netlint_cache). A guess: when lint_many then
     needs no pool (the configuration moved the cache, and every model is a hit), it stops the unused server."""
-    if jobs <= 1 or _early or START_METHOD != "forkserver" or not _workers_can_start():
-        return
+    if jobs <= 1 or _early or start_method() != "forkserver" or not _workers_can_start():
+        return  # forked workers need no head start: they are copies of this process
     if not no_cache:
         folder = Path(cache_dir or os.environ.get("NETLINT_CACHE_DIR") or ".netlint_cache")
         try:
@@ -97,7 +147,7 @@ def _start_server_quietly() -> int | None:
     import multiprocessing
     from multiprocessing import forkserver
 
-    if START_METHOD != "forkserver":
+    if start_method() != "forkserver":
         return None
     try:
         multiprocessing.get_context("forkserver").set_forkserver_preload(PRELOAD)
@@ -151,8 +201,10 @@ def lint_many(
     keys: list[str | None] = [None] * len(work)
     stamps: dict[int, str] = {}  # id(settings) -> its stamp; the settings live in `work` for the whole call
     done = missed = 0
-    for index, (path, settings) in enumerate(work):
-        if cache is not None:
+    with _gc_paused():  # hits are rebuilt from JSON: many objects, no garbage (collections would cost a third)
+        for index, (path, settings) in enumerate(work):
+            if cache is None:
+                break
             stamp = stamps.get(id(settings)) or stamps.setdefault(id(settings), settings_stamp(settings))
             keys[index] = key = cache_key(path, settings, stamp, cache.digests)
             if key is not None and (hit := cache.get(key, str(path))) is not None:
@@ -163,7 +215,7 @@ def lint_many(
             else:
                 missed += 1
                 if missed == MIN_POOL_MODELS and jobs > 1 and not _early and _workers_can_start():
-                    _start_server_quietly()  # the server imports while the remaining keys are hashed here
+                    _start_server_quietly()  # a fork server imports while the remaining keys are hashed here
     misses = [index for index, report in enumerate(reports) if report is None]
     folder = str(cache.folder) if cache is not None and cache.writable else None
 
@@ -183,10 +235,29 @@ def lint_many(
             finished(index, *_lint_one(path, settings, keys[index], folder, cache))
     else:
         _early.clear()
-        _lint_in_pool(work, misses, keys, folder, min(jobs, len(misses)), finished, cache)
+        with _gc_paused():  # this process unpickles the workers' reports: as for hits
+            _lint_in_pool(work, misses, keys, folder, min(jobs, len(misses)), finished, cache)
     if cache is not None:
         cache.save_digests()
     return [report for report in reports if report is not None]
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while this process builds reports it keeps (cache hits, the workers'
+    results): every collection would rescan the reports built so far, for garbage that reports do not make. Then
+    the survivors go to the oldest generation at once, as engine.lint_file does (unless someone froze objects)."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        if gc.get_freeze_count() == 0:
+            gc.freeze()
+            gc.unfreeze()
+        gc.enable()
 
 
 def _pool_pays(work: Sequence[tuple[Path, Settings]], misses: list[int]) -> bool:
@@ -206,8 +277,10 @@ def _pool_pays(work: Sequence[tuple[Path, Settings]], misses: list[int]) -> bool
 
 
 def _workers_can_start() -> bool:
-    """Workers re-import the parent's __main__ by its path; a __main__ read from stdin (`python - <<EOF`) has no
-    file to import, and every worker would die at start."""
+    """Workers started by forkserver or spawn re-import the parent's __main__ by its path; a __main__ read from stdin
+    (`python - <<EOF`) has no file to import, and every worker would die at start. Forked workers import nothing."""
+    if start_method() == "fork":
+        return True
     main = sys.modules.get("__main__")
     if main is None or getattr(getattr(main, "__spec__", None), "name", None):
         return True
@@ -255,31 +328,68 @@ Finished = Callable[[int, "ModelReport", "str | None"], None]
 
 
 def _worker_init(settings: bytes) -> None:
-    """Ignore Ctrl-C (the parent's to handle), then load the rule packs before unpickling the settings: their rule
-    classes pickle by reference, and a source checkout's pack is importable only once all_rules() has loaded it."""
+    """Ignore Ctrl-C (the parent's to handle; a forked worker starts with SIGINT blocked, so none arrives before
+    this), then load the rule packs before unpickling the settings: their rule classes pickle by reference, and a
+    source checkout's pack is importable only once all_rules() has loaded it."""
     import pickle
 
     from netlint.rule import all_rules
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    gc.enable()  # a forked worker inherits this process's collector paused (_gc_paused)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     all_rules()
     _SETTINGS[:] = pickle.loads(settings)
 
 
-def _worker(path: str, which: int, key: str | None, folder: str | None) -> tuple[ModelReport, str | None]:
-    return _lint_one(Path(path), _SETTINGS[which], key, folder)
+def _worker(tasks: list[tuple[str, int, str | None]], folder: str | None) -> list[tuple[ModelReport, str | None]]:
+    """Lint one chunk of models: (path, settings position, cache key) each; a report for each, in order."""
+    return [_lint_one(Path(path), _SETTINGS[which], key, folder) for path, which, key in tasks]
 
 
-def _pool(workers: int, settings: list[Settings]) -> ProcessPoolExecutor:
+def _pool(workers: int, settings: list[Settings]) -> tuple[ProcessPoolExecutor, bool]:
+    """A pool of `workers`, and whether they will be forked from this process (on its first submit)."""
     import multiprocessing  # here, not at the top: start-up of a run that needs no pool stays lean
     import pickle
     from concurrent.futures import ProcessPoolExecutor
 
-    context = multiprocessing.get_context(START_METHOD)
-    if START_METHOD == "forkserver":
+    method = start_method()
+    if method == "fork":
+        preload_engine()  # once, here: every forked worker has it
+    context = multiprocessing.get_context(method)
+    if method == "forkserver":
         context.set_forkserver_preload(PRELOAD)
-    blob = pickle.dumps(settings)
-    return ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_init, initargs=(blob,))
+    blob = pickle.dumps(settings)  # pickled even for fork: a worker that cannot unpickle them fails as elsewhere
+    executor = ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_init, initargs=(blob,))
+    return executor, method == "fork"
+
+
+class _Forking:
+    """Around the submit that forks the workers: SIGINT blocked (they inherit the mask, and ignore SIGINT before
+    unblocking it; an interrupt in that moment is delivered to this process once unblocked), and Python 3.12's
+    warning about forking a process with threads silenced: the only other thread is numpy's OpenBLAS, which is
+    fork-safe (start_method)."""
+
+    def __init__(self, active: bool) -> None:
+        self.active = active
+        self.mask = (
+            active and hasattr(signal, "pthread_sigmask") and threading.current_thread() is threading.main_thread()
+        )
+        self.warnings = warnings.catch_warnings()
+
+    def __enter__(self) -> None:
+        if self.active:
+            self.warnings.__enter__()
+            warnings.filterwarnings("ignore", "This process .* is multi-threaded, use of fork", DeprecationWarning)
+        if self.mask:
+            self.old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+
+    def __exit__(self, *exc: object) -> None:
+        if self.mask:
+            signal.pthread_sigmask(signal.SIG_SETMASK, self.old)
+        if self.active:
+            self.warnings.__exit__(*exc)
 
 
 @dataclass
@@ -295,9 +405,9 @@ class _Run:
     distinct: list[Settings]
     which: dict[int, int]
 
-    def submit(self, executor: ProcessPoolExecutor, index: int) -> Future[Any]:
-        path = str(self.work[index][0])
-        return executor.submit(_worker, path, self.which[index], self.keys[index], self.folder)
+    def submit(self, executor: ProcessPoolExecutor, chunk: list[int]) -> Future[Any]:
+        tasks = [(str(self.work[index][0]), self.which[index], self.keys[index]) for index in chunk]
+        return executor.submit(_worker, tasks, self.folder)
 
     def fail(self, index: int, reason: str) -> None:
         path, settings = self.work[index]
@@ -338,43 +448,77 @@ def _lint_in_pool(
             run.fail(index, "the worker process linting this model died")
 
 
+def _chunks(work: Sequence[tuple[Path, Settings]], indices: list[int], workers: int) -> list[list[int]]:
+    """`indices` as tasks: largest model first (the last tasks, the smallest, even out the workers' finish), up to
+    MAX_CHUNK models or an equal share of the bytes per task, so that each worker gets several tasks."""
+    sizes = {}
+    for index in indices:
+        try:
+            sizes[index] = work[index][0].stat().st_size
+        except OSError:
+            sizes[index] = 0
+    ordered = sorted(indices, key=lambda index: -sizes[index])
+    per_task = min(MAX_CHUNK, max(1, len(indices) // (workers * 4)))
+    budget = max(1, sum(sizes.values()) // (workers * 4))
+    chunks: list[list[int]] = []
+    chunk: list[int] = []
+    held = 0
+    for index in ordered:
+        if chunk and (len(chunk) >= per_task or held + sizes[index] > budget):
+            chunks.append(chunk)
+            chunk, held = [], 0
+        chunk.append(index)
+        held += sizes[index]
+    if chunk:
+        chunks.append(chunk)
+    return chunks
+
+
 def _round(run: _Run, indices: list[int], workers: int) -> tuple[list[int], list[int]]:
-    """Lint `indices` with a pool of `workers`, keeping WINDOW models queued per worker; returns the indices lost to
+    """Lint `indices` with a pool of `workers`, keeping WINDOW chunks queued per worker; returns the indices lost to
     a broken pool, and those not started when it broke."""
     from concurrent.futures import FIRST_COMPLETED, wait
     from concurrent.futures.process import BrokenProcessPool
 
-    pending = deque(indices)
-    inflight: dict[Future[Any], int] = {}
+    pending = deque(_chunks(run.work, indices, workers))
+    inflight: dict[Future[Any], list[int]] = {}
     lost: list[int] = []
-    executor = _pool(workers, run.distinct)
+    executor, forked = _pool(workers, run.distinct)
 
     def refill() -> None:
         while pending and len(inflight) < WINDOW * workers and not lost:
-            index = pending.popleft()
+            chunk = pending.popleft()
             try:
-                inflight[run.submit(executor, index)] = index
+                inflight[run.submit(executor, chunk)] = chunk
             except BrokenProcessPool:
-                lost.append(index)
+                lost.extend(chunk)
 
     try:
-        refill()
+        with _Forking(forked):  # the first submit forks the workers
+            refill()
         while inflight:
             done, _ = wait(list(inflight), return_when=FIRST_COMPLETED)
             for future in done:
-                index = inflight.pop(future)
+                chunk = inflight.pop(future)
                 try:
-                    run.finished(index, *future.result())
+                    results = future.result()
                 except BrokenProcessPool:
-                    lost.append(index)
-                except Exception as exc:  # a result that would not pickle, and the like: one line for this model
-                    run.fail(index, f"{type(exc).__name__}: {_one_line(exc)}")
+                    lost.extend(chunk)
+                    continue
+                except Exception as exc:  # a result that would not pickle, and the like: one line for its model
+                    if len(chunk) > 1:
+                        pending.extend([index] for index in chunk)  # alone, to find the model it belongs to
+                    else:
+                        run.fail(chunk[0], f"{type(exc).__name__}: {_one_line(exc)}")
+                    continue
+                for index, result in zip(chunk, results, strict=True):
+                    run.finished(index, *result)
             refill()
     except BaseException:
         _stop(executor)
         raise
     executor.shutdown(wait=True)
-    return lost, list(pending)
+    return lost, [index for chunk in pending for index in chunk]
 
 
 def _stop(executor: ProcessPoolExecutor) -> None:

@@ -300,6 +300,7 @@ def _decode(value: Any) -> Any:
 
 _CONTAINERS = frozenset((dict, list))
 _STR = frozenset((str,))
+_NUMBERS = frozenset((int, float))
 
 
 def _build(tp: Any, value: Any) -> Any:
@@ -344,6 +345,14 @@ def _converter(tp: Any) -> Callable[[Any], Any]:
         _, item = typing.get_args(tp) or (str, Any)
         if item is Any:  # Finding.data: tuples restored, in place
             return _any_of(dict)
+        if item in (int, float):  # cost tables: checked in one pass (in C), kept as they are
+
+            def numbers(value: Any) -> dict[str, Any]:
+                if type(value) is not dict or not _NUMBERS.issuperset(map(type, value.values())):
+                    raise TypeError("expected an object of numbers")
+                return value
+
+            return numbers
         convert = _converter(item)
 
         def to_dict(value: Any) -> dict[str, Any]:
@@ -398,26 +407,82 @@ def _any_of(kind: type) -> Callable[[Any], Any]:
 
 
 def _dataclass_converter(cls: type) -> Callable[[Any], Any]:
-    hints = typing.get_type_hints(cls, localns=_TYPES)
+    """A builder for `cls`; its plan (how to check each field) is made on first use (a dataclass may refer to
+    itself). A cached run rebuilds thousands of findings: scalar fields, empty tables and nulls are checked inline,
+    only the other fields cost a call."""
     names = frozenset(f.name for f in dataclasses.fields(cls) if f.init)
-    converters: dict[str, Callable[[Any], Any] | None] = {}  # None: a `str` field, checked inline (the most common)
+    plan: list[tuple[str, int, Any]] = []
 
     def build(value: Any) -> Any:
         if type(value) is not dict:
             raise TypeError(f"{cls.__name__}: expected an object")
         if value.keys() != names:
             raise KeyError(f"{cls.__name__}: fields {sorted(set(value) ^ names)} differ")
-        if not converters:  # filled on first use: a dataclass may refer to itself
-            converters.update({name: None if hints[name] is str else _converter(hints[name]) for name in names})
-        for name, item in value.items():  # in place: the object is json.loads' fresh output, used once
-            convert = converters[name]
-            if convert is not None:
-                value[name] = convert(item)
-            elif type(item) is not str:
-                raise TypeError(f"{cls.__name__}.{name}: expected str, got {type(item).__name__}")
+        if not plan:
+            plan.extend(_plan(cls))
+        for name, kind, arg in plan:  # in place: the object is json.loads' fresh output, used once
+            item = value[name]
+            if kind == _EXACT:
+                if type(item) is not arg:
+                    raise TypeError(f"{cls.__name__}.{name}: expected {arg.__name__}, got {type(item).__name__}")
+            elif item is None:
+                if kind >= _NOT_NULL:
+                    raise TypeError(f"{cls.__name__}.{name}: null where a value is required")
+            elif kind == _EXACT_OR_NULL:
+                if type(item) is not arg:
+                    raise TypeError(f"{cls.__name__}.{name}: expected {arg.__name__}, got {type(item).__name__}")
+            elif kind in (_NUMBER, _NUMBER_OR_NULL):
+                if type(item) is not int and type(item) is not float:  # as stored: an int where a float is declared
+                    raise TypeError(f"{cls.__name__}.{name}: expected a number, got {type(item).__name__}")
+            elif kind == _ONE_OF:
+                if item not in arg:
+                    raise ValueError(f"{cls.__name__}.{name}: {item!r} is not one of {arg}")
+            elif kind == _EMPTY_OR:
+                container, convert = arg
+                if item:  # empty tables (most Finding.data) need nothing
+                    value[name] = convert(item)
+                elif type(item) is not container:
+                    raise TypeError(f"{cls.__name__}.{name}: expected {container.__name__}, got {type(item).__name__}")
+            else:  # _CONVERT, _CONVERT_OR_NULL
+                value[name] = arg(item)
         return cls(**value)
 
     return build
+
+
+# How a field is checked (_plan); kinds from _NOT_NULL on refuse null.
+_EXACT_OR_NULL, _NUMBER_OR_NULL, _CONVERT_OR_NULL = 0, 1, 2
+_NOT_NULL = 3
+_EXACT, _NUMBER, _ONE_OF, _EMPTY_OR, _CONVERT = 3, 4, 5, 6, 7
+
+
+def _plan(cls: type) -> list[tuple[str, int, Any]]:
+    """(field, kind, argument) for each field of `cls` that __init__ takes: an exact type, a number, one of a
+    Literal's values, a container rebuilt only when not empty, or a converter (_converter), each with or without
+    null."""
+    hints = typing.get_type_hints(cls, localns=_TYPES)
+    plan = []
+    for field in dataclasses.fields(cls):
+        if not field.init:
+            continue
+        hint = hints[field.name]
+        arms = typing.get_args(hint) if typing.get_origin(hint) in (Union, types.UnionType) else (hint,)
+        optional = type(None) in arms
+        inner = [arm for arm in arms if arm is not type(None)]
+        only = inner[0] if len(inner) == 1 else None
+        if only in (str, bool):
+            plan.append((field.name, _EXACT_OR_NULL if optional else _EXACT, only))
+        elif only in (int, float):
+            plan.append((field.name, _NUMBER_OR_NULL if optional else _NUMBER, None))
+        elif typing.get_origin(only) is Literal and not optional:
+            plan.append((field.name, _ONE_OF, typing.get_args(only)))
+        elif only in (dict[str, Any], list[Any], list[str]) and not optional:
+            plan.append((field.name, _EMPTY_OR, (typing.get_origin(only), _converter(only))))
+        elif only is not None and optional:
+            plan.append((field.name, _CONVERT_OR_NULL, _converter(only)))
+        else:
+            plan.append((field.name, _CONVERT, _converter(hint)))
+    return plan
 
 
 # --- the store -------------------------------------------------------------------------------------------------------

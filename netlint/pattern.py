@@ -10,19 +10,32 @@ the DSL cannot say goes into the rule's plain-Python `check`.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from netlint.ir import Graph, Node
 
 
-@dataclass(slots=True)  # one per candidate anchor: a 100k-node graph makes a quarter of a million
+@dataclass(slots=True, init=False)  # one per candidate anchor: a 100k-node graph makes a quarter of a million
 class Match:
     """What a pattern bound: nodes and values by name, in the order the pattern names them (anchor first)."""
 
     anchor: Node
-    nodes: dict[str, Node] = field(default_factory=dict)
-    values: dict[str, str] = field(default_factory=dict)
-    data: dict[str, object] = field(default_factory=dict)  # what a rule's check computed, for its message
+    nodes: dict[str, Node]
+    values: dict[str, str]
+    data: dict[str, object]  # what a rule's check computed, for its message
+
+    def __init__(
+        self,
+        anchor: Node,
+        nodes: dict[str, Node] | None = None,
+        values: dict[str, str] | None = None,
+        data: dict[str, object] | None = None,
+    ) -> None:
+        # by hand: half the cost of the generated __init__, whose default factories are calls
+        self.anchor = anchor
+        self.nodes = {} if nodes is None else nodes
+        self.values = {} if values is None else values
+        self.data = {} if data is None else data
 
     def __getitem__(self, name: str) -> Node:
         return self.nodes[name]
@@ -50,7 +63,11 @@ class Const(Any):
     """A constant value (initializer, buffer, Constant node, or constant-foldable), even if its data is absent."""
 
     def bind(self, graph: Graph, value: str, match: Match) -> bool:
-        return bool(value) and graph.is_const(value) and super().bind(graph, value, match)
+        if not value or not graph.is_const(value):
+            return False
+        if self.name:  # Any.bind, inline: patterns bind four of these per BatchNormalization
+            match.values[self.name] = value
+        return True
 
 
 class Op(Pattern):

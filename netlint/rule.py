@@ -151,7 +151,7 @@ class Rule:
         bound = match.nodes
         nodes = [anchor.id]  # the anchor alone (most findings) unless the match bound other nodes
         if bound and (len(bound) > 1 or next(iter(bound.values())) is not anchor):
-            nodes = list(dict.fromkeys([anchor.id, *(node.id for node in bound.values())]))
+            nodes = list(dict.fromkeys([anchor.id, *[node.id for node in bound.values()]]))
         return Finding(
             self.code,
             self.name,

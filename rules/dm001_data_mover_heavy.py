@@ -8,8 +8,7 @@ from collections.abc import Callable, Iterator
 from functools import cache
 from typing import TYPE_CHECKING, ClassVar
 
-import numpy as np
-
+from netlint._lazy import numpy as np  # loaded on first use: a run served by the cache needs no numpy
 from netlint.ir import Graph, Node, Value
 from netlint.ir.graph import PASS_THROUGH_OPS
 from netlint.ir.ops import ACTIVATION_OPS, UNARY_MATH_OPS

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import numpy as np
-
+from netlint._lazy import numpy as np  # loaded on first use: a run served by the cache needs no numpy
 from netlint.ir import Graph, Node
 from netlint.ir.graph import PASS_THROUGH_OPS
 from netlint.ir.ops import ACTIVATION_OPS, UNARY_MATH_OPS

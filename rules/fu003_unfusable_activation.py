@@ -103,7 +103,8 @@ class UnfusableActivation(Rule):
     pattern = Op(CONV_OPS, name="conv")
 
     def check(self, graph: Graph, match: Match, ctx: Context) -> str | None:
-        fusable = self._fusable(ctx.target)
+        known = self.__dict__.get("_fusable_of")  # `_fusable`, inline: the rule asks it of every conv
+        fusable = known[1] if known is not None and known[0] is ctx.target else self._fusable(ctx.target)
         if fusable is None:
             return "the target states no fusion table"
         conv = match.anchor
@@ -144,11 +145,10 @@ class UnfusableActivation(Rule):
     def _fusable(self, target: Target) -> frozenset[str] | None:
         """`target.fused_activations()`, memoised per rule instance (it builds a set from the fusion table, and the
         rule asks for every conv)."""
-        cache: dict[int, frozenset[str] | None] = self.__dict__.setdefault("_fusable_cache", {})
-        key = id(target)
-        if key not in cache:
-            cache[key] = target.fused_activations()
-        return cache[key]
+        known = self.__dict__.get("_fusable_of")
+        if known is None or known[0] is not target:
+            known = self.__dict__["_fusable_of"] = (target, target.fused_activations())
+        return known[1]  # type: ignore[no-any-return]
 
     def _where_it_fuses(self, target: Target, kind: str) -> str | None:
         """`_where_it_fuses`, memoised per rule instance (one lint run): it selects every precision x chip of the
@@ -187,17 +187,20 @@ def _activations_after(graph: Graph, conv: Node) -> tuple[list[_Activation], Nod
     value = conv.output
     uses, reaches_output = graph.uses_view(value)
     via = None
-    if len(uses) == 1 and not reaches_output and _is_affine(graph, uses[0], value):
+    if len(uses) == 1 and not reaches_output and uses[0].op in AFFINE_OPS and _is_affine(graph, uses[0], value):
         via = uses[0]
         if via.fused_activation is not None:
             return [_Activation(via, via.fused_activation, True)], via
         value = via.output
         uses, _ = graph.uses_view(value)
     found = []
+    source = None
     for node in uses:
         kind = graph.activation(node)
-        if kind is not None and _data_input(graph, node) == graph.source(value):
-            found.append(_Activation(node, kind, False))
+        if kind is not None:
+            source = graph.source(value) if source is None else source
+            if _data_input(graph, node) == source:
+                found.append(_Activation(node, kind, False))
     return found, via
 
 

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-import numpy as np
-
+from netlint._lazy import numpy as np  # loaded on first use: a run served by the cache needs no numpy
 from netlint.ir import Graph
-from netlint.ir.ops import slope_kind
+from netlint.ir.ops import range_kind
 from netlint.pattern import Any, Match, Op
 from netlint.rule import Context, FixRef, Option, Rule, Severity, register
 
@@ -74,9 +73,10 @@ class PreluAsRelu(Rule):
         slopes = np.asarray(values, dtype=np.float64).reshape(-1)
         if slopes.size == 0:
             return "no slope values"
-        kind = slope_kind(slopes, float(ctx.option(self, "atol")))
+        low, high = float(slopes.min()), float(slopes.max())
+        kind = range_kind(low, high, float(ctx.option(self, "atol")))  # slope_kind, from the extremes it needs anyway
         kind = "varying" if kind == "PRelu" else kind
-        match.data.update(kind=kind, count=slopes.size, low=float(slopes.min()), high=float(slopes.max()))
+        match.data.update(kind=kind, count=slopes.size, low=low, high=high)
         return None
 
     def message(self, graph: Graph, match: Match, ctx: Context) -> str:

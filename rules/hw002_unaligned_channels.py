@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from netlint.ir import Graph, Node
 from netlint.ir.ops import CONV_OPS
 from netlint.pattern import Match, Op
 from netlint.rule import Context, Option, Rule, register
+
+if TYPE_CHECKING:
+    from netlint.targets import Target
 
 MATMUL_OPS = frozenset({"Gemm", "MatMul", "MatMulInteger", "QLinearMatMul"})
 
@@ -86,7 +89,7 @@ class UnalignedChannels(Rule):
     }
 
     def check(self, graph: Graph, match: Match, ctx: Context) -> str | None:
-        alignment = ctx.target.channel_alignment
+        alignment = self._alignment(ctx.target)
         if alignment is None:
             return "the target states no channel alignment"
         node = match.anchor
@@ -105,6 +108,14 @@ class UnalignedChannels(Rule):
             return "channel counts use the aligned width well enough"
         match.data.update(alignment=alignment, channels_in=channels_in, channels_out=channels_out, low=low)
         return None
+
+    def _alignment(self, target: Target) -> int | None:
+        """`target.channel_alignment`, remembered per rule instance (one lint run): the property reads the target's
+        tables, and the rule asks it of every conv."""
+        known = self.__dict__.get("_alignment_of")
+        if known is None or known[0] is not target:
+            known = self.__dict__["_alignment_of"] = (target, target.channel_alignment)
+        return known[1]
 
     def message(self, graph: Graph, match: Match, ctx: Context) -> str:
         data = match.data

@@ -6,8 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar
 
-import numpy as np
-
+from netlint._lazy import numpy as np  # loaded on first use: a run served by the cache needs no numpy
 from netlint.ir import ConstantUnavailable, Graph, Node
 from netlint.pattern import Match, Op
 from netlint.rule import Context, Option, Rule, Severity, register

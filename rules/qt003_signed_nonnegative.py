@@ -6,8 +6,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import numpy as np
-
+from netlint._lazy import numpy as np  # loaded on first use: a run served by the cache needs no numpy
 from netlint.ir import ConstantUnavailable, Graph, Node
 from netlint.ir.ops import activation_kind, clip_bounds
 from netlint.rule import Context, Finding, Rule, Severity, register

@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import numpy as np
-
+from netlint._lazy import numpy as np  # loaded on first use: a run served by the cache needs no numpy
 from netlint.ir import ConstantUnavailable, Graph, Node
 from netlint.rule import Context, Finding, FixRef, Rule, Severity, register
 
@@ -190,12 +189,15 @@ class Fp16Unsafe(Rule):
 def _mode(graph: Graph, ctx: Context) -> Mode | None:
     """How (and whether) the graph is checked, from at most one pass over its node outputs and one over its values
     (each stops at the first answer)."""
-    if "float16" in _activation_dtypes(graph):
+    has_float16 = _has_float16(graph)  # most models have none: then neither walk below is needed
+    if has_float16 and "float16" in _activation_dtypes(graph):
         return Mode(frozenset({"float16"}), "in this float16 model", "warning", False)
     fp16_target = ctx.target.numeric() == ("float", 16)
     # A float16-weight model (TFLite's float16 quantization, `netlint fix --to-fp16`) is already converted: its float32
     # constants were kept on purpose, so only its unsafe float32 ops are reported, whatever the target.
-    fp16_weights = any(value.data is not None and value.dtype == "float16" for value in graph.values.values())
+    fp16_weights = has_float16 and any(
+        value.data is not None and value.dtype == "float16" for value in graph.values.values()
+    )
     if fp16_weights and "float32" in _activation_dtypes(graph):
         if fp16_target:
             context = f"when run in float16 on {ctx.target.label} (this model stores float16 weights)"
@@ -205,6 +207,16 @@ def _mode(graph: Graph, ctx: Context) -> Mode | None:
     if fp16_target:
         return Mode(frozenset({"float32", "float16"}), f"when converted for {ctx.target.label}", "warning", True)
     return None
+
+
+def _has_float16(graph: Graph) -> bool:
+    """Whether any value in scope (the graph's, its enclosing graphs') is float16: one set per scope, no walk."""
+    scope: Graph | None = graph
+    while scope is not None:
+        if "float16" in {value.dtype for value in scope.values.values()}:
+            return True
+        scope = scope.parent
+    return False
 
 
 def _activation_dtypes(graph: Graph) -> Iterator[str]:

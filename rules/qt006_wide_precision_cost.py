@@ -85,6 +85,8 @@ class WidePrecisionCost(Rule):
     def scan(self, graph: Graph, ctx: Context) -> Iterator[Finding]:
         selected = ctx.target.numeric()
         default_bits = selected[1] if selected is not None and selected[0] == "int" else None
+        if default_bits is None and not _has_fixed_point(graph):  # a float model for a float target: no walk
+            return
         layers: list[tuple[Node, int | None]] = []
         from_model = False
         for node in graph.nodes:
@@ -146,6 +148,17 @@ def _cost(ctx: Context) -> str:
             f"({fast / slow:g}x the cycles per layer)"
         )
     return f"16-bit layers run slower than 8-bit ones on fixed-point accelerators ({target.name} states no ratio)"
+
+
+def _has_fixed_point(graph: Graph) -> bool:
+    """Whether any value in scope (the graph's, its enclosing graphs') has a fixed-point type `_activation_bits`
+    knows: one set per scope."""
+    scope: Graph | None = graph
+    while scope is not None:
+        if not BITS.keys().isdisjoint({value.dtype for value in scope.values.values()}):
+            return True
+        scope = scope.parent
+    return False
 
 
 def _activation_bits(graph: Graph, node: Node) -> int | None:

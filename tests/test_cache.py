@@ -110,6 +110,49 @@ def test_a_malformed_document_is_refused(document):
         report_from_json(document)
 
 
+def _finding_with(**fields):
+    document = report_to_json(full_report())
+    document["findings"][0].update(fields)
+    return document
+
+
+def _cost_with(**fields):
+    document = report_to_json(full_report())
+    document["cost"].update(fields)
+    return document
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        _finding_with(code=7),  # str
+        _finding_with(help=["not", "a", "string"]),  # str or null
+        _finding_with(severity="fatal"),  # a Literal
+        _finding_with(nodes=["a", 1]),  # a list of strings
+        _finding_with(nodes=None),
+        _finding_with(data=[]),  # an object
+        _finding_with(fix={"name": "x"}),  # a dataclass (or null) missing a field
+        _finding_with(impact={"__tuple__": []}),
+        _cost_with(macs="many"),  # a number
+        _cost_with(macs=True),  # a bool is not a number
+        _cost_with(latency_ms="slow"),  # a number or null
+        _cost_with(by_op_type={"Conv": {"count": "two"}}),  # an object of numbers
+    ],
+)
+def test_every_kind_of_field_is_checked(document):
+    """The generated builders check each field as the annotation says, whether inline or by a converter."""
+    with pytest.raises((TypeError, KeyError, ValueError)):
+        report_from_json(document)
+
+
+def test_a_null_where_the_annotation_allows_it_is_kept():
+    document = _cost_with(latency_ms=None)
+    document["findings"][0].update(help=None, fix=None, impact=None)
+    report = report_from_json(document)
+    assert report.cost.latency_ms is None
+    assert (report.findings[0].help, report.findings[0].fix, report.findings[0].impact) == (None, None, None)
+
+
 def _settings(**overrides):
     return settings_for(FileConfig(), Overrides(**overrides))
 

@@ -67,3 +67,56 @@ def test_checking_a_tflite_model_imports_the_tflite_reader_only(data_dir: Path) 
     assert code == 0
     assert "tflite" in modules and "netlint.io.tflite_io" in modules
     assert not {"onnxruntime", "jinja2", "networkx"} & {m.split(".")[0] for m in modules}
+
+
+CACHED_PROBE = """
+import contextlib, io, json, sys
+from netlint.cli import main
+with contextlib.redirect_stdout(io.StringIO()):
+    code = main(json.loads(sys.argv[1]))
+loaded = sorted(
+    name
+    for name in ("numpy._core", "onnx", "netlint.io.onnx_io", "netlint.cost.model")
+    if name in sys.modules
+)
+print(json.dumps({"code": code, "loaded": loaded}))
+"""
+
+
+def test_a_run_served_by_the_cache_loads_no_numpy_and_no_onnx(light_dir: Path, data_dir: Path, tmp_path: Path) -> None:
+    """An all-hit run reads JSON entries and renders them: numpy (0.08 s, a third of such a run; netlint._lazy) and
+    onnx are never loaded. The probe can fail: the first run, which lints, loads both."""
+    models = [str(light_dir / "light_resnet50.onnx"), str(data_dir / "facenet_mtcnn_pnet.onnx")]
+    args = json.dumps(["check", "--exit-zero", "-q", "-j", "1", "--cache-dir", str(tmp_path / "cache"), *models])
+
+    def probe() -> dict:
+        out = subprocess.run(
+            [sys.executable, "-c", CACHED_PROBE, args], capture_output=True, text=True, timeout=120, check=True
+        )
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    first = probe()
+    assert first["code"] == 0 and "numpy._core" in first["loaded"] and "onnx" in first["loaded"]
+    assert probe() == {"code": 0, "loaded": []}
+
+
+LAZY_PROBE = """
+import sys, types
+from netlint._lazy import lazy_module
+wave = lazy_module("wave")
+assert sys.modules["wave"] is wave and type(wave) is not types.ModuleType  # not loaded yet
+import wave as again  # an ordinary import of it loads it, as the same module
+assert again is wave and type(wave) is types.ModuleType and callable(wave.open)
+assert lazy_module("wave") is wave
+from netlint._lazy import numpy
+assert type(numpy) is not types.ModuleType and "numpy._core" not in sys.modules
+assert numpy.arange(4).sum() == 6 and type(numpy) is types.ModuleType  # loaded on first use, then plain
+import numpy as np
+assert np is numpy
+print("ok")
+"""
+
+
+def test_the_lazy_module_loads_on_first_use_and_is_then_the_real_module() -> None:
+    out = subprocess.run([sys.executable, "-c", LAZY_PROBE], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

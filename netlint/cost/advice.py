@@ -114,17 +114,22 @@ def _unaligned_channels(
         return None
     if target.supports_op(node.op) is False:
         return Priced(0.0, f"{node.op} runs on {target.name}'s CPU fallback, which does not pad channels")
+    # padded_values reads only what the key holds (shapes, layouts, attributes): one pricing per distinct layer
+    key = ("HW002", alignment, node.op, _described(graph, node, memo), _attrs(node, memo))
+    if key not in memo:
+        memo[key] = _padding_cost(graph, node, target, alignment)
+    return memo[key]
+
+
+def _padding_cost(graph: Graph, node: Node, target: Target, alignment: int) -> Priced | None:
     padded = padded_values(graph, node, alignment)
     if padded is None:
         return None
-    key = ("HW002", alignment, node.op, _shapes(graph, node), _attrs(node))
-    if key not in memo:
-        before, after = _latency(_alone(graph, node, padded), target), _latency(_alone(graph, node, {}), target)
-        memo[key] = None if before is None or after is None else before - after
-    if memo[key] is None:
+    before, after = _latency(_alone(graph, node, padded), target), _latency(_alone(graph, node, {}), target)
+    if before is None or after is None:
         return None
     return Priced(
-        memo[key],
+        before - after,
         f"the layer with its channels padded to multiples of {alignment} (what {target.name}'s MAC array runs) "
         "against the same layer at its real channel counts: the padding's cost, which channel counts on the "
         "alignment (or merged thin layers) avoid",
@@ -220,8 +225,24 @@ def _shapes(graph: Graph, node: Node) -> tuple:
     return tuple(found)
 
 
-def _attrs(node: Node) -> tuple:
-    return tuple(sorted((key, repr(value)[:64]) for key, value in node.attrs.items()))
+def _described(graph: Graph, node: Node, memo: dict[Any, Any]) -> tuple:
+    """Like `_shapes` (a finer key: a missing value and an omitted input differ), from the per-value descriptions
+    netlint.cost.impact keeps for pricing (every value described in one sweep)."""
+    from netlint.cost.impact import _kinds_of  # impact imports this module lazily: no cycle
+
+    about = _kinds_of(graph, memo).about
+    return tuple(map(about, node.inputs)) + tuple(map(about, node.outputs))
+
+
+def _attrs(node: Node, memo: dict[Any, Any] | None = None) -> tuple:
+    """The attributes as a key; with `memo`, remembered per attribute table (the loader shares one between nodes with
+    equal attributes)."""
+    if memo is None:
+        return tuple(sorted((key, repr(value)[:64]) for key, value in node.attrs.items()))
+    known = memo.get(("attrs", id(node.attrs)))
+    if known is None or known[0] is not node.attrs:  # the table is kept, so its id is not reused
+        known = memo[("attrs", id(node.attrs))] = (node.attrs, _attrs(node))
+    return known[1]
 
 
 # --- HW003: dynamic shapes -------------------------------------------------------------------------------------------

@@ -20,10 +20,9 @@ netlint.cost.advice, with a `basis` saying how.
 
 from __future__ import annotations
 
-import copy
 import weakref
 from collections.abc import Callable, Iterable
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import Any
 
 import numpy as np
@@ -84,6 +83,7 @@ def price_findings(graph: Graph, findings: Iterable[Finding], target: Target, co
     if cost.latency_us is None:
         return
     total = cost.latency_us
+    label = target.label
     memo: dict[Any, float | None] = {}
     for finding in findings:
         basis: str | None = None
@@ -97,7 +97,7 @@ def price_findings(graph: Graph, findings: Iterable[Finding], target: Target, co
             if saving is not None and finding.fix is not None and finding.fix.name in TARGET_SIMULATIONS:
                 basis = TARGET_SIMULATIONS[finding.fix.name](target)[1]
         if saving is not None:
-            finding.impact = Impact(target.label, total / 1000, (total - saving) / 1000, basis)
+            finding.impact = Impact(label, total / 1000, (total - saving) / 1000, basis)
 
 
 def summarises(finding: Finding) -> bool:
@@ -131,6 +131,11 @@ def _saving_us(graph: Graph, finding: Finding, target: Target, memo: dict[Any, f
     found: list[Node] = nodes  # type: ignore[assignment]
     around = _neighbourhood(graph, found)
     outside = _read_outside(graph, around)
+    kinds = _kinds_of(graph, memo)
+    before = _signature(around, outside, {}, kinds)
+    shortcut = _structural_key(graph, fix, before, around, found, kinds)
+    if shortcut is not None and shortcut in memo:
+        return memo[shortcut]
     try:
         edited = simulate(graph, list(around), [node.id for node in found])  # simulations copy what they change
     except (ConstantUnavailable, ValueError, TypeError, KeyError, IndexError):
@@ -138,15 +143,74 @@ def _saving_us(graph: Graph, finding: Finding, target: Target, memo: dict[Any, f
     if edited is None:
         return None
     after, new_values = edited
-    described: dict[Any, tuple] = memo.setdefault("described", {})  # type: ignore[assignment]
-    key = (
-        fix,
-        _signature(graph, around, outside, {}, described),
-        _signature(graph, after, outside, new_values, described),
-    )
+    key = (fix, before, _signature(after, outside, new_values, kinds))
     if key not in memo:
         memo[key] = _cost_delta(graph, around, after, outside, new_values, target)
+    if shortcut is not None:
+        memo[shortcut] = memo[key]
     return memo[key]
+
+
+# Simulations whose rewrite depends only on what the neighbourhood's signature holds (ops, attributes, wiring, shapes)
+# and on which of its nodes the finding names: equal keys give equal rewrites, so each is simulated once.
+# relu6-to-relu8 also reads which inputs are constants (Graph.is_const, which the signature's constness is not); the
+# activation rewrites also read which of the finding's nodes are activations and their composites (`_activations`).
+ACTIVATION_REWRITES = frozenset({"substitute-activation", "relu6-to-relu", "duplicate-conv"})
+STRUCTURAL = frozenset(
+    {
+        "fold-batchnorm",
+        "fold-preactivation-batchnorm",
+        "fold-affine",
+        "cancel-transposes",
+        "merge-reshapes",
+        "remove-dead-code",
+        "enable-conv-sum",
+        "relu6-to-relu8",
+        *ACTIVATION_REWRITES,
+    }
+)
+
+
+def _structural_key(
+    graph: Graph, fix: str, before: tuple, around: list[Node], found: list[Node], kinds: _Kinds
+) -> tuple | None:
+    if fix not in STRUCTURAL:
+        return None
+    position = {node.id: index for index, node in enumerate(around)}
+    named = tuple(position[node.id] for node in found)
+    consts = tuple(graph.is_const(name) for node in found for name in node.inputs if name)
+    facts = _activations(graph, around, found, position, kinds) if fix in ACTIVATION_REWRITES else ()
+    return None if facts is None else ("structural", fix, before, named, consts, facts)
+
+
+def _activations(
+    graph: Graph, around: list[Node], found: list[Node], position: dict[str, int], kinds: _Kinds
+) -> tuple | None:
+    """What `_activation_nodes` and `_replace_groups` read of the finding's nodes besides the signature: whether each
+    is an activation, and its composite's members (by position) and input (by where it first appears, else its
+    description)."""
+    facts = []
+    for node in found:
+        if node.op in CONV_OPS:
+            continue
+        composite = graph.composite(node)
+        group = None
+        if composite is not None:
+            if any(graph.composite(m) is not composite for m in composite.nodes if m.id in position):
+                return None  # a member that belongs to another composite first: simulate every time
+            members = tuple(sorted(position[m.id] for m in composite.nodes if m.id in position))
+            group = (members, _where(around, composite.input) or kinds.about(composite.input))
+        facts.append((position[node.id], graph.activation(node) is None, group))
+    return tuple(facts)
+
+
+def _where(nodes: list[Node], name: str) -> tuple[int, int] | None:
+    """(node, slot among its inputs then outputs) where `name` first appears in `nodes`, or None."""
+    for index, node in enumerate(nodes):
+        for slot, other in enumerate((*node.inputs, *node.outputs)):
+            if other == name:
+                return index, slot
+    return None
 
 
 def _saving_on_the_accelerator(
@@ -160,8 +224,7 @@ def _saving_on_the_accelerator(
         return None
     around = _neighbourhood(graph, [node])
     outside = _read_outside(graph, around)
-    described: dict[Any, tuple] = memo.setdefault("described", {})  # type: ignore[assignment]
-    key = (UNSUPPORTED_OP_RULE, node.op, _signature(graph, around, outside, {}, described))
+    key = (UNSUPPORTED_OP_RULE, node.op, _signature(around, outside, {}, _kinds_of(graph, memo)))
     if key not in memo:
         runs_it = replace(target, data={**target.data, "ops": {**ops, "supported": [*ops["supported"], node.op]}})
         small = _small_graph(graph, around, outside, {})
@@ -173,24 +236,26 @@ def _saving_on_the_accelerator(
 def _read_outside(graph: Graph, around: list[Node]) -> set[str]:
     """Outputs of the neighbourhood that a node outside it (or the graph's caller) reads: the small graph's outputs."""
     kept = {node.id for node in around}
-    return {
-        out
-        for node in around
-        for out in node.outputs
-        if out and (graph.is_graph_output(out) or any(c.id not in kept for c in graph.consumers(out)))
-    }
+    consumers = graph.consumer_index()
+    found: set[str] = set()
+    for node in around:
+        for out in node.outputs:
+            if out and (graph.is_graph_output(out) or any(c.id not in kept for c in consumers.get(out, ()))):
+                found.add(out)
+    return found
 
 
 def _neighbourhood(graph: Graph, nodes: list[Node]) -> list[Node]:
     """The nodes plus their producers and readers, in graph order."""
     chosen: dict[str, Node] = {node.id: node for node in nodes}
+    producers, consumers = graph.producer_index(), graph.consumer_index()
     for node in nodes:
         for name in node.inputs:
-            producer = graph.producer(name) if name else None
+            producer = producers.get(name) if name else None
             if producer is not None and not graph.is_const(name):
                 chosen.setdefault(producer.id, producer)
         for out in node.outputs:
-            for reader in graph.consumers(out) if out else ():
+            for reader in consumers.get(out, ()) if out else ():
                 chosen.setdefault(reader.id, reader)
     order = {node.id: index for index, node in enumerate(nodes)}
     if len(chosen) == len(nodes):
@@ -247,43 +312,104 @@ def _const_loader(graph: Graph, name: str) -> Callable[[], np.ndarray]:
     return load
 
 
-def _signature(
-    graph: Graph, nodes: list[Node], outside: set[str], new_values: dict[str, Value], described: dict[Any, tuple]
-) -> tuple:
-    """What the cost of `nodes` depends on, without names: ops, attributes, wiring, shapes and dtypes. `described`
-    memoizes per-value and per-attribute-table descriptions across the findings of one model."""
+def _signature(nodes: list[Node], outside: set[str], new_values: dict[str, Value], kinds: _Kinds) -> tuple:
+    """What the cost of `nodes` depends on, without names: ops, attributes, wiring, shapes and dtypes. Each node
+    stands as the number of its description (`_Kinds`), and the wiring as one number per tensor in order: -1 for an
+    omitted one, else twice its number in order of first use, plus 1 when a node outside reads it."""
     local: dict[str, int] = {}
-
-    def tensor(name: str) -> tuple:
-        if not name:
-            return ()
-        value = new_values.get(name)
-        if value is None:
-            about = described.get(name)
-            if about is None:
-                found = graph.value(name)
-                about = described[name] = (
-                    (found.shape, found.dtype, found.layout, found.is_const) if found is not None else ()
-                )
-        else:
-            about = (value.shape, value.dtype, value.layout, value.is_const)
-        return (local.setdefault(name, len(local)), about, name in outside)
-
-    signature = []
+    number = local.setdefault
+    known_kind = kinds.nodes.get
+    numbers = []
+    wiring: list[int] = []
+    add = wiring.append
     for node in nodes:
-        attrs = described.get(id(node.attrs))
+        known = known_kind(id(node))
+        if known is not None and known[0] is node and not new_values:
+            numbers.append(known[1])
+        else:
+            numbers.append(kinds.of(node, new_values))
+        for names in (node.inputs, node.outputs):
+            for name in names:
+                add(2 * number(name, len(local)) + (name in outside) if name else -1)
+    return tuple(numbers), tuple(wiring)
+
+
+def _kinds_of(graph: Graph, memo: dict[Any, Any]) -> _Kinds:
+    kinds = memo.get("kinds")
+    if kinds is None:
+        kinds = memo["kinds"] = _Kinds(graph)
+    return kinds
+
+
+class _Kinds:
+    """Numbers for node descriptions (op, fused activation, attributes, and the shape, dtype, layout and constness of
+    each tensor; equal numbers, equal descriptions), remembered across the findings of one model: per node of the
+    model (not the rewrites' copies), per value and per attribute table."""
+
+    __slots__ = ("abouts", "attrs", "graph", "kinds", "nodes")
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.nodes: dict[int, tuple[Node, int]] = {}
+        self.abouts: dict[str, tuple | None] | None = None  # built on first use, in one sweep
+        self.attrs: dict[int, tuple[dict[str, Any], tuple]] = {}
+        self.kinds: dict[tuple, int] = {}
+
+    def of(self, node: Node, new_values: dict[str, Value]) -> int:
+        fresh = _reads_new(node, new_values)
+        known = self.nodes.get(id(node))
+        if known is not None and known[0] is node and not fresh:
+            return known[1]
+        attrs = self.attrs.get(id(node.attrs))
         if attrs is None or attrs[0] is not node.attrs:  # the table itself is kept, so its id is not reused
-            attrs = described[id(node.attrs)] = (node.attrs, _attrs_key(node.attrs))
-        signature.append(
-            (
-                node.op,
-                node.fused_activation,
-                attrs[1],
-                tuple(tensor(name) for name in node.inputs),
-                tuple(tensor(name) for name in node.outputs),
+            attrs = self.attrs[id(node.attrs)] = (node.attrs, _attrs_key(node.attrs))
+        if fresh:
+            about = lambda name: self.about(name, new_values)  # noqa: E731
+            tensors = (tuple(map(about, node.inputs)), tuple(map(about, node.outputs)))
+        else:
+            abouts = self.abouts if self.abouts is not None else self._describe_all()
+            tensors = tuple(
+                tuple([abouts[name] if name in abouts else self.about(name) for name in names])
+                for names in (node.inputs, node.outputs)
             )
-        )
-    return tuple(signature)
+        description = (node.op, node.fused_activation, attrs[1], *tensors)
+        kinds = self.kinds
+        kind = kinds.setdefault(description, len(kinds))
+        if not fresh and self.graph.node(node.id) is node:  # the model's own nodes only: copies are short-lived
+            self.nodes[id(node)] = (node, kind)
+        return kind
+
+    def about(self, name: str, new_values: dict[str, Value] | None = None) -> tuple | None:
+        if not name:
+            return None
+        value = new_values.get(name) if new_values else None
+        if value is not None:
+            return _describe(value)
+        abouts = self.abouts if self.abouts is not None else self._describe_all()
+        found = abouts.get(name)
+        if found is None:
+            found = abouts[name] = _describe(self.graph.value(name))
+        return found
+
+    def _describe_all(self) -> dict[str, tuple | None]:
+        """The description of every value of the graph (a comprehension: a third of the cost of one call each); ""
+        (an omitted tensor) stands as None."""
+        self.abouts = {
+            name: (value.shape, value.dtype, value.layout, value.data is not None)
+            for name, value in self.graph.values.items()
+        }
+        self.abouts[""] = None
+        return self.abouts
+
+
+def _reads_new(node: Node, new_values: dict[str, Value]) -> bool:
+    if not new_values:
+        return False
+    return any(name in new_values for name in node.inputs) or any(name in new_values for name in node.outputs)
+
+
+def _describe(value: Value | None) -> tuple:
+    return (value.shape, value.dtype, value.layout, value.is_const) if value is not None else ()
 
 
 def _attrs_key(attrs: dict[str, Any]) -> tuple:
@@ -303,11 +429,15 @@ def _attrs_key(attrs: dict[str, Any]) -> tuple:
 Edited = tuple[list[Node], dict[str, Value]] | None
 
 
+_NODE_FIELDS = tuple(field.name for field in fields(Node))
+
+
 def _with(node: Node, **changes: Any) -> Node:
-    """A copy of `node` with some fields changed (dataclasses.replace re-runs __init__: a third of pricing's time)."""
-    twin = copy.copy(node)
-    for key, value in changes.items():
-        setattr(twin, key, value)
+    """A copy of `node` with some fields changed (dataclasses.replace and copy.copy cost a third of pricing's time:
+    this copies the slots directly)."""
+    twin = object.__new__(Node)
+    for key in _NODE_FIELDS:
+        setattr(twin, key, changes[key] if key in changes else getattr(node, key))
     return twin
 
 
@@ -334,7 +464,8 @@ def _remove(nodes: list[Node], gone: list[Node]) -> list[Node]:
     for node in kept:
         inputs = [_follow(rename, taken, name) for name in node.inputs]
         outputs = [taken.get(out, out) for out in node.outputs]
-        result.append(_with(node, inputs=inputs, outputs=outputs))
+        same = inputs == node.inputs and outputs == node.outputs
+        result.append(node if same else _with(node, inputs=inputs, outputs=outputs))
     return result
 
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache, lru_cache
 from operator import attrgetter
 
 import numpy as np
@@ -392,9 +392,13 @@ def _mark_fallback(target: Target, entries: list[NodeCost]) -> None:
     ops = target.section("ops")
     if ops is None or ops.get("fallback", "none") == "none":
         return
+    supported: dict[str, bool | None] = {}  # per op type (supports_op scans the target's list)
     for entry in entries:
-        if _placed(entry) and entry.fused_into is None and target.supports_op(entry.op) is False:
-            entry.fallback = True
+        if _placed(entry) and entry.fused_into is None:
+            op = entry.node.op
+            runs = supported[op] if op in supported else supported.setdefault(op, target.supports_op(op))
+            if runs is False:
+                entry.fallback = True
 
 
 # --- kernels -------------------------------------------------------------------------------------------------------
@@ -532,11 +536,13 @@ def _partition(
         return root
 
     crossing: dict[tuple[str, str], None] = {}
+    producer_of = graph.producer_index().get
     for entry in entries:  # graph order: producers first (topological in ONNX, execution order in TFLite)
         node = entry.node
-        producers = [(name, graph.producer(name)) for name in node.inputs if name]
-        if entry.cost is not None and entry.cost.op_class == FREE and not entry.cost.note.startswith("QDQ marker"):
+        cost = entry.cost
+        if cost is not None and cost.op_class == FREE and not cost.note.startswith("QDQ marker"):
             continue  # constants and shape arithmetic: folded before anything runs
+        producers = [(name, producer_of(name)) for name in node.inputs if name]
         if not _placed(entry) or (entry.fused_into is not None and not entry.fallback):
             first = next((p for _, p in producers if p is not None and p.id in side), None)
             if first is None:
@@ -566,15 +572,23 @@ def _latency(result: ModelCost, rates: Rates, target: Target, ctx: CostContext) 
         result.notes.append(
             "the target has no fallback_us_per_mb: nodes on the CPU are costed at the accelerator's rates"
         )
+    numeric = _numeric(target)  # once: hashing the Target per kernel cost a tenth of this loop
+    times: dict[tuple, tuple[float, float]] = {}  # repeated kernels (same member costs, scale, ...) are timed once
     for members in result.kernel_members().values():
         head = members[0]
-        scale = _byte_scale(target, ctx, head.node)
+        scale = _byte_scale(target, ctx, head.node, numeric)
         if head.fallback and fallback_rated:
             assert head.cost is not None
             time = (rates.fallback_intercept_us or 0.0) + rates.fallback_us_per_mb * head.cost.bytes * scale / MB  # type: ignore[operator]
             worst = time
         else:
-            time, worst = _kernel_time(head, members, rates, ctx, scale)
+            key = _kernel_key(head, members, scale)
+            known = times.get(key) if key is not None else None
+            if known is None:
+                known = _kernel_time(head, members, rates, ctx, scale)
+                if key is not None:
+                    times[key] = known
+            time, worst = known
         head.latency_us = head.latency_us_low = time
         head.latency_us_high = worst
         low += time
@@ -600,10 +614,12 @@ def _transfer_time(names: list[str], rates: Rates, target: Target, ctx: CostCont
     return total
 
 
-def _byte_scale(target: Target, ctx: CostContext, node: Node) -> float:
+def _byte_scale(target: Target, ctx: CostContext, node: Node, numeric: tuple[str, int] | bool | None = False) -> float:
     """A float model deployed in a narrower precision (int8 on TI, a8 on HTP, fp16) moves proportionally fewer
-    bytes: the ratio of the precision's bits to the float tensor's bits, else 1."""
-    numeric = _numeric(target)
+    bytes: the ratio of the precision's bits to the float tensor's bits, else 1. `numeric`: the target's, when the
+    caller has it (False: look it up)."""
+    if numeric is False:
+        numeric = _numeric(target)
     if numeric is None or not node.outputs:
         return 1.0
     try:
@@ -612,13 +628,32 @@ def _byte_scale(target: Target, ctx: CostContext, node: Node) -> float:
         return 1.0
     if dtype is None or not dtype.startswith(("float", "bfloat")):
         return 1.0
-    bits = np.dtype(dtype).itemsize * 8 if dtype != "bfloat16" else 16
-    return min(1.0, numeric[1] / bits)
+    return min(1.0, numeric[1] / _bits(dtype))  # type: ignore[index]
+
+
+@cache
+def _bits(dtype: str) -> int:
+    """Bits per element of a float dtype name (np.dtype() per kernel is slow; an unknown name raises, uncached)."""
+    return np.dtype(dtype).itemsize * 8 if dtype != "bfloat16" else 16
 
 
 @lru_cache(maxsize=64)
 def _numeric(target: Target) -> tuple[str, int] | None:
     return target.numeric()
+
+
+def _kernel_key(head: NodeCost, members: list[NodeCost], scale: float) -> tuple | None:
+    """Everything `_kernel_time` reads, as a key (the members' OpCosts by identity: node_cost shares one OpCost
+    between the nodes of a repeated layer, and the entries keep them alive), or None when it also reads tensor sizes
+    (a residual operand, a separate activation pass)."""
+    if head.extra_pass:
+        return None
+    parts = []
+    for member in members:
+        if member.fusion == RESIDUAL:
+            return None
+        parts.append((id(member.cost), member.node.op, member.fusion, member.rewritten))
+    return scale, _grouped(head.node), *parts
 
 
 def _kernel_time(

@@ -59,8 +59,18 @@ def _run_fix(args: argparse.Namespace) -> int:
     to_fp16 = bool(getattr(args, "to_fp16", False))
     loaded = [model]
     model = model if report is not None else None  # only the report needs the input's IR later: else it is freed
+    from netlint.fixes.output import has_external_data
+
+    external = has_external_data(proto)  # of the input: with keep_original=False the proto is edited
     result = fix_model(
-        proto, str(path), path.parent, settings, unsafe=args.unsafe_fixes, model=loaded.pop(), to_fp16=to_fp16
+        proto,
+        str(path),
+        path.parent,
+        settings,
+        unsafe=args.unsafe_fixes,
+        model=loaded.pop(),
+        to_fp16=to_fp16,
+        keep_original=args.verify is not False or report is not None,  # else neither the input nor a snapshot is read
     )
     records: list[dict[str, Any]] = []
     lines = _verify(result, path, args.verify, records)
@@ -71,9 +81,10 @@ def _run_fix(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(_summary(result, path, lines, out, detailed=args.diff))
     if written:
-        from netlint.fixes.output import has_external_data, write_model
+        from netlint.fixes.output import write_model
 
-        write_model(result.fixed, out, path, external=has_external_data(result.original))  # type: ignore[arg-type]
+        # only the report reads the fixed model afterwards: else its rewritten references need not be put back
+        write_model(result.fixed, out, path, external=external, restore=report is not None)  # type: ignore[arg-type]
     if report is not None:
         _write_report(report, result, path, out if written else None, model, settings.target, lines, records)
     if getattr(args, "exit_non_zero_on_fix", False) and result.applied:

@@ -78,7 +78,11 @@ class GraphEdit:
         proto's own NodeProtos, edited in place (copying them all cost more than the round's fixes on a 100k-node
         model): the caller edits a copy of the input model and drops it on any failure. `ir`, the IR of this very
         proto, lets the index be built from its node lists instead of reading every NodeProto again."""
-        self.nodes = _Tracked(list(self.graph.node))
+        self._initializer_names: list[str] | None = None  # read by the first full index of the round
+        self.written: set[int] = set()  # positions handed out while a fix was applied (a superset of those changed)
+        self.written_all = False  # a full re-index mid-round lost track of them: check the whole graph
+        self._original = list(self.graph.node)  # the proto's own entries, position for position (see _write_nodes)
+        self.nodes = _Tracked(self._original)
         self._removed_initializers: set[str] = set()
         self._new_initializers: list[onnx.TensorProto] = []
         self._before: dict[int, int] = {}  # position of an inserted node -> position of the node it goes before
@@ -91,33 +95,151 @@ class GraphEdit:
     def commit(self, restart: bool = True) -> None:
         """Write the round's nodes and initializers back into the graph and drop stale value_info entries; then
         start the next round (`restart`), unless the caller starts it with the next round's IR."""
+        self.written |= self.nodes.touched | self._held
         self.reindex()
-        if self.nodes.structural or self._before:  # nodes removed, replaced or added: rebuild the list
-            kept = [node for node in self._in_order() if node is not None]
-            count = len(self.graph.node)
-            self.graph.node.extend(kept)  # copies, the old entries included; then the old list goes
-            del self.graph.node[:count]
+        if self.nodes.structural or self._before:  # nodes removed, replaced or added: edit the list
+            self._write_nodes()
         if self._removed_initializers:
-            survivors = [t for t in self.graph.initializer if t.name not in self._removed_initializers]
-            del self.graph.initializer[:]
-            self.graph.initializer.extend(survivors)
-            inputs = [i for i in self.graph.input if i.name not in self._removed_initializers]
-            del self.graph.input[:]
-            self.graph.input.extend(inputs)
+            removed = self._removed_initializers
+            _delete_where(self.graph.initializer, [name in removed for name in self._initializer_names])
+            _delete_where(self.graph.input, [i.name in removed for i in self.graph.input])
         self.graph.initializer.extend(self._new_initializers)
         if self.graph.value_info:
             if self._scan_value_info:
                 present = self._present()
                 stale = {info.name for info in self.graph.value_info if info.name not in present}
             else:
-                stale = {name for name in self._dropped | self._removed_initializers if not self._in_use(name)}
+                candidates = self._dropped | self._removed_initializers
+                candidates -= self.producer.keys()
+                candidates -= self.initializers | self.inputs | self.outputs | self.captured
+                stale = {name for name in candidates if not self.consumers.get(name)}  # as _in_use decides
             if stale:
-                infos = [info for info in self.graph.value_info if info.name not in stale]
-                if len(infos) != len(self.graph.value_info):
-                    del self.graph.value_info[:]
-                    self.graph.value_info.extend(infos)
+                _delete_where(self.graph.value_info, [info.name in stale for info in self.graph.value_info])
         if restart:
             self.begin()
+
+    def _write_nodes(self) -> None:
+        """Make the proto's node list the round's, in `_in_order`'s order, editing it in place: replaced nodes are
+        copied over their slot, removed ones deleted (runs at a time), new ones inserted before their anchors (from
+        the last anchor back, so earlier slots do not move) or appended. Copying the whole list instead cost more than
+        the round's 15k fixes on a 100k-node model."""
+        container = self.graph.node
+        original, nodes = self._original, self.nodes
+        count = len(original)
+        replaced = [p for p in range(count) if (n := list.__getitem__(nodes, p)) is not None and n is not original[p]]
+        if replaced:
+            ids = {id(node) for node in original}
+            if any(id(list.__getitem__(nodes, p)) in ids for p in replaced) or len(container) != count:
+                kept = [node for node in self._in_order() if node is not None]  # a node moved: copy them all
+                container.extend(kept)
+                del container[: len(container) - len(kept)]
+                return
+            for p in replaced:
+                container[p].CopyFrom(list.__getitem__(nodes, p))
+        survivors = [list.__getitem__(nodes, p) is not None for p in range(count)]
+        before = [0] * (count + 1)  # slot of original position p once the removed ones are gone
+        for p in range(count):
+            before[p + 1] = before[p] + survivors[p]
+        inserted: dict[int, list[int]] = defaultdict(list)
+        for position, anchor in self._before.items():
+            inserted[anchor].append(position)
+        _delete_where(container, [not alive for alive in survivors])
+        for anchor in sorted((a for a in inserted if a < count), reverse=True):
+            slot = before[anchor]
+            for position in inserted[anchor]:
+                node = list.__getitem__(nodes, position)
+                if node is not None:
+                    container.insert(slot, node)
+                    slot += 1
+        tail = [
+            list.__getitem__(nodes, p)
+            for index in range(count, len(nodes))
+            if index not in self._before
+            for p in [*inserted.get(index, ()), index]
+        ]
+        container.extend(node for node in tail if node is not None)
+
+    def changed_model(self) -> onnx.ModelProto | None:
+        """After `commit(restart=False)`: what onnx.checker must see of the round's changes, as a small model: the
+        nodes a fix was handed (in their committed order), the initializers the round added, and, as typed graph
+        inputs, every other value those nodes read (they are defined: check_invariants proved it, and their order is
+        checked here). The checker's verdicts are per node (schema, attributes, opset), per tensor and per scope
+        (SSA, order), so the nodes and tensors no fix touched keep the verdict they had. Raises InvariantError when a
+        changed node comes before the producer of a value it reads or after a reader of a value it writes; None when
+        the round lost track of its changes (a node with a subgraph body changed): check the whole model then."""
+        if self.written_all or any(io is not None and io[2] for p in self.written if (io := self._safe_io(p))):
+            return None
+        rank = self._final_ranks()
+        changed = sorted((p for p in self.written if rank[p] >= 0), key=rank.__getitem__)
+        producer, consumers = self.producer, self.consumers
+        for p in changed:
+            reads, outputs, _ = self._io[p]  # type: ignore[misc]
+            here = rank[p]
+            for name in reads:
+                q = producer.get(name)
+                if q is not None and rank[q] >= here:
+                    node = list.__getitem__(self.nodes, p)
+                    raise InvariantError(f"node '{node.name or node.op_type}' reads '{name}' before a node writes it")
+            for out in outputs:
+                for reader in consumers.get(out, ()) if out else ():
+                    if 0 <= rank[reader] <= here:
+                        other = list.__getitem__(self.nodes, reader)
+                        label = other.name or other.op_type
+                        raise InvariantError(f"node '{label}' reads '{out}' before a node writes it")
+        nodes = [list.__getitem__(self.nodes, p) for p in changed]
+        produced = {out for node in nodes for out in node.output if out}
+        # The new initializers are checked here (the checker's test of a tensor's data against its type and dims,
+        # for raw data; onnx.checker.check_tensor for the rest) and enter the probe as typed inputs: their bytes
+        # (the folded weights: 46 MB on a 100k-node model) would cost more to serialize than the nodes to check.
+        new: dict[str, onnx.TensorProto] = {}
+        for tensor in self._new_initializers:
+            _check_tensor(tensor)
+            new[tensor.name] = tensor
+        probe = onnx.ModelProto()
+        probe.ir_version = self.model.ir_version
+        probe.opset_import.extend(self.model.opset_import)
+        probe.functions.extend(self.model.functions)
+        graph = probe.graph
+        graph.name = self.graph.name or "changes"
+        graph.node.extend(nodes)
+        declared: set[str] = set()
+        types: dict[tuple[int, ...], onnx.TypeProto] = {}  # (elem_type, *dims) -> its TypeProto, built once
+        for node in nodes:
+            for name in node.input:
+                if name and name not in produced and name not in declared:
+                    declared.add(name)
+                    tensor = new.get(name)
+                    # a value the probe does not define: float of rank 0 (types are not checked without inference)
+                    key = (tensor.data_type, *tensor.dims) if tensor is not None else (onnx.TensorProto.FLOAT,)
+                    kind = types.get(key)
+                    if kind is None:
+                        kind = types[key] = onnx.TypeProto()
+                        kind.tensor_type.elem_type = key[0]
+                        kind.tensor_type.shape.SetInParent()
+                        for dim in key[1:]:
+                            kind.tensor_type.shape.dim.add().dim_value = dim
+                    info = graph.input.add()
+                    info.name = name
+                    info.type.CopyFrom(kind)
+        return probe
+
+    def _safe_io(self, index: int) -> tuple[tuple[str, ...], tuple[str, ...], bool] | None:
+        return self._io[index] if index < len(self._io) else None
+
+    def _final_ranks(self) -> list[int]:
+        """Round position -> index in the committed node list (as _in_order orders), -1 for a removed node."""
+        inserted: dict[int, list[int]] = defaultdict(list)
+        for position, anchor in self._before.items():
+            inserted[anchor].append(position)
+        nodes, before = self.nodes, self._before
+        order = [p for index in range(len(nodes)) if index not in before for p in [*inserted.get(index, ()), index]]
+        rank = [-1] * len(nodes)
+        index = 0
+        for p in order:
+            if list.__getitem__(nodes, p) is not None:
+                rank[p] = index
+                index += 1
+        return rank
 
     def _in_use(self, name: str) -> bool:
         return bool(
@@ -135,24 +257,43 @@ class GraphEdit:
         items) or replaced since the last reindex can have changed, so only those are re-indexed: one fix costs what
         it touches, not the size of the graph (a full rebuild per fix made fixing a 100k-node model quadratic). A
         change to a node with a subgraph body rebuilds everything (the captured names are a union)."""
+        self._graph_io()
+        if not self.nodes.touched and not self._held:
+            return  # nothing handed out since the last check: every entry is current
         touched = self.nodes.touched | self._held
         self.nodes.touched = set()
         self._held = touched  # the caller may still hold these NodeProtos and edit them: re-read until checked
-        self._graph_io()
         current = []
+        signatures = self._sig
         for index in sorted(touched):  # all old entries out first, so a value that moves between nodes is not twice
             old = self._io[index] if index < len(self._io) else None
             node = list.__getitem__(self.nodes, index) if index < len(self.nodes) else None
-            if (old is not None and old[2]) or (node is not None and node.attribute and _subgraph_reads(node)):
+            if old is not None and old[2]:
+                self._scan_value_info = True
+                self._full_reindex()
+                return
+            signature = signatures[index] if old is not None and node is not None else None
+            # re-read since it was indexed with no body: the same raw inputs, outputs and attribute count (a pass that
+            # gives a node a body adds an attribute) mean its entries are current
+            if (
+                signature is not None
+                and signature[0] == tuple(node.input)  # type: ignore[union-attr]
+                and signature[1] == len(node.attribute)  # type: ignore[union-attr]
+                and tuple(node.output) == old[1]  # type: ignore[index,union-attr]
+            ):
+                continue
+            if node is not None and node.attribute and _subgraph_reads(node):
                 self._scan_value_info = True
                 self._full_reindex()
                 return
             if (
-                old is not None
+                signature is None
+                and old is not None
                 and node is not None
                 and tuple(node.output) == old[1]
                 and tuple(dict.fromkeys(name for name in node.input if name)) == old[0]
             ):
+                signatures[index] = (tuple(node.input), len(node.attribute))
                 continue  # handed out but not (or no longer) changed: its entries are current
             if old is not None:
                 self._unindex(index, old)
@@ -170,12 +311,16 @@ class GraphEdit:
         self.consumers: dict[str, list[int]] = defaultdict(list)
         self.captured: set[str] = set()  # names read implicitly by subgraph bodies
         self._io: list[tuple[tuple[str, ...], tuple[str, ...], bool] | None] = []
+        # position -> (raw inputs, attribute count) of a node without a body as last indexed or re-read, or None: a
+        # cheaper test than rebuilding its reads when reindex re-reads a node handed out but not changed
+        self._sig: list[tuple[tuple[str, ...], int] | None] = []
         self._twice: set[str] = set()  # values a second node also writes (an invariant error)
         self._changed: dict[int, tuple[str, ...]] = {}  # position -> its outputs before the change (checked next)
         self._check_all = True
         self._held: set[int] = set()  # positions handed out since the last check_invariants
         self._used: set[str] = set()  # every name seen this round (a superset of the names in use), for unique_name
         if self._indexed:
+            self.written_all = True
             self._scan_value_info = True  # a rebuild mid-round: names dropped since the last reindex went unrecorded
         self._indexed = True
         if ir_nodes is not None:
@@ -188,7 +333,9 @@ class GraphEdit:
                     self._set_io(index, None)
         self.nodes.touched = set()
         self._graph_io(force=True)
-        self.initializers = {t.name for t in self.graph.initializer if t.name not in self._removed_initializers}
+        if self._initializer_names is None or len(self._initializer_names) != len(self.graph.initializer):
+            self._initializer_names = [t.name for t in self.graph.initializer]  # the round's: only commit changes it
+        self.initializers = {name for name in self._initializer_names if name not in self._removed_initializers}
         self.initializers.update(t.name for t in self._new_initializers)
         self._used |= self.outputs | self.inputs | self.initializers | self.captured
 
@@ -227,11 +374,15 @@ class GraphEdit:
         # node names, for unique_name: an IR node's id is its proto name where that is set (a duplicate name's
         # first node keeps it); the other ids are names made up for nameless nodes, which reserving does not hurt
         used.update(ir_node.id for ir_node in ir_nodes)
+        self._sig = [None] * len(io)  # computed when reindex first re-reads a node
 
     def _set_io(self, index: int, io: tuple[tuple[str, ...], tuple[str, ...], bool] | None) -> None:
         while len(self._io) <= index:
             self._io.append(None)
         self._io[index] = io
+        while len(self._sig) <= index:
+            self._sig.append(None)
+        self._sig[index] = None
 
     def _index(self, index: int, node: onnx.NodeProto) -> None:
         outputs = tuple(node.output)
@@ -248,6 +399,8 @@ class GraphEdit:
         if node.name:
             self._used.add(node.name)  # unique_name serves node names too
         self._set_io(index, (reads, outputs, bool(inner)))
+        if not inner:
+            self._sig[index] = (tuple(node.input), len(node.attribute))
 
     def _unindex(self, index: int, old: tuple[tuple[str, ...], tuple[str, ...], bool]) -> None:
         """Take a node's entries (as indexed then) out of the index."""
@@ -269,6 +422,7 @@ class GraphEdit:
                 if not readers:
                     del self.consumers[name]
         self._io[index] = None
+        self._sig[index] = None
 
     def _producers_of(self, name: str) -> list[int]:
         if name not in self._twice:
@@ -437,6 +591,7 @@ class GraphEdit:
         the first check of a round only the nodes changed since the last one (and the readers of what they no longer
         write) are checked: the rest of the graph was checked already and is unchanged."""
         self.reindex()
+        self.written |= self._held
         self._held = set()  # a fix is done when it is checked: what it held is indexed as it left it
         if self._check_all:
             self._check_everything()
@@ -470,22 +625,34 @@ class GraphEdit:
                 raise InvariantError(f"graph output '{name}' is no longer produced")
 
     def _check_everything(self) -> None:
+        """The whole graph, in node order (the first problem in file order is the one reported), read from the index's
+        per-node tuples, which reindex keeps current, rather than from every NodeProto (protobuf fields cost several
+        times more to read). Only a node with a subgraph body is read from its proto: its indexed reads include the
+        body's names."""
         defined = {*self.initializers, *self.inputs}
         seen: set[str] = set()
-        for node in self.nodes:
-            if node is None:
+        io = self._io
+        for index in range(len(self.nodes)):
+            entry = io[index] if index < len(io) else None
+            if entry is None:
                 continue
-            for out in node.output:
+            for out in entry[1]:
                 if out and (out in seen or out in defined):
                     raise InvariantError(f"value '{out}' is defined twice")
                 seen.add(out)
         defined |= seen
         outer = self.captured
-        for node in self.nodes:
-            if node is None:
+        for index in range(len(self.nodes)):
+            entry = io[index] if index < len(io) else None
+            if entry is None:
                 continue
-            for name in node.input:
+            reads = entry[0]
+            if entry[2]:
+                node = list.__getitem__(self.nodes, index)
+                reads = tuple(node.input)
+            for name in reads:
                 if name and name not in defined and name not in outer:
+                    node = list.__getitem__(self.nodes, index)
                     raise InvariantError(f"node '{node.name or node.op_type}' reads '{name}', which nothing defines")
         for name in self.outputs:
             if name not in defined:
@@ -493,6 +660,58 @@ class GraphEdit:
 
 
 _BODIES = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+
+
+_RAW_SIZES = {
+    kind: np.dtype(helper.tensor_dtype_to_np_dtype(kind)).itemsize
+    for kind in (
+        onnx.TensorProto.FLOAT,
+        onnx.TensorProto.DOUBLE,
+        onnx.TensorProto.FLOAT16,
+        onnx.TensorProto.BFLOAT16,
+        onnx.TensorProto.INT8,
+        onnx.TensorProto.UINT8,
+        onnx.TensorProto.INT16,
+        onnx.TensorProto.UINT16,
+        onnx.TensorProto.INT32,
+        onnx.TensorProto.UINT32,
+        onnx.TensorProto.INT64,
+        onnx.TensorProto.UINT64,
+        onnx.TensorProto.BOOL,
+    )
+}
+
+
+def _check_tensor(tensor: onnx.TensorProto) -> None:
+    """onnx.checker's verdict on a tensor a fix wrote, without copying its bytes: for raw data of a fixed-size type
+    its size against dims (what check_tensor tests), else onnx.checker.check_tensor itself."""
+    size = _RAW_SIZES.get(tensor.data_type)
+    if size is None or not tensor.HasField("raw_data") or tensor.external_data or not tensor.name:
+        onnx.checker.check_tensor(tensor)
+        return
+    count = 1
+    for dim in tensor.dims:
+        if dim < 0:
+            onnx.checker.check_tensor(tensor)
+            return
+        count *= dim
+    if len(tensor.raw_data) != count * size:
+        raise onnx.checker.ValidationError(
+            f"TensorProto (tensor name: {tensor.name}) raw_data size ({len(tensor.raw_data)} bytes) does not match "
+            f"the declared shape and type ({count * size} bytes)"
+        )
+
+
+def _delete_where(container, remove: list[bool]) -> None:  # type: ignore[no-untyped-def]
+    """Delete the entries of a repeated protobuf field whose flag is set, a run at a time from the end (the others
+    keep their messages: nothing is copied)."""
+    flagged = [index for index, flag in enumerate(remove) if flag]
+    while flagged:
+        end = flagged.pop() + 1
+        start = end - 1
+        while flagged and flagged[-1] == start - 1:
+            start = flagged.pop()
+        del container[start:end]
 
 
 def _subgraph_reads(node: onnx.NodeProto) -> list[str]:

@@ -89,9 +89,17 @@ class FixOutcome(Generic[M]):
 
 @dataclass
 class FixResult(FixOutcome[onnx.ModelProto]):
+    # the input's op counts, taken before the fixes when `original` is the edited model itself (keep_original=False)
+    counted_before: Counter[str] | None = None
+    snapshots: bool = True  # False: nobody verifies `safe_only`, so it is not copied before the inexact fixes
+
     @staticmethod
     def op_counts(model: onnx.ModelProto) -> Counter[str]:
         return Counter(node.op_type for node in model.graph.node)
+
+    @property
+    def ops_before(self) -> Counter[str]:
+        return self.counted_before if self.counted_before is not None else self.op_counts(self.original)
 
 
 def fix_model(
@@ -103,8 +111,12 @@ def fix_model(
     unsafe: bool = False,
     model: Model | None = None,
     to_fp16: bool = False,
+    keep_original: bool = True,
 ) -> FixResult:
-    """Fix a copy of `proto` (which is left as it was). `model` is the IR of `proto` if the caller built it already
+    """Fix a copy of `proto` (which is left as it was); with `keep_original=False`, `proto` itself (the caller
+    needs neither the input model nor the model before the inexact fixes: no verification, no report), which spares
+    copying it (0.15 s and 150 MB for a 100k-node model); `result.original` is then the fixed model too and only
+    the input's op counts are kept. `model` is the IR of `proto` if the caller built it already
     (the first round lints it instead of converting the proto again). The exact fixes run to their fixpoint first
     (`safe_only` is that model, what the exact verification checks); then the inexact ones (unsafe with
     --unsafe-fixes, and safe passes that are not exact, like keep-fp32); then `to_fp16` converts the model."""
@@ -113,7 +125,7 @@ def fix_model(
     box = [model] if model is not None else []
     model = None  # no frame may hold the first IR: the round that changes the proto frees it (peak memory)
     try:
-        return _fix_model(proto, path, base, settings, unsafe, box, to_fp16)
+        return _fix_model(proto, path, base, settings, unsafe, box, to_fp16, keep_original)
     finally:
         if enabled:
             gc.enable()
@@ -127,9 +139,14 @@ def _fix_model(
     unsafe: bool,
     box: list[Model],
     to_fp16: bool,
+    keep_original: bool = True,
 ) -> FixResult:
-    work = copy.deepcopy(proto)
-    result = FixResult(proto, work, work)
+    if keep_original:
+        work = copy.deepcopy(proto)
+        result = FixResult(proto, work, work)
+    else:
+        work = proto
+        result = FixResult(proto, work, work, counted_before=FixResult.op_counts(proto), snapshots=False)
     state = _run(work, path, base, settings, {"safe"}, result, (box.pop(), None) if box else None, exact_only=True)
     passes = all_passes()
     inexact = state is not None and any(
@@ -144,8 +161,8 @@ def _fix_model(
 
 
 def _snapshot(result: FixResult) -> None:
-    """Keep the model as the exact fixes left it, before anything inexact changes it."""
-    if result.safe_only is result.fixed:
+    """Keep the model as the exact fixes left it, before anything inexact changes it (unless nobody will verify it)."""
+    if result.safe_only is result.fixed and result.snapshots:
         result.safe_only = copy.deepcopy(result.fixed)
 
 
@@ -261,8 +278,7 @@ def _run(
                 _snapshot(result)  # the edit changes the proto's nodes in place: copy it before the first change
             try:
                 plan.apply()
-                edit.reindex()
-                edit.check_invariants()
+                edit.check_invariants()  # reindexes first
             except InvariantError as exc:
                 raise FixError(f"{finding.code} ({fix.name}) broke the graph at '{where}': {exc}") from None
             claimed |= plan.touched
@@ -272,10 +288,11 @@ def _run(
         if not this_round or edit is None:
             break
         # the proto changes: the next round converts and lints it again, and the old IR goes first (peak memory)
+        # (no gc.collect here: the old IR goes by reference counting, and a collection costs 0.3 s on 100k nodes
+        # to find a few dozen small cycles; the peak is the same without it)
         model, report, ctx, plan = None, None, None, None  # type: ignore[assignment]
-        gc.collect()  # the collector is paused (fix_model): free the old round's cycles now, while little is alive
         edit.commit(restart=False)
-        _check(proto, this_round, base)
+        _check(proto, this_round, base, edit)
         result.applied.extend(this_round)
     else:
         result.remaining = lint_model(_convert(proto, path, base), settings).findings
@@ -326,14 +343,23 @@ def _convert(proto: onnx.ModelProto, path: str, base: Path) -> Model:
         del graph.value_info[count:]
 
 
-def _check(proto: onnx.ModelProto, applied: list[AppliedFix], base: Path = Path(".")) -> None:
-    """onnx.checker on the fixed proto; it resolves external data locations against the working directory, so it
-    runs from the model's folder (where they are)."""
+def _check(
+    proto: onnx.ModelProto, applied: list[AppliedFix], base: Path = Path("."), edit: GraphEdit | None = None
+) -> None:
+    """onnx.checker on what the round changed (GraphEdit.changed_model: the nodes a fix was handed, the new
+    initializers; their order in the graph is checked there), or on the whole fixed proto when the edit cannot say
+    (then from the model's folder: the checker resolves external data locations against the working directory).
+    Checking only the changes spares serializing, parsing and checking a 100k-node model per round (1 s, 260 MB)
+    for the same verdict on what the fixes wrote; a fault the input model had already is not blamed on the fixes."""
     import contextlib
 
     try:
-        with contextlib.chdir(base):
-            onnx.checker.check_model(proto)
+        probe = edit.changed_model() if edit is not None else None
+        if probe is not None:
+            onnx.checker.check_model(probe)
+        else:
+            with contextlib.chdir(base):
+                onnx.checker.check_model(proto)
     except Exception as exc:
         rules = ", ".join(sorted({f"{a.code} ({a.fix})" for a in applied}))
         reason = " ".join(str(exc).split())[:300]

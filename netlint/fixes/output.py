@@ -72,21 +72,16 @@ def _walk(graph: onnx.GraphProto) -> Iterator[tuple[onnx.TensorProto, bool]]:
                     yield from _walk(body)
 
 
-def write_model(model: onnx.ModelProto, out: Path, source: Path, external: bool) -> None:
+def write_model(model: onnx.ModelProto, out: Path, source: Path, external: bool, restore: bool = True) -> None:
     """Write `model` (read from `source`, whose folder its external data locations are relative to) to `out`;
-    `external`: the input kept its weights in external data, so the output does too."""
+    `external`: the input kept its weights in external data, so the output does too. `restore=False`: the caller
+    is done with `model`, so the external data references rewritten for the output are not put back."""
     base = source.parent
     if not external:
         write_bytes_atomically(out, model.SerializeToString())
         return
-    tensors = list(_walk(model.graph))  # one walk of the graph for the checks and the copy
-    locations = {
-        entry.value
-        for tensor, _ in tensors
-        if external_data_helper.uses_external_data(tensor)
-        for entry in tensor.external_data
-        if entry.key == "location"
-    }
+    tensors = [(tensor, initializer, _reference(tensor)) for tensor, initializer in _walk(model.graph)]
+    locations = {reference[0] for _, _, reference in tensors if reference is not None}
     missing = sorted(loc for loc in locations if not (base / loc).is_file())
     if missing:
         if out.parent.resolve() != base.resolve():
@@ -105,7 +100,7 @@ def write_model(model: onnx.ModelProto, out: Path, source: Path, external: bool)
         with tempfile.TemporaryDirectory(dir=folder, prefix=f".{out.name}.") as temporary:
             staged = Path(temporary) / out.name
             data = Path(temporary) / data_name
-            _stage_external(model, tensors, base, staged, data)
+            _stage_external(model, tensors, base, staged, data, restore)
             _chmod_like_new(staged)
             if data.stat().st_size:  # else every external tensor went: no data file
                 _chmod_like_new(data)
@@ -115,45 +110,94 @@ def write_model(model: onnx.ModelProto, out: Path, source: Path, external: bool)
         raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None
 
 
+_EXTERNAL = onnx.TensorProto.EXTERNAL
+# (location, offset, length or None: to the end of the file, the entries as they were) of an external tensor
+Reference = tuple[str, int, int | None, list[tuple[str, str]]]
+
+
+def _reference(tensor: onnx.TensorProto) -> Reference | None:
+    """Where an external tensor's bytes are, as onnx.external_data_helper.ExternalDataInfo reads it (a length of 0
+    means to the end of the file); None for a tensor held in the proto."""
+    if tensor.data_location != _EXTERNAL:
+        return None
+    entries = [(entry.key, entry.value) for entry in tensor.external_data]
+    fields = dict(entries)
+    length = int(fields.get("length") or 0)
+    return fields.get("location", ""), int(fields.get("offset") or 0), length or None, entries
+
+
 def _stage_external(
-    model: onnx.ModelProto, tensors: list[tuple[onnx.TensorProto, bool]], base: Path, staged: Path, data: Path
+    model: onnx.ModelProto,
+    tensors: list[tuple[onnx.TensorProto, bool, Reference | None]],
+    base: Path,
+    staged: Path,
+    data: Path,
+    restore: bool = True,
 ) -> None:
     """Write `model` (whose `tensors` _walk listed) to `staged` with its weights in the one file `data`, streaming:
     each external tensor's bytes are copied from its file (relative to `base`) a chunk at a time, never all loaded (a
-    model's weights can be larger than memory); initializers held in the proto of at least 1 KB (the ones a fix
+    model's weights can be larger than memory), and tensors stored one after the other in one file are copied as one
+    run (a 100k-node model has 100k of them); initializers held in the proto of at least 1 KB (the ones a fix
     wrote) move out too, as onnx's writer (size_threshold=1024) would. The references are rewritten on `model` while
-    it is serialized, then restored: the caller's model is left as it was."""
+    it is serialized, then restored (unless `restore` is False): the caller's model is left as it was."""
     moved: list[tuple[onnx.TensorProto, list[tuple[str, str]], bytes | None]] = []
-    sources: dict[str, BinaryIO] = {}
+    sources: dict[str, tuple[BinaryIO, int]] = {}
     try:
         with open(data, "wb") as sink:
+            name = data.name
+            run: list = []  # [source, start, length] of the bytes not copied yet
+
+            def flush() -> None:
+                if run:
+                    source, start, length = run
+                    source.seek(start)
+                    _copy(source, sink, length)
+                    run.clear()
 
             def point(tensor: onnx.TensorProto, offset: int, length: int) -> None:
                 del tensor.external_data[:]
-                for key, value in (("location", data.name), ("offset", str(offset)), ("length", str(length))):
-                    tensor.external_data.add(key=key, value=value)
+                add = tensor.external_data.add
+                add(key="location", value=name)
+                add(key="offset", value=str(offset))
+                add(key="length", value=str(length))
 
-            for tensor, initializer in tensors:
-                if external_data_helper.uses_external_data(tensor):
-                    info = external_data_helper.ExternalDataInfo(tensor)
-                    source = sources.get(info.location)
-                    if source is None:
-                        source = sources[info.location] = open(base / info.location, "rb")  # noqa: SIM115
-                    offset = sink.tell()
-                    source.seek(info.offset or 0)
-                    length = _copy(source, sink, info.length if info.length else None)
-                    moved.append((tensor, [(e.key, e.value) for e in tensor.external_data], None))
+            offset = 0  # the sink's position
+            for tensor, initializer, reference in tensors:
+                if reference is not None:
+                    location, start, length, entries = reference
+                    opened = sources.get(location)
+                    if opened is None:
+                        handle = open(base / location, "rb")  # noqa: SIM115
+                        opened = sources[location] = (handle, os.fstat(handle.fileno()).st_size)
+                    source, size = opened
+                    available = max(0, size - start)
+                    if length is None:
+                        length = available
+                    elif length > available:
+                        raise OSError(f"external data of {length} bytes ends after {available}")
+                    if run and run[0] is source and run[1] + run[2] == start:
+                        run[2] += length
+                    else:
+                        flush()
+                        run.extend((source, start, length))
+                    if restore:
+                        moved.append((tensor, entries, None))
                     point(tensor, offset, length)
+                    offset += length
                 elif initializer and tensor.HasField("raw_data") and len(tensor.raw_data) >= 1024:
-                    offset = sink.tell()
-                    sink.write(tensor.raw_data)
-                    moved.append((tensor, [], tensor.raw_data))
+                    flush()
+                    raw = tensor.raw_data
+                    sink.write(raw)
+                    if restore:
+                        moved.append((tensor, [], raw))
                     tensor.ClearField("raw_data")
                     tensor.data_location = onnx.TensorProto.EXTERNAL
-                    point(tensor, offset, sink.tell() - offset)
+                    point(tensor, offset, len(raw))
+                    offset += len(raw)
+            flush()
         staged.write_bytes(model.SerializeToString())
     finally:
-        for source in sources.values():
+        for source, _ in sources.values():
             source.close()
         for tensor, entries, raw in moved:  # as it was
             del tensor.external_data[:]

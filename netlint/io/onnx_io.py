@@ -8,7 +8,7 @@ import math
 import mmap
 import os
 import sys
-from functools import cache, partial
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +17,9 @@ import onnx
 from onnx import AttributeProto, TensorProto, helper, numpy_helper
 
 from netlint.errors import ModelLoadError
-from netlint.io.structure import check_structure
+from netlint.io.structure import GraphFacts, check_structure
 from netlint.ir import NCHW, ConstData, Graph, Model, Node, Value
-from netlint.ir.graph import MAX_DENSE_ELEMENTS
+from netlint.ir.graph import MAX_DENSE_ELEMENTS, _captured
 
 
 def load_onnx(path: Path) -> Model:
@@ -62,16 +62,25 @@ def model_from_proto(proto: onnx.ModelProto, path: str, base: Path) -> Model:
     """The IR of an in-memory ModelProto; external data locations are resolved inside `base`."""
     if not proto.HasField("graph") or (proto.ir_version <= 0 and not proto.opset_import):
         raise ModelLoadError("not an ONNX model (no graph and no IR version in the protobuf)")
-    notes: list[str] = []
-    proto = _with_shapes(proto, notes)
-    reader = _ExternalData(base, notes)
     # The conversion allocates a few objects per node and frees none: the cyclic GC would rescan the growing heap
     # again and again (a third of the load time of a 100k-node graph), and there is no garbage for it to find. The
     # structure checks run before it resumes: its first collection would otherwise rescan the whole new IR.
     collecting = gc.isenabled()
     gc.disable()
     try:
-        graph = _convert_graph(proto.graph, None, "", reader)
+        notes: list[str] = []
+        if not proto.graph.value_info and _has_intermediates(proto.graph):  # no shapes at all: infer them first
+            proto = _inferred(proto, notes)
+            graph, facts = _convert(proto, notes, base)
+        else:
+            # Whether the file has enough shapes is counted on the converted graph (reading every node's outputs
+            # from the protobuf a second time costs a tenth of the load); the rare partly shaped file is converted
+            # again after inference.
+            graph, facts = _convert(proto, notes, base)
+            if _lacks_shapes(graph, facts):
+                notes = []
+                proto = _inferred(proto, notes)
+                graph, facts = _convert(proto, notes, base)
         metadata = {prop.key: prop.value for prop in proto.metadata_props}
         metadata.update(
             producer=f"{proto.producer_name} {proto.producer_version}".strip(),
@@ -79,23 +88,36 @@ def model_from_proto(proto: onnx.ModelProto, path: str, base: Path) -> Model:
             opset=",".join(f"{o.domain or 'ai.onnx'}:{o.version}" for o in proto.opset_import),
         )
         model = Model(path, "onnx", graph, metadata, notes)
-        check_structure(model)
+        check_structure(model, facts=facts)
     finally:
         if collecting:
             gc.enable()
     return model
 
 
-def _with_shapes(proto: onnx.ModelProto, notes: list[str]) -> onnx.ModelProto:
-    """Run onnx shape inference when the file lacks intermediate shapes; a failure is a note, never fatal."""
-    graph = proto.graph
-    # Graph outputs are typed in every file, so only intermediates tell whether the file has shapes; "at least half
-    # known" is 2 * known >= count (count // 2 would call 1 of 2, or 1 of 3, enough).
+def _convert(proto: onnx.ModelProto, notes: list[str], base: Path) -> tuple[Graph, dict[Graph, GraphFacts]]:
+    facts: dict[Graph, GraphFacts] = {}
+    return _convert_graph(proto.graph, None, "", _ExternalData(base, notes), facts), facts
+
+
+def _has_intermediates(graph: onnx.GraphProto) -> bool:
+    """Whether some node writes a tensor that is not a graph output (the first node almost always does)."""
     outputs = {o.name for o in graph.output}
-    known = {vi.name for vi in graph.value_info}
-    produced = [out for node in graph.node for out in node.output if out and out not in outputs]
-    if not produced or 2 * sum(out in known for out in produced) >= len(produced):
-        return proto
+    return any(out and out not in outputs for node in graph.node for out in node.output)
+
+
+def _lacks_shapes(graph: Graph, facts: dict[Graph, GraphFacts]) -> bool:
+    """Graph outputs are typed in every file, so only intermediates tell whether the file has shapes; "at least half
+    known" is 2 * known >= count (count // 2 would call 1 of 2, or 1 of 3, enough). Counted on the producer index:
+    a tensor written twice would count twice, but then the graph fails the structure checks whatever its shapes."""
+    if facts[graph].duplicate is not None:
+        return False
+    produced = graph.producer_index().keys() - set(graph.outputs)
+    return bool(produced) and 2 * len(produced.intersection(facts[graph].declared)) < len(produced)
+
+
+def _inferred(proto: onnx.ModelProto, notes: list[str]) -> onnx.ModelProto:
+    """onnx shape inference on a file that lacks intermediate shapes; a failure is a note, never fatal."""
     try:
         return onnx.shape_inference.infer_shapes(proto, strict_mode=False)
     except Exception as exc:
@@ -133,18 +155,25 @@ class _ExternalData:
         found = self._files[location] = (target, problem, target.stat().st_size if problem is None else 0)
         return found
 
-    def constant(self, tensor: TensorProto) -> ConstData:
+    def constant(
+        self, tensor: TensorProto, shape: tuple[int, ...] | None = None, data_type: int | None = None, count: int = 0
+    ) -> ConstData:
+        """An external tensor's data, checked now (a problem is a note) and mapped on first use (`shape`,
+        `data_type` and `count`: its dims, data_type and element count when the caller has them already)."""
+        if shape is None:
+            shape, data_type = tuple(tensor.dims), tensor.data_type
+            count = math.prod(shape)
         info = {entry.key: entry.value for entry in tensor.external_data}
         location = info.get("location", "")
         target, problem, size = self._file(location)
         if problem is None:
-            dtype = _np_dtype(tensor.data_type)
+            dtype = _np_dtype(data_type)
             # Python ints: declared dims may be negative or overflow int64, and the file's entries may be any text.
             offset, length = _non_negative(info.get("offset", "0")), _non_negative(info.get("length", "0"))
-            needed = math.prod(tensor.dims) * (dtype.itemsize if dtype else 0)
+            needed = count * (dtype.itemsize if dtype else 0)
             if dtype is None:
-                problem = f"external tensor of type {TensorProto.DataType.Name(tensor.data_type)} is not readable"
-            elif offset is None or length is None or any(d < 0 for d in tensor.dims):
+                problem = f"external tensor of type {TensorProto.DataType.Name(data_type)} is not readable"  # type: ignore[arg-type]
+            elif offset is None or length is None or (shape and min(shape) < 0):
                 problem = f"external data for '{tensor.name}' has a negative or non-numeric offset, length or dim"
             elif offset + (length or needed) > size or (length or needed) < needed:
                 problem = f"external data for '{tensor.name}' lies past the end of '{location}'"
@@ -152,7 +181,7 @@ class _ExternalData:
                 shared = self._maps.get(target)
                 if shared is None:
                     shared = self._maps[target] = _SharedMap(target)
-                return ConstData(_Mapped(shared, dtype, offset, tuple(tensor.dims)))
+                return _MappedConst(shared, dtype, offset, shape, count)
         if location not in self._reported:
             self._reported.add(location)
             self.notes.append(f"{problem}: rules that need those weight values skip the nodes that use them")
@@ -222,10 +251,10 @@ _RAW_DTYPES = frozenset(
 
 
 def _inline_constant(
-    tensor: TensorProto, shape: tuple[int, ...] | None = None, data_type: int | None = None
+    tensor: TensorProto, shape: tuple[int, ...] | None = None, data_type: int | None = None, count: int | None = None
 ) -> ConstData:
-    """A tensor stored in the protobuf, decoded on first use exactly as numpy_helper.to_array decodes it (`shape` and
-    `data_type`: the tensor's dims and data_type when the caller has read them already)."""
+    """A tensor stored in the protobuf, decoded on first use exactly as numpy_helper.to_array decodes it (`shape`,
+    `data_type` and `count`: the tensor's dims, data_type and element count when the caller has them already)."""
     if data_type is None:
         data_type = tensor.data_type
     if shape is None:
@@ -233,13 +262,11 @@ def _inline_constant(
     dtype = _NP_DTYPES.get(data_type, _MISSING)
     if dtype is _MISSING:
         dtype = _NP_DTYPES[data_type] = _np_dtype(data_type)
-    if dtype is None or math.prod(shape) * dtype.itemsize > COPY_INLINE_BYTES:
+    if dtype is None or (math.prod(shape) if count is None else count) * dtype.itemsize > COPY_INLINE_BYTES:
         return ConstData(lambda: numpy_helper.to_array(tensor))
-    if tensor.HasField("segment"):  # to_array refuses segments: let it say so on use
-        return ConstData(lambda: numpy_helper.to_array(tensor))
-    if data_type in _RAW_DTYPES and _LITTLE_ENDIAN and tensor.HasField("raw_data"):
-        return _RawConst(tensor.raw_data, dtype, shape)
-    return ConstData(partial(_from_serialized, tensor.SerializeToString()))
+    # Small: the serialized tensor is copied (one C call; reading its fields to choose a decoding costs more) and
+    # decoded on first use, which few are (500 of 11,500 weights on a 10k-node conv graph).
+    return _SerializedConst(tensor.SerializeToString())
 
 
 _MISSING: Any = object()
@@ -266,78 +293,105 @@ class _SharedMap:
         return self.map
 
 
-class _Mapped:
-    """The loader of an external tensor: a view of its bytes in the file's shared map (slots: lighter than a
-    closure). Empty tensors take np.memmap, which has its own rules for them."""
+class _MappedConst(ConstData):
+    """An external tensor: a view of its bytes in the file's shared map, and its own loader (`load` is this method,
+    which shadows the base class's slot: one object per tensor). Empty tensors take np.memmap, which has its own
+    rules for them."""
 
     __slots__ = ("count", "dtype", "file", "offset", "shape")
 
-    def __init__(self, file: _SharedMap, dtype: np.dtype, offset: int, shape: tuple[int, ...]) -> None:
-        self.file, self.dtype, self.offset, self.shape = file, dtype, offset, shape
-        self.count = math.prod(shape)
+    def __init__(self, file: _SharedMap, dtype: np.dtype, offset: int, shape: tuple[int, ...], count: int) -> None:
+        self.file, self.dtype, self.offset, self.shape, self.count = file, dtype, offset, shape, count
+        self.unavailable = None
+        self._array = None
 
-    def __call__(self) -> np.ndarray:
+    def load(self) -> np.ndarray:  # type: ignore[override]
         if self.count == 0:
             return np.memmap(self.file.path, dtype=self.dtype, mode="r", offset=self.offset, shape=self.shape)
         return np.frombuffer(self.file.get(), self.dtype, count=self.count, offset=self.offset).reshape(self.shape)
 
 
-class _RawConst(ConstData):
-    """A constant whose raw_data payload was copied: its own loader (`load` is this method, which shadows the base
-    class's slot), so one object per constant instead of ConstData plus a loader (~100k per large model)."""
+class _SerializedConst(ConstData):
+    """A small inline tensor, kept serialized: its own loader (`load` is this method, which shadows the base class's
+    slot), so one object per constant instead of ConstData plus a loader (~100k per large model)."""
 
-    __slots__ = ("dims", "dtype", "raw")
+    __slots__ = ("blob",)
 
-    def __init__(self, raw: bytes, dtype: np.dtype, dims: tuple[int, ...]) -> None:  # not ConstData's: no `load`
-        self.raw, self.dtype, self.dims = raw, dtype, dims
+    def __init__(self, blob: bytes) -> None:  # not ConstData's: no `load`
+        self.blob = blob
         self.unavailable = None
         self._array = None
 
     def load(self) -> np.ndarray:  # type: ignore[override]
-        return np.frombuffer(self.raw, dtype=self.dtype).reshape(self.dims)
+        """numpy_helper.to_array's decoding; raw little-endian data is a view of the bytes, as it was when the
+        loader copied raw_data out (to_array copies it)."""
+        tensor = TensorProto.FromString(self.blob)
+        data_type = tensor.data_type
+        if tensor.HasField("segment"):  # to_array refuses segments: let it say so
+            return numpy_helper.to_array(tensor)
+        if data_type in _RAW_DTYPES and _LITTLE_ENDIAN and tensor.HasField("raw_data"):
+            return np.frombuffer(tensor.raw_data, dtype=_np_dtype(data_type)).reshape(tuple(tensor.dims))
+        return numpy_helper.to_array(tensor)
 
 
-def _from_serialized(data: bytes) -> np.ndarray:
-    return numpy_helper.to_array(TensorProto.FromString(data))
-
-
-def _convert_graph(graph: onnx.GraphProto, parent: Graph | None, prefix: str, reader: _ExternalData) -> Graph:
+def _convert_graph(
+    graph: onnx.GraphProto, parent: Graph | None, prefix: str, reader: _ExternalData, facts: dict[Graph, GraphFacts]
+) -> Graph:
     """The IR of one (sub)graph. The hot loop of loading: one pass over the protobuf, each field read once, no
-    per-item helper calls where a dict lookup does (a 100k-node graph runs it 100k times). Tensor names are shared str
-    objects (the values dict's keys), so each name is stored once however many nodes read it."""
+    per-item helper calls where a dict lookup does (a 100k-node graph runs it 100k times), and the graph's indexes
+    and the facts the structure checks need built in the same pass (see Graph.reindex and GraphFacts). Tensor names
+    are shared str objects (the values dict's keys), so each name is stored once however many nodes read it."""
     values: dict[str, Value] = {}
-    shapes: dict[tuple[int | str | None, ...], tuple[int | str | None, ...]] = {}  # equal shapes share one tuple
+    # equal shapes share one tuple; the value is (shape, element count or None) for initializers' size test
+    shapes: dict[tuple[int | str | None, ...], tuple[tuple[int | str | None, ...], int | None]] = {}
     # A large graph declares a few distinct types many times: decode each serialized TypeProto once (reading its dims
     # field by field costs ten times more than serializing it).
     types: dict[bytes, tuple[str | None, tuple[int | str | None, ...] | None]] = {}
-    for info in [*graph.input, *graph.output, *graph.value_info]:
-        name = info.name
-        if name not in values:
-            type_proto = info.type
-            key = type_proto.SerializeToString()
-            decoded = types.get(key)
-            if decoded is None:
-                shape = _shape_of(type_proto)
-                if shape is not None:
-                    shape = shapes.setdefault(shape, shape)
-                decoded = types[key] = (_dtype_name(type_proto.tensor_type.elem_type), shape)
-            values[name] = Value(name, decoded[0], decoded[1], NCHW)
+    declared: set[str] = set()  # value_info names (whether the file has shapes, see _lacks_shapes)
+    for infos, names_into in ((graph.input, None), (graph.output, None), (graph.value_info, declared.add)):
+        for info in infos:
+            name = info.name
+            if names_into is not None:
+                names_into(name)
+            if name not in values:
+                type_proto = info.type
+                key = type_proto.SerializeToString()
+                decoded = types.get(key)
+                if decoded is None:
+                    shape = _shape_of(type_proto)
+                    if shape is not None:
+                        shape = shapes.setdefault(shape, (shape, None))[0]
+                    decoded = types[key] = (_dtype_name(type_proto.tensor_type.elem_type), shape)
+                values[name] = Value(name, decoded[0], decoded[1], NCHW)
     initializers = set()
     external = TensorProto.EXTERNAL
+    add_initializer = initializers.add
+    limits: dict[int, int | None] = {}
     for tensor in graph.initializer:
         name = tensor.name
-        initializers.add(name)
+        add_initializer(name)
+        data_type = tensor.data_type
+        dims = tuple(tensor.dims)
+        known_shape = shapes.get(dims)
+        if known_shape is None or known_shape[1] is None:  # None: a value_info shape, its count not needed before
+            known_shape = shapes[dims] = (known_shape[0] if known_shape else dims, math.prod(dims))
+        shape, count = known_shape
+        if tensor.data_location == external:
+            data = reader.constant(tensor, shape, data_type, count)
+        else:
+            limit = limits.get(data_type, _MISSING)
+            if limit is _MISSING:  # the most elements a copied tensor of this type may have (None: not decodable)
+                dtype = _np_dtype(data_type)
+                limit = limits[data_type] = COPY_INLINE_BYTES // max(dtype.itemsize, 1) if dtype is not None else None
+            if limit is not None and count <= limit:  # what _inline_constant decides, without the call
+                data = _SerializedConst(tensor.SerializeToString())
+            else:
+                data = _inline_constant(tensor, shape, data_type, count)
         value = values.get(name)
         if value is None:
-            value = values[name] = Value(name)
-        data_type = tensor.data_type
-        value.dtype = _dtype_name(data_type)
-        shape = tuple(tensor.dims)
-        value.shape = shape = shapes.setdefault(shape, shape)
-        if tensor.data_location == external:
-            value.data = reader.constant(tensor)
+            values[name] = Value(name, _dtype_name(data_type), shape, NCHW, None, data)
         else:
-            value.data = _inline_constant(tensor, shape, data_type)
+            value.dtype, value.shape, value.data = _dtype_name(data_type), shape, data
     for sparse in graph.sparse_initializer:
         name = sparse.values.name
         initializers.add(name)
@@ -345,14 +399,13 @@ def _convert_graph(graph: onnx.GraphProto, parent: Graph | None, prefix: str, re
         value.shape = tuple(int(d) for d in sparse.dims)
         value.data = _sparse_constant(sparse)
 
-    used_ids: set[str] = set()
     nodes: list[Node] = []
+    names = dict(zip(values, values, strict=True))
+    shared = names.setdefault
     inputs = [i.name for i in graph.input if i.name not in initializers]
-    # Subgraphs need their parent graph object for outer-scope lookups, so the graph is indexed after its nodes.
+    # Subgraphs need their parent graph object for outer-scope lookups, so the graph's indexes are set after its nodes.
     ir_graph = Graph(graph.name, nodes, values, inputs, [o.name for o in graph.output], parent)
     ir_graph.input_initializers = frozenset(i.name for i in graph.input if i.name in initializers)
-    names = {name: name for name in values}  # one str object per tensor name, however many nodes read it
-    shared = names.setdefault
     ops: dict[tuple[str, str], tuple[str, str]] = {}  # (op_type, domain) -> (op, source_op), shared str objects
     graph_attr, graphs_attr = AttributeProto.GRAPH, AttributeProto.GRAPHS
     uncached = _UNCACHED_ATTRS
@@ -360,7 +413,16 @@ def _convert_graph(graph: onnx.GraphProto, parent: Graph | None, prefix: str, re
     no_attrs: dict[str, Any] = {}
     no_subgraphs: dict[str, Graph] = {}
     tables: dict[tuple[bytes, ...], dict[str, Any]] = {}
-    append, add_id = nodes.append, used_ids.add
+    # The indexes Graph.reindex would build, and what check_structure needs: the first second writer of a tensor,
+    # and the names first read before any node wrote them (graph inputs, weights, outer-scope or dangling names, or
+    # a node that reads a later node's output: then the file order is not topological).
+    producer: dict[str, Node] = {}
+    consumers: dict[str, list[Node]] = {}
+    by_id: dict[str, Node] = {}
+    early: set[str] = set()
+    duplicate: str | None = None
+    first_writer, early_read, readers_of = producer.setdefault, early.add, consumers.get
+    append = nodes.append
     for index, proto_node in enumerate(graph.node):
         op_type, domain = proto_node.op_type, proto_node.domain
         op = ops.get((op_type, domain))
@@ -368,10 +430,8 @@ def _convert_graph(graph: onnx.GraphProto, parent: Graph | None, prefix: str, re
             op = ops[(op_type, domain)] = (op_type, op_type if not domain else f"{domain}.{op_type}")
         node_name = proto_node.name or f"{op_type}_{index}"
         node_id = f"{prefix}{node_name}" if prefix else node_name
-        if node_id in used_ids:
-            node_id = _unique_id(node_name, used_ids, prefix)
-        else:
-            add_id(node_id)
+        if node_id in by_id:
+            node_id = _unique_id(node_name, by_id, prefix)
         attributes = proto_node.attribute
         attrs, subgraphs = no_attrs, no_subgraphs
         if attributes:
@@ -394,36 +454,53 @@ def _convert_graph(graph: onnx.GraphProto, parent: Graph | None, prefix: str, re
                 for attr in attributes:
                     kind = attr.type
                     if kind == graph_attr:
-                        subgraphs[attr.name] = _convert_graph(attr.g, ir_graph, f"{node_id}/{attr.name}/", reader)
+                        subgraphs[attr.name] = _convert_graph(
+                            attr.g, ir_graph, f"{node_id}/{attr.name}/", reader, facts
+                        )
                     elif kind == graphs_attr:
                         for k, sub in enumerate(attr.graphs):
                             slot = f"{attr.name}[{k}]"
-                            subgraphs[slot] = _convert_graph(sub, ir_graph, f"{node_id}/{slot}/", reader)
+                            subgraphs[slot] = _convert_graph(sub, ir_graph, f"{node_id}/{slot}/", reader, facts)
                     else:
                         attrs[attr.name] = _attribute_value(attr)
         outputs = [shared(name, name) for name in proto_node.output]
+        node_inputs = [shared(name, name) for name in proto_node.input]
         doc = proto_node.doc_string
         markers = _markers(proto_node) if (doc and "netlint" in doc.lower()) or proto_node.metadata_props else ()
-        append(
-            Node(
-                node_id,
-                op[0],
-                [shared(name, name) for name in proto_node.input],
-                outputs,
-                attrs,
-                op[1],
-                domain,
-                None,
-                subgraphs,
-                markers,
-            )
-        )
+        node = Node(node_id, op[0], node_inputs, outputs, attrs, op[1], domain, None, subgraphs, markers)
+        append(node)
+        by_id[node_id] = node
+        # reads before writes: a node that reads its own output is a cycle, as Graph.reindex and Kahn see it
+        reads: Any = node_inputs
+        count = len(node_inputs)
+        if subgraphs:  # a node owning subgraphs also reads the outer values its bodies capture
+            reads = dict.fromkeys([*node_inputs, *_captured(node)])
+        elif count > 1 and (node_inputs[0] == node_inputs[1] if count == 2 else len(set(node_inputs)) < count):
+            reads = dict.fromkeys(node_inputs)  # a node reading one value twice consumes it once
+        for name in reads:
+            if name:
+                readers = readers_of(name)
+                if readers is None:
+                    consumers[name] = [node]
+                    if name not in producer:
+                        early_read(name)
+                else:
+                    readers.append(node)
         if op_type == "Constant" and outputs:
             _constant_node_value(proto_node, values.setdefault(outputs[0], Value(outputs[0], layout=NCHW)))
         for name in outputs:
-            if name and name not in values:
-                values[name] = Value(name)
-    ir_graph.reindex()
+            if name:
+                first = first_writer(name, node)
+                if first is not node and duplicate is None:
+                    duplicate = f"invalid graph: tensor '{name}' is written by two nodes, '{first.id}' and '{node_id}'"
+                if name not in values:
+                    values[name] = Value(name)
+        if len(outputs) > 1 and duplicate is None:
+            named = [name for name in outputs if name]
+            if len(set(named)) != len(named):
+                duplicate = f"invalid graph: node '{node_id}' writes one tensor twice"
+    ir_graph.set_indexes(producer, consumers, by_id)
+    facts[ir_graph] = GraphFacts(duplicate, early, declared, initializers)
     return ir_graph
 
 
@@ -459,13 +536,13 @@ def _sparse(sparse: onnx.SparseTensorProto) -> np.ndarray:
     return dense.reshape(dims)
 
 
-def _unique_id(candidate: str, used: set[str], prefix: str) -> str:
+def _unique_id(candidate: str, used: dict[str, Node], prefix: str) -> str:
+    """The first of `candidate`, `candidate_1`, ... (with the prefix) that no node has yet."""
     node_id = f"{prefix}{candidate}"
     suffix = 1
     while node_id in used:
         node_id = f"{prefix}{candidate}_{suffix}"
         suffix += 1
-    used.add(node_id)
     return node_id
 
 

@@ -7,20 +7,60 @@ hundreds of thousands of consumers) cannot hit Python's recursion limit or take 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from netlint.errors import ModelLoadError
 from netlint.ir import Graph, Model, Node, Value
 from netlint.ir.graph import _captured
 
 
-def check_structure(model: Model, dangling_notes: bool = True) -> None:
-    """Raise ModelLoadError for duplicate producers or cycles; add a note for tensors nothing defines."""
+@dataclass(slots=True)
+class GraphFacts:
+    """What a loader learnt about one graph while it built the graph's indexes (netlint.io.onnx_io does), so the
+    checks need not walk the nodes again: the first 'written by two nodes' / 'writes one tensor twice' error in node
+    order, the names read before any node of the graph wrote them, the names the file declared value_info for, and
+    the graph's initializers (constants with data)."""
+
+    duplicate: str | None
+    early_reads: set[str]
+    declared: set[str]
+    initializers: set[str]
+
+
+def check_structure(model: Model, dangling_notes: bool = True, facts: dict[Graph, GraphFacts] | None = None) -> None:
+    """Raise ModelLoadError for duplicate producers or cycles; add a note for tensors nothing defines. `facts`: what
+    the loader already found per graph (see GraphFacts); graphs without them are walked."""
     for graph in model.graphs():
-        _check_single_producer(graph)
-        _check_acyclic(graph)
-        if dangling_notes:
+        known = facts.get(graph) if facts is not None else None
+        if known is None:
+            _check_single_producer(graph)
+            _check_acyclic(graph)
+        else:
+            if known.duplicate is not None:
+                raise ModelLoadError(known.duplicate)
+            if not graph._producer.keys().isdisjoint(known.early_reads):  # read before written: maybe a cycle
+                _check_acyclic(graph)
+        if dangling_notes and (known is None or _maybe_dangling(graph, known)):
             note = _dangling_note(graph)
             if note is not None:
                 model.notes.append(note)
+
+
+def _maybe_dangling(graph: Graph, facts: GraphFacts) -> bool:
+    """Whether _dangling_note could find anything: a name nothing defines is never written in the graph, so it was
+    read before any write, and it is neither an input nor an initializer (most such reads are)."""
+    left = facts.early_reads - graph._producer.keys() - facts.initializers
+    left.difference_update(graph.inputs, graph.input_initializers)
+    values = graph.values
+    for name in left:
+        value = values.get(name)
+        if value is None or value.data is None:  # maybe an outer-scope name, maybe nothing: the full check decides
+            return True
+    for name in graph.outputs:  # a few names
+        value = values.get(name)
+        if name and name not in graph._producer and name not in graph.inputs and (value is None or value.data is None):
+            return True
+    return False
 
 
 def _check_single_producer(graph: Graph) -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
+from netlint._lazy import numpy as np  # loaded on first use: a run served by the cache needs no numpy
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -156,11 +156,9 @@ class Graph:
 
     def reindex(self) -> None:
         """(Re)build the producer/consumer indexes after `nodes`, `inputs` or `outputs` changed."""
-        self._output_set = frozenset(self.outputs)
-        self._producer: dict[str, Node] = {}
-        self._consumers: dict[str, list[Node]] = {}
-        self._by_id: dict[str, Node] = {}
-        producer, consumers, by_id = self._producer, self._consumers, self._by_id
+        producer: dict[str, Node] = {}
+        consumers: dict[str, list[Node]] = {}
+        by_id: dict[str, Node] = {}
         first_writer = producer.setdefault
         for node in self.nodes:
             by_id[node.id] = node
@@ -181,6 +179,15 @@ class Graph:
                         consumers[inp] = [node]
                     else:
                         readers.append(node)
+        self.set_indexes(producer, consumers, by_id)
+
+    def set_indexes(self, producer: dict[str, Node], consumers: dict[str, list[Node]], by_id: dict[str, Node]) -> None:
+        """Install indexes equal to what `reindex` builds (the ONNX loader builds them while it converts the nodes,
+        in the same pass) and forget everything derived from the old ones."""
+        self._output_set = frozenset(self.outputs)
+        self._producer = producer
+        self._consumers = consumers
+        self._by_id = by_id
         self._composites: dict[str, Composite] | None = None
         self._nx: nx.DiGraph | None = None
         self._origins: dict[str, Value | Node | None] = {}  # memo of _const_origin's walks through pass-through ops

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import numpy as np
+from netlint._lazy import numpy as np  # loaded on first use: a run served by the cache needs no numpy
 
 if TYPE_CHECKING:
     from netlint.ir.graph import Graph, Node
@@ -109,12 +109,18 @@ def slope_kind(slopes: np.ndarray, atol: float) -> str:
     slopes = np.asarray(slopes, dtype=np.float64).reshape(-1)
     if slopes.size == 0:
         return "PRelu"
-    magnitude = np.abs(slopes).max()  # max-based tests: as all(...) but fewer passes (a NaN fails either way)
+    return range_kind(float(slopes.min()), float(slopes.max()), atol)
+
+
+def range_kind(low: float, high: float, atol: float) -> str:
+    """`slope_kind` of slopes from `low` to `high` (their min and max): the extremes decide every test exactly, as
+    max|x| and max|x - 1| are taken at them (a NaN makes both NaN, and fails every test)."""
+    magnitude = max(abs(low), abs(high))
     if magnitude <= atol:
         return "Relu"
-    if np.abs(slopes - 1.0).max() <= atol:
+    if max(abs(low - 1.0), abs(high - 1.0)) <= atol:
         return "Identity"
-    if slopes.max() - slopes.min() <= atol + PRELU_RTOL * magnitude:
+    if high - low <= atol + PRELU_RTOL * magnitude:
         return "LeakyRelu"
     return "PRelu"
 

@@ -20,8 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
+from netlint._lazy import numpy as np  # loaded on first use: a run served by the cache needs no numpy
 from netlint.errors import UsageError
 
 if TYPE_CHECKING:

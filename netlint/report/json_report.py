@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
+from json.encoder import encode_basestring
 from typing import Any
 
 from netlint import __version__
@@ -22,7 +23,7 @@ def finding_json(finding: Finding) -> dict[str, Any]:
         "message": finding.message,
         "nodes": finding.nodes,
         "tensors": finding.tensors,
-        "fix": asdict(finding.fix) if finding.fix is not None else None,
+        "fix": {"name": finding.fix.name, "applicability": finding.fix.applicability} if finding.fix else None,
         "help": finding.help,
         "impact": impact_json(finding.impact),
     }
@@ -83,4 +84,51 @@ def to_json(reports: list[ModelReport]) -> str:
         "schema_version": SCHEMA_VERSION,
         "models": [model_json(report) for report in reports],
     }
-    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+    try:
+        return _indented(document, "\n") + "\n"
+    except TypeError:  # something `_indented` does not know: json says what (or knows it after all)
+        return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+
+
+def _indented(value: Any, newline: str) -> str:
+    """`json.dumps(value, indent=2, ensure_ascii=False)` for JSON's own types, byte for byte, a few times faster:
+    with an indent, json encodes in pure Python, one generator step per token (0.6 s for 30k findings). `newline`
+    is the line break plus the indentation of `value`'s own line."""
+    scalar = _SCALARS.get(type(value))
+    if scalar is not None:
+        return scalar(value)
+    if type(value) is dict:
+        if not value:
+            return "{}"
+        inner = newline + "  "
+        parts = []
+        for key, item in value.items():
+            if type(key) is not str:
+                raise TypeError("a key that is not a string is left to json")
+            scalar = _SCALARS.get(type(item))
+            parts.append(f"{encode_basestring(key)}: {scalar(item) if scalar else _indented(item, inner)}")
+        return f"{{{inner}{(',' + inner).join(parts)}{newline}}}"
+    if type(value) is list or type(value) is tuple:
+        if not value:
+            return "[]"
+        inner = newline + "  "
+        parts = [scalar(item) if (scalar := _SCALARS.get(type(item))) else _indented(item, inner) for item in value]
+        return f"[{inner}{(',' + inner).join(parts)}{newline}]"
+    raise TypeError(f"{type(value).__name__} is left to json")
+
+
+def _float(value: float) -> str:
+    if value != value:
+        return "NaN"
+    if value in (float("inf"), float("-inf")):
+        return "Infinity" if value > 0 else "-Infinity"
+    return float.__repr__(value)
+
+
+_SCALARS: dict[type, Any] = {
+    str: encode_basestring,
+    int: int.__repr__,
+    float: _float,
+    bool: lambda value: "true" if value else "false",
+    type(None): lambda value: "null",
+}

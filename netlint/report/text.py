@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Callable
 
 from netlint.engine import ModelReport
 from netlint.rule import Finding, Impact
@@ -25,18 +26,25 @@ def render_text(reports: list[ModelReport], colour: bool = False) -> str:
         unreadable += report.format is None and bool(report.errors)
         skipped_model = report.format is None and not report.errors  # a Git LFS pointer with --skip-lfs-pointers
         skipped_models += skipped_model
+        shown = paint(path, "path")
+        heads: dict[tuple[str, str], str] = {}  # (code, severity) -> "CODE [severity]", painted
+        hints: dict[tuple[str | None, object], str] = {}  # (help, fix) -> its help line ("" for none): often repeated
+        add = lines.append
         for finding in ranked(report.findings):
-            severities[finding.severity] += 1
+            severity = finding.severity
+            severities[severity] += 1
             node = safe(finding.nodes[0]) if finding.nodes else "-"
-            code = paint(finding.code, finding.severity)
-            lines.append(f"{paint(path, 'path')}:{node}: {code} [{finding.severity}] {safe(finding.message)}")
-            hint = safe(finding.help) if finding.help else ""
-            if finding.fix is not None:
-                hint = f"{hint} (fix: {finding.fix.name}, {finding.fix.applicability})".strip()
+            head = heads.get((finding.code, severity))
+            if head is None:
+                head = heads[(finding.code, severity)] = f"{paint(finding.code, severity)} [{severity}]"
+            add(f"{shown}:{node}: {head} {safe(finding.message)}")
+            hint = hints.get((finding.help, finding.fix))
+            if hint is None:
+                hint = hints[(finding.help, finding.fix)] = _hint_line(finding, paint)
             if hint:
-                lines.append(paint(f"  help: {hint}", "dim"))
+                add(hint)
             if finding.impact is not None:
-                lines.append(paint(f"  impact: {safe(impact_text(finding.impact))}", "dim"))
+                add(paint(f"  impact: {safe(impact_text(finding.impact))}", "dim"))
         skipped: dict[tuple[str, str], int] = defaultdict(int)
         for skip in report.skipped:
             skipped[(skip.code, skip.reason)] += 1
@@ -62,6 +70,14 @@ def render_text(reports: list[ModelReport], colour: bool = False) -> str:
     if unreadable:
         lines.append(f"{unreadable} model{'s' if unreadable != 1 else ''} could not be read.")
     return "\n".join(lines) + "\n"
+
+
+def _hint_line(finding: Finding, paint: Callable[[str, str], str]) -> str:
+    """The `  help: ...` line of a finding (its help and fix), or "" when it has neither."""
+    hint = safe(finding.help) if finding.help else ""
+    if finding.fix is not None:
+        hint = f"{hint} (fix: {finding.fix.name}, {finding.fix.applicability})".strip()
+    return paint(f"  help: {hint}", "dim") if hint else ""
 
 
 def ranked(findings: list[Finding]) -> list[Finding]:

@@ -3,12 +3,14 @@ models without loading them, and misses when anything that changes the report ch
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -45,6 +47,12 @@ def folder(tmp_path: Path, data_dir: Path) -> Path:
     return root
 
 
+METHODS = [
+    pytest.param("fork", marks=pytest.mark.skipif(sys.platform != "linux", reason="fork is chosen on Linux only")),
+    pytest.param("forkserver", marks=pytest.mark.skipif(sys.platform == "win32", reason="POSIX only")),
+]
+
+
 def _json(stdout: str) -> dict:
     return json.loads(stdout)
 
@@ -61,7 +69,9 @@ def test_j2_gives_the_j1_report_in_the_same_order(run_cli, folder):
     assert "Traceback" not in parallel.stderr
 
 
-def test_the_pool_is_used_for_several_models_and_not_for_one(monkeypatch, folder):
+@pytest.mark.parametrize("method", METHODS)
+def test_the_pool_is_used_for_several_models_and_not_for_one(monkeypatch, folder, method):
+    monkeypatch.setattr(netlint.batch, "START_METHOD", method)
     rounds: list[int] = []
     original = netlint.batch._round
     monkeypatch.setattr(
@@ -85,6 +95,7 @@ def test_the_fork_server_starts_early_only_for_a_run_that_will_need_workers(monk
     """`check` starts the fork server before it imports the engine when the run will likely use a pool; a server
     started early for a run that turns out to need none (every model a cache hit) is stopped, not left importing."""
     monkeypatch.setattr(netlint.batch, "_early", [])
+    monkeypatch.setattr(netlint.batch, "START_METHOD", "forkserver")  # where workers are not forked from the parent
     one = str(next(folder.rglob("*.onnx")))
     full = tmp_path / "full-cache"
     (full / "v1" / "ab").mkdir(parents=True)
@@ -110,9 +121,37 @@ class _KillsItsWorker:
         return (os._exit, (3,))
 
 
-def test_a_dying_worker_is_an_error_line_for_its_model_only(folder):
+@pytest.mark.skipif(sys.platform != "linux", reason="fork is chosen on Linux only")
+def test_workers_are_forked_from_a_process_without_threads(monkeypatch, folder):
+    """A single-threaded parent forks its workers (they inherit the imported engine); a thread, or a library known
+    to run native threads without fork handlers, makes the pool use the fork server; a forked run needs no early
+    server."""
+    monkeypatch.setattr(netlint.batch, "_early", [])
+    for name in netlint.batch.FORK_UNSAFE:  # as in a `netlint check` process (other tests may have imported them)
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    assert netlint.batch.start_method() == "fork"
+    netlint.batch.start_early([str(folder)], 2, True, None)
+    assert netlint.batch._early == []  # nothing to start ahead: the workers are copies of this process
+    monkeypatch.setitem(sys.modules, "onnxruntime", sys.modules["os"])  # stands for the real module
+    assert netlint.batch.start_method() == "forkserver"
+    monkeypatch.delitem(sys.modules, "onnxruntime")
+    release = threading.Event()
+    thread = threading.Thread(target=release.wait)
+    thread.start()
+    try:
+        assert netlint.batch.start_method() == "forkserver"
+    finally:
+        release.set()
+        thread.join()
+    assert netlint.batch.start_method() == "fork"
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_a_dying_worker_is_an_error_line_for_its_model_only(monkeypatch, folder, method):
     """The task of one model kills its worker (as a segfault in a native library would): that model gets the error
-    line, every other model of the broken pool is linted again and reported, in order."""
+    line, every other model of the broken pool is linted again and reported, in order; forked workers as well as
+    workers of the fork server."""
+    monkeypatch.setattr(netlint.batch, "START_METHOD", method)
     settings = settings_for(FileConfig(), Overrides())
     paths = sorted(p for p in folder.rglob("*") if p.is_file() and p.stat().st_size > 1000)
     work = [(path, settings) for path in paths]
@@ -127,6 +166,39 @@ def test_a_dying_worker_is_an_error_line_for_its_model_only(folder):
     for index, report in reports.items():
         if index != 1:
             assert not report.errors and report.format in ("onnx", "tflite") and report.path == str(paths[index])
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="fork is chosen on Linux only")
+def test_the_collector_pause_stays_in_this_process(monkeypatch, folder):
+    """This process pauses the garbage collector while it collects reports; the workers forked meanwhile lint with it
+    running, and it runs again here afterwards."""
+    monkeypatch.setattr(netlint.batch, "START_METHOD", "fork")
+    monkeypatch.setattr(  # inherited by the forked workers: each report says whether its worker collects garbage
+        netlint.batch,
+        "lint_file",
+        lambda path, settings: netlint.engine.ModelReport(str(path), None, "generic", notes=[f"gc {gc.isenabled()}"]),
+    )
+    settings = settings_for(FileConfig(), Overrides())
+    paths = sorted(p for p in folder.rglob("*") if p.is_file())
+    assert gc.isenabled()
+    reports = lint_many([(path, settings) for path in paths], jobs=2)
+    assert [report.notes for report in reports] == [["gc True"]] * len(paths)
+    assert gc.isenabled()
+
+
+def test_models_go_to_workers_in_chunks_largest_first(folder):
+    """Each model in exactly one task; bigger models first; several small models share a task, up to MAX_CHUNK;
+    a model of more than its share of the bytes travels alone."""
+    settings = settings_for(FileConfig(), Overrides())
+    paths = sorted(p for p in folder.rglob("*") if p.is_file())
+    work = [(path, settings) for path in paths] * 6  # 120 models
+    chunks = netlint.batch._chunks(work, list(range(len(work))), 2)
+    assert sorted(index for chunk in chunks for index in chunk) == list(range(len(work)))
+    sizes = [work[index][0].stat().st_size for chunk in chunks for index in chunk]
+    assert sizes == sorted(sizes, reverse=True)
+    assert max(map(len, chunks)) == netlint.batch.MAX_CHUNK
+    assert len(chunks[0]) < netlint.batch.MAX_CHUNK  # the largest models: fewer per task
+    assert netlint.batch._chunks(work, [3], 2) == [[3]]
 
 
 def test_workers_that_cannot_start_give_error_lines_not_a_hang(folder):

@@ -434,3 +434,63 @@ def test_clean_tflite_exports(data_dir: Path, name: str) -> None:
     ]
     assert produced_and_unread == []  # no op whose outputs are read by nothing (a dead tail would start there)
     assert gr001(data_dir / name) == []
+
+
+# --- the one-pass liveness and the walk it stands in for -----------------------------------------------------
+
+
+def _random_graph(seed: int, shuffle: bool, duplicate: bool) -> object:
+    """A random DAG of one-output nodes (some reading nothing live, some two outputs with one unread), optionally
+    out of file order or with two nodes writing one value."""
+    import random
+
+    from netlint.ir import Graph, Node
+
+    rng = random.Random(seed)
+    nodes: list[Node] = []
+    names = ["x"]
+    for index in range(40):
+        reads = rng.sample(names, k=min(len(names), rng.randint(1, 3)))
+        if rng.random() < 0.2:
+            reads.append("")  # an omitted optional input
+        outputs = [f"v{index}"] + ([f"w{index}"] if rng.random() < 0.2 else [])
+        if rng.random() < 0.1:
+            outputs.append("")  # an omitted optional output
+        nodes.append(Node(f"n{index}", "Add", reads, outputs))
+        names.extend(out for out in outputs if out)
+    if duplicate:
+        nodes.append(Node("again", "Relu", ["x"], [nodes[5].outputs[0]]))
+    if shuffle:
+        rng.shuffle(nodes)
+    outputs = rng.sample([node.outputs[0] for node in nodes], k=3)
+    return Graph("g", nodes, {}, ["x"], outputs)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_the_one_pass_liveness_agrees_with_the_walk(seed: int) -> None:
+    import sys
+
+    import netlint.rule
+
+    netlint.rule.all_rules()
+    rule = sys.modules["netlint.rules.gr001_dead_code"]
+    for shuffle, duplicate in ((False, False), (True, False), (False, True)):
+        graph = _random_graph(seed, shuffle, duplicate)
+        walked = rule._live_by_walk(graph)
+        assert rule._live_nodes(graph) == walked
+        fast = rule._live_in_order(graph)
+        assert fast is None or fast == walked
+        if not shuffle and not duplicate:
+            assert fast is not None  # a sorted graph takes the one pass
+
+
+def test_a_node_listed_before_its_producer_is_not_called_dead() -> None:
+    """Out of file order (ONNX requires topological order, but a file may break it), the walk decides."""
+    b, x = _start()
+    y = b.conv(x, 4, name="conv")
+    b.output(b.relu(y, name="relu"))
+    model = b.build()
+    nodes = list(model.graph.node)
+    del model.graph.node[:]
+    model.graph.node.extend(reversed(nodes))
+    assert gr001(model) == []

@@ -1,0 +1,71 @@
+"""The JSON report's own encoder must write exactly what `json.dumps(indent=2, ensure_ascii=False)` writes."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+
+from netlint import __version__
+from netlint.engine import ModelReport
+from netlint.report.json_report import SCHEMA_VERSION, _indented, model_json, to_json
+from netlint.rule import Finding, FixRef, Impact
+
+AWKWARD_TEXT = [
+    "",
+    "plain",
+    'quote " and \\ backslash',
+    "tab\tnew\nline",
+    "\x00\x1f\x7f",
+    "é ü 漢字",
+    "\u2028\u2029",
+    "🙂",
+]
+AWKWARD_NUMBERS = [0, -1, 10**30, 0.0, -0.0, 1.5, 1e-7, 1e300, 2.5e-320, math.pi, float("nan"), math.inf, -math.inf]
+
+
+def _random_value(rng: random.Random, depth: int) -> object:
+    choice = rng.randrange(8 if depth < 4 else 5)
+    if choice == 0:
+        return rng.choice(AWKWARD_TEXT)
+    if choice == 1:
+        return rng.choice(AWKWARD_NUMBERS)
+    if choice == 2:
+        return rng.choice([True, False, None])
+    if choice == 3:
+        return rng.uniform(-1e6, 1e6)
+    if choice == 4:
+        return rng.randrange(-(10**6), 10**6)
+    if choice == 5:
+        return [_random_value(rng, depth + 1) for _ in range(rng.randrange(4))]
+    if choice == 6:
+        return tuple(_random_value(rng, depth + 1) for _ in range(rng.randrange(3)))
+    return {rng.choice(AWKWARD_TEXT) + str(i): _random_value(rng, depth + 1) for i in range(rng.randrange(4))}
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_encoder_writes_what_json_writes(seed: int) -> None:
+    value = _random_value(random.Random(seed), 0)
+    assert _indented(value, "\n") == json.dumps(value, indent=2, ensure_ascii=False)
+
+
+@pytest.mark.parametrize("value", [{1: "int key"}, {"a": {None: 1}}, [object()], {"x": {1, 2}}])
+def test_what_the_encoder_does_not_know_is_left_to_json(value: object) -> None:
+    with pytest.raises(TypeError):  # to_json then asks json itself, which converts keys or says what it cannot write
+        _indented(value, "\n")
+
+
+def test_a_report_renders_as_json_would_render_it() -> None:
+    findings = [
+        Finding("FU001", "multi-consumer-conv", "warning", "Conv 'c' \"quoted\"\n", ["c", "r"], ["c_out"]),
+        Finding("FU004", "prelu-as-relu", "info", "é", [], [], FixRef("prelu-to-relu", "safe"), "help ✓"),
+        Finding("QT005", "fp16-unsafe", "error", "m", ["n"], ["t"], None, None, {"x": 1}, Impact("ort-cpu", 2.0, 1.5)),
+        Finding("HW002", "unaligned", "info", "m", ["n"], [], None, None, {}, Impact("ort-cpu", 0.0, 0.0, "why")),
+    ]
+    report = ModelReport("dir/m.onnx", "onnx", "ort-cpu", "fp32", None, findings, ["err"], notes=["a note"])
+    text = to_json([report])
+    document = {"netlint_version": __version__, "schema_version": SCHEMA_VERSION, "models": [model_json(report)]}
+    assert text == json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+    assert json.loads(text)["models"][0]["findings"][1]["fix"] == {"name": "prelu-to-relu", "applicability": "safe"}
