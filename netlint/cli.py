@@ -503,9 +503,22 @@ def _cost_gates(args: argparse.Namespace, reports: list) -> list[str]:
 
 
 def _drop_small_impacts(reports: list, min_ms: float) -> None:
-    """--min-impact: leave out priced findings that save less than `min_ms` on the target (unpriced ones stay)."""
+    """--min-impact: leave out priced findings that save less than `min_ms` on the target (unpriced ones stay). A
+    summary (HW001's partition summary: its saving is its rule's other findings' together) is not judged by that sum:
+    it stays while one finding of its rule stays (by its own saving only when its rule has no other finding)."""
+    from netlint.report.text import summaries
+
     for report in reports:
+        summary = summaries(report.findings)
         keep = [f.impact is None or f.impact.saving_ms >= min_ms for f in report.findings]
+        for index, finding in enumerate(report.findings):
+            if id(finding) in summary:
+                members = [
+                    kept
+                    for other, kept in zip(report.findings, keep, strict=True)
+                    if other.code == finding.code and id(other) not in summary
+                ]
+                keep[index] = any(members) if members else keep[index]
         if len(report.keys) == len(report.findings):
             report.keys = [key for key, kept in zip(report.keys, keep, strict=True) if kept]
         report.findings = [f for f, kept in zip(report.findings, keep, strict=True) if kept]

@@ -2,7 +2,9 @@
 
 A micro-model is a chain of layers on one input: `Layer("conv", channels, k)`, `Layer("dw", k=3)`,
 `Layer("act", kind=...)`, `Layer("add2")` / `Layer("mul2")` (elementwise with a second graph input of the same
-shape), `Layer("neg")` (a tiny op, for the per-kernel overhead). Weights are seeded random: timings must not depend
+shape), `Layer("neg")` (a tiny op, for the per-kernel overhead), `Layer("reorder")` (ONNX Runtime's own NCHW -> NCHWc ->
+NCHW round trip: a com.microsoft.nchwc ReorderInput then ReorderOutput, the copies its NCHWc transformer inserts
+around blocked convs; channels a multiple of the block). Weights are seeded random: timings must not depend
 on special values (zero weights, one-signed PRelu inputs).
 
 Timing: every model gets its own session; all models are then run in interleaved rounds (each round visits every
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 ONNX_OPSET = 20  # Gelu is an ONNX op from opset 20
+NCHWC_DOMAIN = "com.microsoft.nchwc"  # ONNX Runtime's contrib domain of the blocked-layout ops (CPU EP, x86)
 
 # Activation kinds (netlint.targets.schema.ACTIVATION_KINDS names) the fusion tester tries, per format.
 ONNX_ACTIVATIONS = (
@@ -35,7 +38,7 @@ CLIP_BOUNDS = {"Relu6": (0.0, 6.0), "ReluN1To1": (-1.0, 1.0), "Relu0To1": (0.0, 
 
 @dataclass(frozen=True)
 class Layer:
-    kind: str  # conv | dw | act | add2 | mul2 | neg
+    kind: str  # conv | dw | act | add2 | mul2 | neg | reorder
     channels: int = 0  # conv: output channels
     k: int = 1  # conv / dw: kernel size (stride 1, same padding)
     act: str = ""  # act: the activation kind
@@ -121,6 +124,12 @@ def build_onnx(spec: MicroModel) -> tuple[bytes, dict[str, np.ndarray]]:
             nodes.append(helper.make_node("Add" if layer.kind == "add2" else "Mul", [current, "y"], [out]))
         elif layer.kind == "neg":
             nodes.append(helper.make_node("Neg", [current], [out]))
+        elif layer.kind == "reorder":  # ReorderInput(channels_last=0) -> blocked -> ReorderOutput(channels=c)
+            blocked = f"{out}_nchwc"
+            nodes.append(helper.make_node("ReorderInput", [current], [blocked], domain=NCHWC_DOMAIN, channels_last=0))
+            nodes.append(
+                helper.make_node("ReorderOutput", [blocked], [out], domain=NCHWC_DOMAIN, channels=c, channels_last=0)
+            )
         elif layer.kind == "act":
             nodes.extend(_onnx_activation(layer.act, current, out, c, index, const))
         else:
@@ -130,7 +139,10 @@ def build_onnx(spec: MicroModel) -> tuple[bytes, dict[str, np.ndarray]]:
     graph = helper.make_graph(
         nodes, spec.name, inputs, [helper.make_tensor_value_info(current, TensorProto.FLOAT, out_shape)], inits
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", ONNX_OPSET)])
+    opsets = [helper.make_opsetid("", ONNX_OPSET)]
+    if any(layer.kind == "reorder" for layer in spec.layers):
+        opsets.append(helper.make_opsetid(NCHWC_DOMAIN, 1))
+    model = helper.make_model(graph, opset_imports=opsets)
     model.ir_version = 9
     return model.SerializeToString(), feeds
 
@@ -352,9 +364,12 @@ def measure(
     seed: int = 0,
     progress: Callable[[int, int], None] | None = None,
     warmup: int = 2,
+    warm: frozenset[str] = frozenset(),
 ) -> Timings:
     """Median microseconds per call of each runnable, over interleaved rounds that fit in `budget_s` (at least
-    `min_rounds`, which may overrun a budget too small for them)."""
+    `min_rounds`, which may overrun a budget too small for them). The runnables named in `warm` get one untimed call
+    before each timed visit, so their input is back in the cache after the other models ran (their times are
+    compared with each other, and a cold first call would weigh more in a model called fewer times per visit)."""
     started = time.perf_counter()
     first: dict[str, float] = {}
     for name, run in runs.items():
@@ -362,7 +377,7 @@ def measure(
             run()
         first[name] = time_once(run, 1)
     calls = {name: max(1, min(20, math.ceil(200.0 / max(t, 1e-3)))) for name, t in first.items()}
-    per_round_s = sum(first[name] * calls[name] for name in runs) / 1e6
+    per_round_s = sum(first[name] * (calls[name] + (name in warm)) for name in runs) / 1e6
     left = budget_s - (time.perf_counter() - started)
     rounds = int(min(max_rounds, max(min_rounds, left / max(per_round_s, 1e-6))))
     samples: dict[str, list[float]] = {name: [] for name in runs}
@@ -371,6 +386,8 @@ def measure(
     for index in range(rounds):
         shuffle.shuffle(order)
         for name in order:
+            if name in warm:
+                runs[name]()
             samples[name].append(time_once(runs[name], calls[name]))
         if progress is not None:
             progress(index + 1, rounds)

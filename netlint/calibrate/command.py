@@ -25,12 +25,14 @@ from netlint.errors import EXIT_CLEAN, UsageError
 RUNTIMES = ("onnxruntime", "litert")
 DEFAULT_BASE = {"onnxruntime": "ort-cpu", "litert": "generic"}
 DEFAULT_BUDGET_S = 60.0
+REORDER_KEYS = ("reorder_gb_per_s", "reorder_dram_gb_per_s", "reorder_cache_mb")
 DATA_DEPENDENT = 1.5  # PRelu on random-sign data this many times slower than on one-signed data: data dependent
 
 CALIBRATE_HELP = """Measure this machine with micro-benchmarks built in memory (dense and depthwise convs, memory-bound
-and elementwise ops, chains of tiny ops, each activation alone against a Relu, conv + activation pairs), interleaved
-and repeated on one pinned thread by default, and write a target file: [cost] with the fitted throughputs, overhead
-and activation_ops_per_element, [fusion] with the activations
+and elementwise ops, chains of tiny ops, each activation alone against a Relu, conv + activation pairs, and with
+onnxruntime its own NCHW <-> NCHWc reorders), interleaved
+and repeated on one pinned thread by default, and write a target file: [cost] with the fitted throughputs, overhead,
+activation_ops_per_element and reorder_gb_per_s, [fusion] with the activations
 observed to fuse into a conv (nn-Meter's test: fused iff T1 + T2 - T12 > 0.5 min(T1, T2)). Use it with
 `netlint check --target FILE.toml`. Exit codes: 0 written, 2 an error."""
 
@@ -144,6 +146,8 @@ def target_document(base: dict[str, Any], result: Any, name: str) -> dict[str, A
     numbers = {key: round(value, 4) for key, value in result.fitted.numbers().items() if key in COST_NUMBERS}
     cost.pop("precision", None)
     cost.pop("clock_ghz", None)  # a CPU's throughput is measured, not derived from a clock
+    for key in REORDER_KEYS:  # another machine's reorder rates: this run's, or memory_gb_per_s when not measured
+        cost.pop(key, None)
     cost.update(numbers)
     _data_dependence(cost, result.prelu_ratio)
     _activation_table(cost, getattr(result, "activation_ops_per_element", {}))
@@ -216,6 +220,18 @@ def _header(result: Any) -> str:
                 + ", ".join(f"{op} {value:.2f}" for op, value in sorted(result.activation_ops_per_element.items())),
             ]
             if getattr(result, "activation_ops_per_element", None)
+            else []
+        ),
+        *(
+            [
+                "ORT's NCHW <-> NCHWc reorders (ReorderInput -> ReorderOutput chains), copy rate by tensor size:",
+                "  "
+                + ", ".join(
+                    f"{s.bytes / 1e6:.2f} MB {s.work / max(s.time_us - fitted.kernel_overhead_us, 1e-3) / 1e3:.0f} GB/s"
+                    for s in result.reorder_samples
+                ),
+            ]
+            if getattr(result, "reorder_samples", None)
             else []
         ),
         "Fusion test (nn-Meter): fused iff T1 + T2 - T12 > 0.5 min(T1, T2), each less the per-call cost; inconclusive",

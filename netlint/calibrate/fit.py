@@ -10,6 +10,12 @@ median over rounds of (T_op - c) / (T_Relu - c), c the runtime's per-call cost (
 round: a shared machine's load mostly cancels); its ops per element, the number the cost model charges at the
 vector rate, is that ratio times Relu's own: (T_Relu - c) x vector rate / elements.
 
+Layout reorders (ORT CPU's com.microsoft.nchwc ReorderInput / ReorderOutput, netlint.cost.layout): chains of
+ReorderInput -> ReorderOutput round trips of two depths on the same tensor, timed in the same round; the difference
+per reorder is the time of one copy with its launch (the per-call cost and the graph output's copy cancel). A copy
+runs ~3x faster while the tensor fits the cache than from DRAM, so `fit_reorder` fits one rate, or two with the
+tensor size between them, whichever the samples support.
+
 Fusion (nn-Meter's fusion tester, Zhang et al., MobiSys 2021, arXiv:2105.13914 / github.com/microsoft/nn-Meter):
 two ops run as one kernel iff T1 + T2 - T12 > 0.5 * min(T1, T2), T1 and T2 the ops alone, T12 the pair.
 """
@@ -32,6 +38,9 @@ MEMORY = "memory"  # bytes read + written by a memory-bound Add
 ELTWISE = "eltwise"  # elementwise ops (one per output element), with the bytes they move
 OVERHEAD = "overhead"  # kernels in a chain of tiny ops
 ACTIVATION = "activation"  # one activation alone on one tensor shape, timed against Relu on the same shape
+REORDER = "reorder"  # bytes one NCHW <-> NCHWc reorder reads + writes (`bytes`: the tensor's size), time per reorder
+CACHE_STEP = 1.5  # two reorder rates only when the cache-resident one is at least this many times the larger ones'
+SPLIT_GAIN = 2.0  # ... and the split divides the fit's squared log error at least by this
 
 
 @dataclass(frozen=True)
@@ -130,15 +139,63 @@ class Fitted:
     memory_gb_per_s: float
     kernel_overhead_us: float
     call_overhead_us: float  # the per-run intercept of the kernel chain: the runtime's own cost per call
+    reorder: Reorder | None = None  # NCHW <-> NCHWc copy rates (onnxruntime only)
 
     def numbers(self) -> dict[str, float]:
-        return {
+        numbers = {
             "conv_gmacs_per_s": self.conv_gmacs_per_s,
             "depthwise_gmacs_per_s": self.depthwise_gmacs_per_s,
             "vector_gops_per_s": self.vector_gops_per_s,
             "memory_gb_per_s": self.memory_gb_per_s,
             "kernel_overhead_us": self.kernel_overhead_us,
         }
+        if self.reorder is not None:
+            numbers.update(self.reorder.numbers())
+        return numbers
+
+
+@dataclass(frozen=True)
+class Reorder:
+    """Copy rate of one NCHW <-> NCHWc reorder (bytes read + written per second, 1e9) for tensors up to
+    `cache_mb` (MB, 1e6 bytes), and `dram_gb_per_s` for larger ones; one rate for all sizes when `cache_mb` is None."""
+
+    gb_per_s: float
+    dram_gb_per_s: float | None = None
+    cache_mb: float | None = None
+
+    def numbers(self) -> dict[str, float]:
+        numbers = {"reorder_gb_per_s": self.gb_per_s}
+        if self.cache_mb is not None and self.dram_gb_per_s is not None:
+            numbers |= {"reorder_dram_gb_per_s": self.dram_gb_per_s, "reorder_cache_mb": self.cache_mb}
+        return numbers
+
+
+def fit_reorder(samples: Iterable[Sample], kernel_overhead_us: float) -> Reorder:
+    """Reorder rates from per-reorder times (launch included): each sample's rate is its bytes over its time less
+    the kernel overhead; one rate is the median of them. Sorted by tensor size, every split with two samples or more
+    on each side is tried (each side its median rate); the best split is kept when the small tensors' rate is at
+    least CACHE_STEP times the large ones' and it divides the squared log error of the one-rate fit by SPLIT_GAIN
+    (a cache step, not noise), its threshold the geometric mean of the two sizes around it."""
+    rows = sorted((s for s in samples if s.work > 0), key=lambda s: s.bytes or s.work)
+    if not rows:
+        raise ValueError("no reorder samples")
+    rates = np.array([s.work / max(s.time_us - kernel_overhead_us, 1e-3) / 1e3 for s in rows])  # 1e9 bytes/s
+
+    def error(predicted: np.ndarray) -> float:
+        return float(np.sum(np.log(predicted / rates) ** 2))
+
+    single = float(np.median(rates))
+    best = Reorder(single)
+    best_error = single_error = error(np.full_like(rates, single))
+    for split in range(2, len(rows) - 1):
+        small, large = float(np.median(rates[:split])), float(np.median(rates[split:]))
+        split_error = error(np.concatenate([np.full(split, small), np.full(len(rows) - split, large)]))
+        below, above = (rows[split - 1].bytes or rows[split - 1].work), (rows[split].bytes or rows[split].work)
+        if small < CACHE_STEP * large or below == above or split_error * SPLIT_GAIN > single_error:
+            continue
+        if split_error < best_error:
+            best, best_error = Reorder(small, large, round(float(np.sqrt(below * above)) / 1e6, 3)), split_error
+    return best
 
 
 def fit_cost(samples: Sequence[Sample]) -> Fitted:
@@ -157,14 +214,17 @@ def fit_cost(samples: Sequence[Sample]) -> Fitted:
 
     overhead = line(OVERHEAD)
     memory = line(MEMORY)
+    kernel_overhead_us = max(overhead.slope_us, 0.0)
+    reorders = [s for s in samples if s.family == REORDER]
     memory_gb_per_s = memory.rate_per_us / 1e3  # bytes per microsecond -> 1e9 bytes per second
     return Fitted(
         conv_gmacs_per_s=line(CONV).rate_per_us / 1e3,
         depthwise_gmacs_per_s=line(DEPTHWISE).rate_per_us / 1e3,
         vector_gops_per_s=fit_vector_rate(family(ELTWISE), memory_gb_per_s, memory.intercept_us),
         memory_gb_per_s=memory_gb_per_s,
-        kernel_overhead_us=max(overhead.slope_us, 0.0),
+        kernel_overhead_us=kernel_overhead_us,
         call_overhead_us=max(overhead.intercept_us, 0.0),
+        reorder=fit_reorder(reorders, kernel_overhead_us) if reorders else None,
     )
 
 

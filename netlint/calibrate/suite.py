@@ -4,7 +4,9 @@ Families (netlint.calibrate.fit): dense Conv 1x1 and 3x3 at several sizes (MACs)
 memory-bound Add of two inputs from 0.25 MB to 16 MB per tensor (bytes), elementwise ops and activations on
 activation-sized tensors (ops, under the memory roofline), chains of 10 to 160 tiny ops on [1, 8] (kernels), and
 every activation op alone on one [1, 64, 56, 56] tensor against a Relu (activation_ops_per_element; `run_activations`
-runs only these and the chains).
+runs only these and the chains), and (onnxruntime) ORT's own NCHW <-> NCHWc reorders, round-trip chains of two depths
+on tensors of 0.2 to 6.4 MB (the conv and depthwise families' shapes plus two larger ones), their difference per
+reorder fitted by fit.fit_reorder.
 Fusion: for every activation, chains of FUSION_DEPTH convs alone (T1), activations alone (T2) and conv -> activation
 pairs (T12), each less the runtime's per-call cost, through nn-Meter's test.
 """
@@ -33,6 +35,7 @@ from netlint.calibrate.fit import (
     ELTWISE,
     MEMORY,
     OVERHEAD,
+    REORDER,
     Fitted,
     Sample,
     fit_cost,
@@ -65,6 +68,10 @@ CHAINS = (10, 40, 80, 160)
 # is judged with the one closer to its own time, since the test cannot resolve a saving far below the noise of the
 # slower op.
 FUSION_CONVS = {"conv1x1": Layer("conv", FUSION_SHAPE[0], 1), "dw3x3": Layer("dw", k=3)}
+# NCHW <-> NCHWc reorders: (channels, height = width), channels a multiple of 16 (the AVX-512 block; 8 divides them
+# too): the conv and depthwise families' tensors (0.2-1.8 MB) and two past the cache (3.2 and 6.4 MB).
+REORDER_SHAPES = ((64, 28), (128, 28), (256, 28), (64, 56), (32, 112), (144, 56), (256, 56), (128, 112))
+REORDER_DEPTHS = (1, 4)  # round trips (two reorders each) in the shallow and the deep chain of a shape
 
 
 @dataclass
@@ -80,11 +87,15 @@ class Calibration:
     prelu_ratio: float | None = None  # PRelu time on random-sign / one-signed data (a data-dependent op)
     # activation op type -> ops per element in Relu-equivalents (per-element time relative to a Relu's)
     activation_ops_per_element: dict[str, float] = field(default_factory=dict)
+    reorder_samples: list[Sample] = field(default_factory=list)  # per-reorder times, by tensor size
 
 
-def suite(activations: tuple[str, ...], activation_ops: dict[str, str] | None = None) -> list[MicroModel]:
-    """The whole suite; `activation_ops` (op type -> kind, default ONNX_ACTIVATION_OPS) are timed against Relu."""
-    models: list[MicroModel] = []
+def suite(
+    activations: tuple[str, ...], activation_ops: dict[str, str] | None = None, reorders: bool = False
+) -> list[MicroModel]:
+    """The whole suite; `activation_ops` (op type -> kind, default ONNX_ACTIVATION_OPS) are timed against Relu;
+    `reorders`: ORT's NCHWc reorder chains too (onnxruntime only)."""
+    models: list[MicroModel] = reorder_suite() if reorders else []
     for k, c, h in ((1, 64, 28), (1, 128, 28), (1, 256, 28), (3, 32, 28), (3, 64, 28), (3, 64, 56)):
         macs = h * h * c * c * k * k
         models.append(MicroModel(f"conv{k}x{k}_{c}_{h}", c, h, h, [Layer("conv", c, k)], CONV, macs))
@@ -119,6 +130,49 @@ def suite(activations: tuple[str, ...], activation_ops: dict[str, str] | None = 
             chain = [conv, act] * FUSION_DEPTH
             models.append(MicroModel(f"fusion_pair_{conv_name}_{kind}", c, h, w, chain, "fusion"))
     return models
+
+
+def reorder_suite() -> list[MicroModel]:
+    """Per REORDER_SHAPES shape, chains of REORDER_DEPTHS round trips; `work` is the bytes one reorder reads and
+    writes, `bytes` the tensor's size."""
+    models = []
+    for c, h in REORDER_SHAPES:
+        size = c * h * h * FLOAT
+        for depth in REORDER_DEPTHS:
+            layers = [Layer("reorder")] * depth
+            models.append(MicroModel(_reorder_name(c, h, depth), c, h, h, layers, REORDER, 2 * size, bytes=size))
+    return models
+
+
+def _reorder_name(c: int, h: int, depth: int) -> str:
+    return f"reorder_{c}_{h}_x{depth}"
+
+
+def reorder_samples(timings: Timings, models: list[MicroModel]) -> list[Sample]:
+    """One sample per shape: the median over rounds of (deep - shallow chain) per reorder, both timed in the same
+    round (the per-call cost and the output's copy cancel), sorted by tensor size."""
+    shallow, deep = REORDER_DEPTHS
+    samples = []
+    for spec in models:
+        if spec.family != REORDER or not spec.name.endswith(f"_x{shallow}"):
+            continue
+        deep_name = _reorder_name(spec.channels, spec.height, deep)
+        per_reorder = timings.paired(lambda d, s: (d - s) / (2 * (deep - shallow)), deep_name, spec.name)
+        samples.append(Sample(REORDER, spec.name.rsplit("_x", 1)[0], spec.work, per_reorder, bytes=spec.bytes))
+    return sorted(samples, key=lambda s: s.bytes)
+
+
+def reorders_run(runner: Runner) -> bool:
+    """Whether the runtime runs ORT's com.microsoft.nchwc reorders (onnxruntime builds for x86 register them)."""
+    if runner.runtime != "onnxruntime":
+        return False
+    c, h = REORDER_SHAPES[0]
+    try:
+        run = runner.prepare(*build_onnx(MicroModel("reorder_probe", c, h, h, [Layer("reorder")])))
+        run()
+    except Exception:  # no NCHWc kernels in this build: the cost model falls back to memory_gb_per_s
+        return False
+    return True
 
 
 def chain_suite() -> list[MicroModel]:
@@ -195,6 +249,7 @@ def _time(runner: Runner, models: list[MicroModel], budget_s: float, progress: C
     return measure(
         runs,
         budget_s=budget_s * 0.9 - (time.perf_counter() - started),
+        warm=frozenset(spec.name for spec in models if spec.family == REORDER),
         progress=(lambda i, n: progress(f"timing round {i}/{n}")) if progress is not None else None,
     )
 
@@ -211,7 +266,7 @@ def run_suite(
     if tflite:
         models = suite(TFLITE_ACTIVATIONS, TFLITE_ACTIVATION_OPS)
     else:
-        models = suite(ONNX_ACTIVATIONS, ONNX_ACTIVATION_OPS)
+        models = suite(ONNX_ACTIVATIONS, ONNX_ACTIVATION_OPS, reorders=reorders_run(runner))
     timings = _time(runner, models, budget_s, progress)
     medians = timings.medians
     chains = [s for s in models if s.family == OVERHEAD]
@@ -219,9 +274,10 @@ def run_suite(
     samples = [
         Sample(spec.family, spec.name, spec.work, medians[spec.name], spec.ops, spec.bytes)
         for spec in models
-        if spec.family not in ("fusion", "data", ACTIVATION)
+        if spec.family not in ("fusion", "data", ACTIVATION, REORDER)
     ]
-    fitted = fit_cost(samples)
+    reorders = reorder_samples(timings, models)
+    fitted = fit_cost(samples + reorders)
     factors = activation_ops(timings, models, call, fitted.vector_gops_per_s)
     pairs = {}
     for spec in models:
@@ -237,7 +293,7 @@ def run_suite(
     if "prelu_mixed" in medians:
         base = fitted.call_overhead_us
         prelu_ratio = (medians["prelu_mixed"] - base) / max(medians["prelu_positive"] - base, 1e-3)
-    return Calibration(fitted, fusions, pairs, samples, timings.rounds, runner, pinning, prelu_ratio, factors)
+    return Calibration(fitted, fusions, pairs, samples, timings.rounds, runner, pinning, prelu_ratio, factors, reorders)
 
 
 def _balance(t1: float, t2: float) -> float:

@@ -5,8 +5,10 @@ rewrites eligible float Convs to com.microsoft.nchwc Conv, which reads and write
 blocks of MlasNchwcGetBlockSize() (8 on AVX2, 16 on AVX-512). A region of ops that can stay blocked follows each such
 conv; every tensor entering a region from plain NCHW gets a ReorderInput and every blocked tensor read by an op that
 cannot take the blocked layout (PRelu, Reshape, Transpose, Softmax, ..., or a graph output) gets one ReorderOutput.
-Each is a kernel that copies the whole tensor once: netlint prices it at 2 x its bytes at the memory rate plus the
-kernel overhead. The target opts in with [cost].nchwc_block_channels (the block size).
+Each is a kernel that copies the whole tensor once: netlint prices its bytes read + written at the reorder rate
+`netlint calibrate` measures on ORT's own ReorderInput / ReorderOutput ([cost].reorder_gb_per_s for tensors up to
+reorder_cache_mb, reorder_dram_gb_per_s beyond; memory_gb_per_s when the target has no reorder rate) plus the kernel
+overhead. The target opts in with [cost].nchwc_block_channels (the block size).
 
 What stays blocked, as the transformer decides it (one walk in graph order, as ORT's):
 - Conv (float, constant 4-D weight, constant bias): group 1 with input channels < block reads NCHW directly (no
@@ -24,9 +26,13 @@ What stays blocked, as the transformer decides it (one walk in graph order, as O
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from netlint.cost.ops import MOVER, CostContext, OpCost, UnknownCost
 from netlint.ir import Graph, Node
+
+if TYPE_CHECKING:
+    from netlint.cost.rates import Rates
 
 NCHWC_DOMAIN = "com.microsoft.nchwc"
 REORDER_INPUT, REORDER_OUTPUT = "ReorderInput", "ReorderOutput"
@@ -102,6 +108,23 @@ def reorder_cost(ctx: CostContext, op: str, name: str, block: int) -> OpCost | N
     padded = size * (-(-channels // block) * block) // channels if channels else size
     read, written = (size, padded) if op == REORDER_INPUT else (padded, size)
     return OpCost(MOVER, bytes_read=read, bytes_written=written, note="NCHW <-> NCHWc layout conversion")
+
+
+def is_reorder(node: Node) -> bool:
+    """A reorder kernel (the stand-ins `reorder_node` makes, or the nodes of a model ORT saved after optimizing)."""
+    return node.domain == NCHWC_DOMAIN and node.op in (REORDER_INPUT, REORDER_OUTPUT)
+
+
+def reorder_time(cost: OpCost, rates: Rates) -> float:
+    """Microseconds of one reorder: its bytes read + written at the reorder rate for its tensor's size (the padded,
+    blocked side) plus one kernel launch. A copy of a cache-resident tensor runs ~3x faster than one from DRAM (the
+    calibration's reorder chains), so a target may give two rates split at reorder_cache_mb; without a reorder rate
+    the copy runs at memory_gb_per_s."""
+    rate = rates.reorder_gb_per_s or rates.memory_gb_per_s
+    tensor = max(cost.bytes_read, cost.bytes_written)
+    if rates.reorder_dram_gb_per_s and rates.reorder_cache_mb is not None and tensor > rates.reorder_cache_mb * 1e6:
+        rate = rates.reorder_dram_gb_per_s
+    return (cost.bytes_read + cost.bytes_written) / (rate * 1e3) + rates.kernel_overhead_us
 
 
 def reorder_node(graph: Graph, op: str, name: str) -> Node:

@@ -581,6 +581,8 @@ def _latency(result: ModelCost, rates: Rates, target: Target, ctx: CostContext) 
             assert head.cost is not None
             time = (rates.fallback_intercept_us or 0.0) + rates.fallback_us_per_mb * head.cost.bytes * scale / MB  # type: ignore[operator]
             worst = time
+        elif head.cost is not None and layout.is_reorder(head.node):  # an NCHW <-> NCHWc copy ORT inserts
+            time = worst = layout.reorder_time(head.cost, rates)
         else:
             key = _kernel_key(head, members, scale)
             known = times.get(key) if key is not None else None

@@ -29,6 +29,9 @@ KEYS = (
     "data_dependent_ops",  # ops whose speed depends on the values (PRelu on ORT CPU: a branch per element)
     "activation_ops_per_element",  # activation op type -> ops per element in Relu-equivalents (others: 1)
     "nchwc_block_channels",  # ORT CPU's NCHWc block (8 AVX2, 16 AVX-512): layout reorders priced (netlint.cost.layout)
+    "reorder_gb_per_s",  # a reorder's bytes read + written per second (1e9); absent: memory_gb_per_s
+    "reorder_dram_gb_per_s",  # the same for tensors larger than reorder_cache_mb (MB, 1e6 bytes) ...
+    "reorder_cache_mb",  # ... the size past which a reorder's tensors no longer stay in the cache
 )
 
 
@@ -54,6 +57,9 @@ class Rates:
     # activation op type -> ops per element, in Relu-equivalents (a Gelu costs this many Relus per element); others 1
     activation_ops_per_element: Mapping[str, float] = field(default_factory=dict, hash=False, compare=False)
     nchwc_block_channels: int | None = None  # None: the runtime inserts no NCHW <-> NCHWc reorders
+    reorder_gb_per_s: float | None = None  # None: reorders copy at memory_gb_per_s
+    reorder_dram_gb_per_s: float | None = None  # tensors over reorder_cache_mb; None: reorder_gb_per_s for all
+    reorder_cache_mb: float | None = None
 
     @property
     def calibrated(self) -> bool:
@@ -100,6 +106,9 @@ def rates_for(target: Target) -> Rates | None:
                 op: float(value) for op, value in merged.get("activation_ops_per_element", {}).items()
             },
             nchwc_block_channels=int(merged["nchwc_block_channels"]) if "nchwc_block_channels" in merged else None,
+            reorder_gb_per_s=_optional(merged, "reorder_gb_per_s"),
+            reorder_dram_gb_per_s=_optional(merged, "reorder_dram_gb_per_s"),
+            reorder_cache_mb=_optional(merged, "reorder_cache_mb"),
         )
     except KeyError:
         return None

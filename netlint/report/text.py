@@ -81,10 +81,24 @@ def _hint_line(finding: Finding, paint: Callable[[str, str], str]) -> str:
 
 
 def ranked(findings: list[Finding]) -> list[Finding]:
-    """Priced findings first, the largest predicted saving first; then the others in the rules' order."""
-    priced = [f for f in findings if f.impact is not None]
+    """Priced findings first, the largest predicted saving first; then the others in the rules' order. A summary
+    (HW001's partition summary, whose saving is its rule's other findings' together) is not ranked by it: it would
+    outrank every finding it sums up; it stays with the unranked ones."""
+    summary = summaries(findings)
+    priced = [f for f in findings if f.impact is not None and id(f) not in summary]
     priced.sort(key=lambda f: -f.impact.saving_ms)  # type: ignore[union-attr]
-    return [*priced, *(f for f in findings if f.impact is None)]
+    ranked_ids = {id(f) for f in priced}
+    return [*priced, *(f for f in findings if id(f) not in ranked_ids)]
+
+
+def summaries(findings: list[Finding]) -> set[int]:
+    """ids of the findings whose impact sums up other findings' (netlint.cost.impact.summarises); the cost model is
+    imported only when a finding is priced (it was loaded to price it, or the findings come from the cache)."""
+    if all(f.impact is None for f in findings):
+        return set()
+    from netlint.cost.impact import summarises
+
+    return {id(f) for f in findings if summarises(f)}
 
 
 def impact_text(impact: Impact) -> str:

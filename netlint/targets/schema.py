@@ -61,6 +61,9 @@ COST_NUMBERS = frozenset(
         "transfer_overhead_us",  # ... and fixed cost per crossing
         "data_dependent_ratio",  # worst / best time of data_dependent_ops on the same tensor (>= 1)
         "nchwc_block_channels",  # ORT CPU's NCHWc channel block (a whole number): reorders around blocked convs
+        "reorder_gb_per_s",  # bytes (1e9) per second one NCHW <-> NCHWc reorder reads + writes (cache-resident) ...
+        "reorder_dram_gb_per_s",  # ... and for tensors larger than ...
+        "reorder_cache_mb",  # ... this many MB (1e6 bytes); the two go together
     }
 )
 COST_FLAGS = frozenset({"views_free"})
@@ -432,6 +435,9 @@ class _Validator:
         block = table.get("nchwc_block_channels")
         if block is not None and not isinstance(block, bool) and isinstance(block, float) and not block.is_integer():
             self.fail(_join(key, "nchwc_block_channels"), f"expected a whole number of channels, got {block}")
+        if ("reorder_dram_gb_per_s" in table) != ("reorder_cache_mb" in table):
+            given, missing = sorted(("reorder_dram_gb_per_s", "reorder_cache_mb"), key=lambda k: k not in table)
+            self.fail(_join(key, missing), f"expected with {given} (the tensor size where that rate starts)")
         for name in COST_FLAGS & table.keys():
             self.boolean(table[name], _join(key, name))
         for name in COST_LISTS & table.keys():

@@ -16,9 +16,12 @@ from netlint.calibrate.fit import (
     ELTWISE,
     MEMORY,
     OVERHEAD,
+    REORDER,
+    Reorder,
     Sample,
     fit_cost,
     fit_line,
+    fit_reorder,
     fit_vector_rate,
     fused,
     observed_fusions,
@@ -128,6 +131,77 @@ def test_fit_cost_needs_every_family():
         fit_cost([s for s in synthetic() if s.family != DEPTHWISE])
 
 
+# --- NCHW <-> NCHWc reorders (pure) --------------------------------------------------------------------------------
+REORDER_MB = (0.2, 0.4, 0.8, 0.8, 1.6, 1.8, 3.2, 6.4)  # the suite's tensor sizes
+
+
+def reorder_rows(rate_of, kernel: float = 0.3) -> list[Sample]:
+    """Per-reorder times of a copy at rate_of(MB) GB/s (bytes read + written) plus a launch."""
+    return [
+        Sample(REORDER, f"r{mb}", 2 * mb * 1e6, kernel + 2 * mb * 1e6 / (rate_of(mb) * 1e3), bytes=mb * 1e6)
+        for mb in REORDER_MB
+    ]
+
+
+def test_fit_reorder_finds_a_cache_step_between_the_sizes_around_it():
+    fitted = fit_reorder(reorder_rows(lambda mb: 90.0 if mb < 2 else 25.0), kernel_overhead_us=0.3)
+    assert fitted.gb_per_s == pytest.approx(90.0) and fitted.dram_gb_per_s == pytest.approx(25.0)
+    assert fitted.cache_mb == pytest.approx((1.8 * 3.2) ** 0.5, abs=1e-3)
+    assert set(fitted.numbers()) == {"reorder_gb_per_s", "reorder_dram_gb_per_s", "reorder_cache_mb"}
+
+
+def test_fit_reorder_keeps_one_rate_when_the_sizes_do_not_differ():
+    wobble = dict(zip(REORDER_MB, (1.0, 0.9, 1.1, 1.0, 0.95, 1.05, 0.9, 1.1), strict=False))
+    fitted = fit_reorder(reorder_rows(lambda mb: 60.0 * wobble[mb]), kernel_overhead_us=0.3)
+    assert fitted.cache_mb is None and fitted.dram_gb_per_s is None
+    assert fitted.gb_per_s == pytest.approx(60.0, rel=0.05)
+    assert fitted.numbers() == {"reorder_gb_per_s": fitted.gb_per_s}
+    # a gentle decline (less than CACHE_STEP between the halves) is not a cache step either
+    assert fit_reorder(reorder_rows(lambda mb: 80.0 / mb**0.1), kernel_overhead_us=0.3).cache_mb is None
+    with pytest.raises(ValueError, match="no reorder samples"):
+        fit_reorder([], 0.3)
+
+
+def test_fit_cost_adds_the_reorder_rates_only_when_measured():
+    assert "reorder_gb_per_s" not in fit_cost(synthetic()).numbers()  # LiteRT: no reorders
+    fitted = fit_cost(synthetic() + reorder_rows(lambda mb: 90.0 if mb < 2 else 25.0, kernel=0.25))
+    assert fitted.reorder == Reorder(pytest.approx(90.0), pytest.approx(25.0), pytest.approx(2.4, abs=0.01))
+    assert set(fitted.numbers()) <= COST_NUMBERS
+
+
+def test_reorder_samples_are_the_paired_difference_per_reorder():
+    from netlint.calibrate.bench import Timings
+    from netlint.calibrate.suite import REORDER_DEPTHS, reorder_samples, reorder_suite
+
+    models = [m for m in reorder_suite() if (m.channels, m.height) in ((64, 28), (128, 112))]
+    shallow, deep = REORDER_DEPTHS
+    drift = [0.0, 50.0, 0.0, 400.0, 0.0]  # a busy machine slows a whole round: the pair's difference cancels it
+    samples = {}
+    for m in models:
+        per_reorder = m.work / 80e3  # 80 GB/s
+        depth = shallow if m.name.endswith(f"_x{shallow}") else deep
+        samples[m.name] = [9.0 + 2 * depth * per_reorder + d + m.bytes / 1e5 for d in drift]  # + the output copy
+    timings = Timings({k: v[0] for k, v in samples.items()}, len(drift), samples)
+    rows = reorder_samples(timings, models)
+    assert [r.bytes for r in rows] == [64 * 28 * 28 * 4, 128 * 112 * 112 * 4]
+    for row in rows:
+        assert row.family == REORDER and row.work == 2 * row.bytes
+        assert row.time_us == pytest.approx(row.work / 80e3)
+
+
+@pytest.mark.skipif(not HAS_ORT, reason="onnxruntime is not installed")
+def test_a_reorder_micro_model_is_a_round_trip_through_orts_nchwc_ops():
+    from netlint.calibrate.bench import Layer, MicroModel, OrtRunner, build_onnx
+    from netlint.calibrate.suite import reorders_run
+
+    runner = OrtRunner(1)
+    if not reorders_run(runner):
+        pytest.skip("this onnxruntime build has no com.microsoft.nchwc kernels")
+    model, feeds = build_onnx(MicroModel("r", 32, 5, 5, [Layer("reorder")] * 2, seed=3))
+    (out,) = runner.prepare(model, feeds)()
+    np.testing.assert_array_equal(out, feeds["x"])  # NCHW -> NCHWc -> NCHW twice: the same tensor
+
+
 # --- the TOML writer -----------------------------------------------------------------------------------------------
 def test_dumps_round_trips_a_builtin_target():
     data = load_target("ort-cpu").data
@@ -158,6 +232,13 @@ def test_calibrate_writes_a_target_that_loads(run_cli, tmp_path):
     assert {"Relu", "Gelu", "Elu", "Sigmoid", "Tanh", "HardSwish", "PRelu"} <= set(table)
     assert all(value > 0 for value in table.values())
     assert table["Elu"] > table["Relu"] and table["Gelu"] > table["Relu"]
+    # ORT's own NCHWc reorders timed: a positive copy rate (two with the size between them when they differ)
+    from netlint.calibrate.bench import OrtRunner
+    from netlint.calibrate.suite import reorders_run
+
+    if reorders_run(OrtRunner(1)):
+        assert cost["reorder_gb_per_s"] > 0
+        assert ("reorder_cache_mb" in cost) == ("reorder_dram_gb_per_s" in cost)
     # the base target's other facts are kept
     assert target.section("ops")["supported"] == ["*"]
     assert target.section("runtime")["rewrites"]
@@ -262,6 +343,22 @@ def test_document_writes_the_activation_table_over_the_bases():
     text = dumps(target_document(base, result, "mine"))
     validate(text, "mine.toml")
     assert tomllib.loads(text)["cost"]["activation_ops_per_element"] == table
+
+
+def test_document_replaces_or_drops_the_bases_reorder_rates():
+    from netlint.calibrate.command import target_document, validate
+
+    base = load_target("ort-cpu").data
+    base = {**base, "cost": {**base["cost"], "reorder_gb_per_s": 1.0, "reorder_dram_gb_per_s": 0.5}}
+    base["cost"]["reorder_cache_mb"] = 2.0
+    one_rate = fake_result(None)
+    one_rate.fitted = fit_cost(synthetic() + reorder_rows(lambda mb: 70.0, kernel=0.25))
+    cost = target_document(base, one_rate, "mine")["cost"]
+    assert cost["reorder_gb_per_s"] == pytest.approx(70.0, rel=1e-3)
+    assert "reorder_dram_gb_per_s" not in cost and "reorder_cache_mb" not in cost  # this machine showed no step
+    validate(dumps(target_document(base, one_rate, "mine")), "mine.toml")
+    unmeasured = target_document(base, fake_result(None), "mine")["cost"]  # another machine's rates are not kept
+    assert not {"reorder_gb_per_s", "reorder_dram_gb_per_s", "reorder_cache_mb"} & set(unmeasured)
 
 
 # --- activations against Relu (pure) -------------------------------------------------------------------------------

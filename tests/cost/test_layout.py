@@ -18,9 +18,10 @@ MEMORY_GB_PER_S = 2.0
 OVERHEAD_US = 1.5
 
 
-def target(tmp_path: Path, block: int | None = 8, fused: bool = True) -> str:
-    """Relu fuses into a lone conv (like ORT CPU); `block` is nchwc_block_channels (None: no key)."""
-    path = tmp_path / f"t_{block}_{fused}.toml"
+def target(tmp_path: Path, block: int | None = 8, fused: bool = True, reorder: str = "") -> str:
+    """Relu fuses into a lone conv (like ORT CPU); `block` is nchwc_block_channels (None: no key); `reorder`: more
+    [cost] lines (the reorder rates)."""
+    path = tmp_path / f"t_{block}_{fused}_{len(reorder)}.toml"
     fusion = (
         '[fusion]\nsource = "bench"\nrequires_lone_consumer = true\n[fusion.precision.all]\nactivations = ["Relu"]\n'
         if fused
@@ -30,7 +31,7 @@ def target(tmp_path: Path, block: int | None = 8, fused: bool = True) -> str:
     path.write_text(
         f'[target]\nname = "t"\nsources = ["bench"]\n{fusion}'
         '[cost]\nsource = "bench"\nconv_gmacs_per_s = 1000.0\nvector_gops_per_s = 1000.0\n'
-        f"memory_gb_per_s = {MEMORY_GB_PER_S}\nkernel_overhead_us = {OVERHEAD_US}\nviews_free = true\n{key}"
+        f"memory_gb_per_s = {MEMORY_GB_PER_S}\nkernel_overhead_us = {OVERHEAD_US}\nviews_free = true\n{key}{reorder}"
     )
     return str(path)
 
@@ -136,12 +137,43 @@ def test_padded_channels_are_copied_on_the_blocked_side(tmp_path: Path) -> None:
 
 
 def test_the_shipped_targets_leave_nchwc_pricing_off(tmp_path: Path) -> None:
-    """ort-cpu's rates were fitted without reorders; with them its pair predictions got worse (see its TOML), so the
-    shipped targets do not set the key and a user target opts in."""
+    """Reorders priced at the measured rate were within the noise of leaving them out (see ort-cpu's TOML), so the
+    shipped targets do not set the key and a user target opts in; ort-cpu carries the measured reorder rate for it."""
     for name in ("ort-cpu", "onednn-cpu"):
         rates = rates_for(load_target(name))
         assert rates is not None and rates.nchwc_block_channels is None
     assert rates_for(load_target(target(tmp_path))).nchwc_block_channels == 8  # type: ignore[union-attr]
+    ort = rates_for(load_target("ort-cpu"))
+    assert ort is not None and ort.reorder_gb_per_s is not None and ort.reorder_gb_per_s > ort.memory_gb_per_s
+
+
+def test_a_reorder_copies_at_the_reorder_rate_split_at_the_cache_size(tmp_path: Path) -> None:
+    # a 16x8x8 tensor (4096 bytes) and a 16x32x32 one (65536 bytes), each around a PRelu; the cache step at 0.01 MB
+    small, large = 16 * 8 * 8 * 4, 16 * 32 * 32 * 4
+    one_rate = "reorder_gb_per_s = 8.0\n"
+    two_rates = one_rate + "reorder_dram_gb_per_s = 1.0\nreorder_cache_mb = 0.01\n"
+
+    def times(rates: str, size: int) -> list[float]:
+        b = GraphBuilder()
+        x = b.input("x", [1, 16, size, size])
+        mid = b.prelu(b.conv(x, 16, name="c1"), np.full((16, 1, 1), 0.25, np.float32), name="act")
+        b.output(b.conv(mid, 16, name="c2"))
+        return [k.latency_us for k in cost_model(load(b.build()), target(tmp_path, reorder=rates)).layout_kernels]
+
+    assert times(one_rate, 8) == pytest.approx([2 * small / 8e3 + OVERHEAD_US] * 4)
+    assert times(two_rates, 8) == pytest.approx([2 * small / 8e3 + OVERHEAD_US] * 4)  # below the cache size
+    assert times(two_rates, 32) == pytest.approx([2 * large / 1e3 + OVERHEAD_US] * 4)  # above it: the DRAM rate
+    assert times("", 32) == pytest.approx([2 * large / (MEMORY_GB_PER_S * 1e3) + OVERHEAD_US] * 4)  # no rate
+
+
+def test_the_dram_reorder_rate_needs_its_cache_size(tmp_path: Path) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(
+        '[target]\nname = "bad"\nsources = ["s"]\n[cost]\nsource = "s"\nconv_gmacs_per_s = 1.0\n'
+        "vector_gops_per_s = 1.0\nmemory_gb_per_s = 1.0\nreorder_gb_per_s = 3.0\nreorder_dram_gb_per_s = 1.0\n"
+    )
+    with pytest.raises(UsageError, match="reorder_cache_mb: expected with reorder_dram_gb_per_s"):
+        load_target(str(path))
 
 
 @pytest.mark.parametrize(
