@@ -104,7 +104,7 @@ class Op(Pattern):
 
     def match(self, graph: Graph, node: Node) -> Match | None:
         """Match with `node` as the anchor."""
-        if not self.anchor_only:
+        if self.inputs or self.where is not None or self.single_use is not None:  # not `anchor_only`, inline
             match = Match(node)
             return match if self._bind_node(graph, node, match) else None
         return self.anchor_match(node) if node.op in self.types else None

@@ -117,6 +117,12 @@ class Rule:
     options: ClassVar[dict[str, Option]] = {}
 
     # --- what a rule implements -------------------------------------------------------------------------------------
+    def applies(self, ctx: Context) -> bool:
+        """False when `check` rejects every match under this context whatever the graph (e.g. the target has no table
+        the rule compares with): the engine then skips the rule for this run instead of calling it per node. It
+        must agree with `check`, which still decides on its own when called directly."""
+        return True
+
     def check(self, graph: Graph, match: Match, ctx: Context) -> str | None:
         """None to report the match; otherwise the reason it is not a problem (kept for debugging, not reported)."""
         return None
@@ -149,19 +155,24 @@ class Rule:
     def finding(self, graph: Graph, match: Match, ctx: Context) -> Finding:
         anchor = match.anchor
         bound = match.nodes
-        nodes = [anchor.id]  # the anchor alone (most findings) unless the match bound other nodes
+        nodes = [anchor.id]  # the anchor, then each other node the match bound, once, in binding order
         if bound and (len(bound) > 1 or next(iter(bound.values())) is not anchor):
+            # dict.fromkeys, not a list scan: a match may bind a hundred thousand readers of one tensor
             nodes = list(dict.fromkeys([anchor.id, *[node.id for node in bound.values()]]))
+        # the hooks a rule leaves as they are give the same answer for every finding: not called per finding
+        own = _OWN_HOOKS.get(type(self))
+        if own is None:
+            own = _own_hooks(type(self))
         return Finding(
             self.code,
             self.name,
-            self.severity_for(graph, match, ctx),
+            self.severity_for(graph, match, ctx) if own[0] else self.severity,
             self.message(graph, match, ctx),
             nodes,
-            self.tensors(graph, match),
-            self.fix_for(graph, match),
-            self.help(graph, match, ctx),
-            self.data(graph, match, ctx),
+            self.tensors(graph, match) if own[1] else [out for out in anchor.outputs if out],
+            self.fix_for(graph, match) if own[2] else self.fix,
+            self.help(graph, match, ctx) if own[3] else None,
+            self.data(graph, match, ctx) if own[4] else {},
         )
 
     @classmethod
@@ -171,6 +182,18 @@ class Rule:
     @classmethod
     def docs(cls) -> str:
         return inspect.getdoc(cls) or ""
+
+
+# Per rule class: whether it overrides severity_for, tensors, fix_for, help and data (see `Rule.finding`).
+_OWN_HOOKS: dict[type[Rule], tuple[bool, bool, bool, bool, bool]] = {}
+
+
+def _own_hooks(cls: type[Rule]) -> tuple[bool, bool, bool, bool, bool]:
+    own = tuple(
+        getattr(cls, hook) is not getattr(Rule, hook) for hook in ("severity_for", "tensors", "fix_for", "help", "data")
+    )
+    _OWN_HOOKS[cls] = own  # type: ignore[assignment]
+    return own  # type: ignore[return-value]
 
 
 _REGISTRY: dict[str, type[Rule]] = {}

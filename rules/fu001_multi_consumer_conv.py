@@ -66,7 +66,7 @@ class MultiConsumerConv(Rule):
         uses, reaches_output = graph.uses_view(conv.output)
         if len(uses) + reaches_output < 2:  # first: the cheap test that clears most convs
             return "at most one consumer: the activation, if any, can fuse"
-        activations = [node for node in uses if self._activates(graph, node, conv.output)]
+        activations = list(graph.activation_uses(conv.output))
         if not activations:
             return "no activation reads the conv's output"
         activation_ids = {node.id for node in activations}
@@ -75,15 +75,6 @@ class MultiConsumerConv(Rule):
             match.nodes[f"consumer{index}"] = node
         match.data.update(activations=activations, others=others, reaches_output=reaches_output)
         return None
-
-    @staticmethod
-    def _activates(graph: Graph, node: Node, value: str) -> bool:
-        """`node` is an activation applied to `value` (its data input), not e.g. a Clip bound or a PRelu slope."""
-        if not graph.activation(node):
-            return False
-        composite = graph.composite(node)
-        data = composite.input if composite is not None else (node.inputs[0] if node.inputs else "")
-        return graph.source(data) == graph.source(value)
 
     def message(self, graph: Graph, match: Match, ctx: Context) -> str:
         activations: list[Node] = match.data["activations"]  # type: ignore[assignment]

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import Any, NamedTuple
 
 from netlint.ir import Graph, Node
 from netlint.ir.ops import CONV_OPS, prelu_kind
@@ -22,8 +21,7 @@ ORDER = ("Relu", "Relu6", "ReluN1To1", "Relu0To1", "Clip", "LeakyRelu", "PRelu",
 PRELU_ATOL = 1e-6
 
 
-@dataclass(frozen=True)
-class _Activation:
+class _Activation(NamedTuple):  # not a frozen dataclass: built for every activation after a conv, 3x cheaper
     node: Node  # the activation (a composite's output node), or the conv / affine node for a fused activation
     kind: str
     fused: bool  # a TFLite fused_activation_function on `node`
@@ -101,6 +99,9 @@ class UnfusableActivation(Rule):
     category = "fusion"
     fix = FixRef("substitute-activation", "unsafe")
     pattern = Op(CONV_OPS, name="conv")
+
+    def applies(self, ctx: Context) -> bool:
+        return self._fusable(ctx.target) is not None
 
     def check(self, graph: Graph, match: Match, ctx: Context) -> str | None:
         known = self.__dict__.get("_fusable_of")  # `_fusable`, inline: the rule asks it of every conv
@@ -192,16 +193,11 @@ def _activations_after(graph: Graph, conv: Node) -> tuple[list[_Activation], Nod
         if via.fused_activation is not None:
             return [_Activation(via, via.fused_activation, True)], via
         value = via.output
-        uses, _ = graph.uses_view(value)
-    found = []
-    source = None
-    for node in uses:
-        kind = graph.activation(node)
-        if kind is not None:
-            source = graph.source(value) if source is None else source
-            if _data_input(graph, node) == source:
-                found.append(_Activation(node, kind, False))
-    return found, via
+    # activations applied to the value as their data input (not a Clip bound or a PRelu slope)
+    acts = graph.activation_uses(value)
+    if not acts:  # most convs (followed by a batchnorm, an add, ...): no list built
+        return [], via
+    return [_Activation(node, graph.activation(node), False) for node in acts], via  # type: ignore[arg-type]
 
 
 def _is_affine(graph: Graph, node: Node, value: str) -> bool:
@@ -213,13 +209,6 @@ def _is_affine(graph: Graph, node: Node, value: str) -> bool:
         return False
     other = node.inputs[1 - sources.index(graph.source(value))]
     return graph.is_const(other)
-
-
-def _data_input(graph: Graph, node: Node) -> str:
-    """The activation's x (not a Clip bound or a PRelu slope), seen through pass-through nodes."""
-    composite = graph.composite(node)
-    data = composite.input if composite is not None else (node.inputs[0] if node.inputs else "")
-    return graph.source(data)
 
 
 def _unfusable(

@@ -110,6 +110,9 @@ class ConvSumBlocked(Rule):
     fix = FixRef("enable-conv-sum", "safe")
     pattern = Op(RESIDUAL_OPS, name="add")
 
+    def applies(self, ctx: Context) -> bool:
+        return ctx.target.residual_fusion() is not None
+
     def check(self, graph: Graph, match: Match, ctx: Context) -> str | None:
         residual = ctx.target.residual_fusion()
         if residual is None:

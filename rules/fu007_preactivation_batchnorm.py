@@ -194,18 +194,22 @@ def _affine_data_of(graph: Graph, node: Node) -> str | None:
     if node.op == "BatchNormalization":
         if node.attrs.get("training_mode", 0) or node.attrs.get("is_training", False) or len(node.inputs) < 5:
             return None
-        if any(graph.consumers(out) or graph.is_graph_output(out) for out in node.outputs[1:] if out):
-            return None
-        if not all(graph.is_const(name) for name in node.inputs[1:5]):
-            return None
+        for out in node.outputs[1:]:  # loops, not any()/all() of generators: asked of every affine node
+            if out and (graph.consumers(out) or graph.is_graph_output(out)):
+                return None
+        for name in node.inputs[1:5]:
+            if not graph.is_const(name):
+                return None
         return node.inputs[0] or None
     if (node.op not in SCALES and node.op not in SHIFTS) or len(node.inputs) != 2 or not all(node.inputs):
         return None
-    consts = [const_source(graph, name) is not None for name in node.inputs]
-    if consts == [False, True]:
-        data, param = node.inputs
-    elif consts == [True, False] and node.op in ("Mul", "Add"):  # commutative only
-        param, data = node.inputs
+    first, second = node.inputs
+    first_const = const_source(graph, first) is not None
+    second_const = const_source(graph, second) is not None
+    if not first_const and second_const:
+        data, param = first, second
+    elif first_const and not second_const and node.op in ("Mul", "Add"):  # commutative only
+        param, data = first, second
     else:
         return None
     return data if _per_channel(graph, param, node.output) else None

@@ -88,6 +88,9 @@ class UnalignedChannels(Rule):
         ),
     }
 
+    def applies(self, ctx: Context) -> bool:
+        return self._alignment(ctx.target) is not None
+
     def check(self, graph: Graph, match: Match, ctx: Context) -> str | None:
         alignment = self._alignment(ctx.target)
         if alignment is None:

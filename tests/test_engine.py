@@ -112,6 +112,46 @@ def test_check_returning_a_reason_drops_the_match() -> None:
     assert [f.nodes for f in report.findings] == [["sig"]]
 
 
+def test_a_rule_that_does_not_apply_to_the_target_is_not_called_per_node() -> None:
+    class NeedsAlignment(ActivationRule):
+        code = "TT004"
+
+        def applies(self, ctx: Context) -> bool:
+            return ctx.target.channel_alignment is not None
+
+    report = lint_model(load(_model()), settings(NeedsAlignment))  # generic: no [layout] table
+    assert ActivationRule.calls == [] and report.findings == [] and report.errors == []
+    report = lint_model(load(_model()), Settings(rules=[NeedsAlignment], target=load_target("ti-tda4vm")))
+    assert ActivationRule.calls == ["relu", "sig"] and len(report.findings) == 2
+
+
+def test_a_crash_in_applies_falls_back_to_checking_each_node() -> None:
+    class BrokenApplies(ActivationRule):
+        code = "TT005"
+
+        def applies(self, ctx: Context) -> bool:
+            raise RuntimeError("boom")
+
+    report = lint_model(load(_model()), settings(BrokenApplies))
+    assert ActivationRule.calls == ["relu", "sig"] and len(report.findings) == 2 and report.errors == []
+
+
+def test_finding_calls_only_the_hooks_a_rule_overrides() -> None:
+    class Hooks(ActivationRule):
+        code = "TT006"
+        severity = "info"
+
+        def help(self, graph: Graph, match: Match, ctx: Context) -> str | None:
+            return f"help {match.anchor.id}"
+
+    plain, other = lint_model(load(_model()), settings(ActivationRule)).findings
+    hooked = lint_model(load(_model()), settings(Hooks)).findings[0]
+    assert (plain.severity, plain.help, plain.fix, plain.data) == ("warning", None, None, {})
+    assert plain.tensors == ["relu_out"]
+    assert (hooked.severity, hooked.help, hooked.tensors) == ("info", "help relu", ["relu_out"])
+    assert plain.data is not other.data  # each finding its own dict: a fix pass may fill it
+
+
 def test_a_crashing_rule_is_one_error_and_other_findings_are_kept() -> None:
     class Crashing(Rule):
         code = "TT004"

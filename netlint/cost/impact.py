@@ -46,11 +46,13 @@ ADVISED_FIXES = frozenset({"QT005"})  # rules with a fix that netlint.cost.advic
 
 
 def model_cost(graph: Graph, target: Target) -> ModelCost:
-    """cost_model(graph, target), computed once per graph and target selection (the engine and DM001 share it)."""
+    """cost_model(graph, target), computed once per graph and target selection (the engine and DM001 share it).
+    Totals only (no kernels) on a target without rates: the engine's summary reads only those, DM001 and pricing use
+    this only on targets with rates."""
     per_graph = _COSTS.setdefault(graph, {})
     key = (target.label, id(target))
     if key not in per_graph:
-        per_graph[key] = cost_model(graph, target)
+        per_graph[key] = cost_model(graph, target, totals_only=True)
     return per_graph[key]
 
 

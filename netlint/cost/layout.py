@@ -43,11 +43,18 @@ GLOBAL_POOLS = frozenset({"GlobalMaxPool", "GlobalAveragePool"})
 TO_NHWC = (0, 2, 3, 1)
 
 
-def reorders(graph: Graph, ctx: CostContext, block: int, passed: set[str], skipped: set[str]) -> list[tuple[str, str]]:
+def reorders(
+    graph: Graph,
+    ctx: CostContext,
+    block: int,
+    passed: set[str],
+    skipped: set[str],
+    blocked_out: set[str] | None = None,
+) -> list[tuple[str, str]]:
     """The (op, tensor) reorders ORT inserts: ("ReorderInput" | "ReorderOutput", name of the NCHW tensor), in graph
     order. `passed`: ids of the nodes that run in no kernel of their own and whose output is their input's tensor
     (folded BN/affine, fused activations, removed Identity); `skipped`: ids of nodes that do not run at all (folded
-    constants, dead code)."""
+    constants, dead code). `blocked_out`, when given, receives the tensors written in the blocked layout."""
     blocked: dict[str, int] = {}  # tensor (canonical name) held blocked -> its logical channels
     alias: dict[str, str] = {}  # a value a skipped node passes on -> the tensor it really is
     reordered_in: dict[str, None] = {}
@@ -86,13 +93,18 @@ def reorders(graph: Graph, ctx: CostContext, block: int, passed: set[str], skipp
             for name in data:
                 needs_nchw(name)
             continue
-        if node.op in ("Conv", *POOLS) and data and _reads_blocked(node, block, graph):
-            reorder_in(data[0])
+        if node.op in ("Conv", *POOLS) and data:
+            if _reads_blocked(node, block, graph):
+                reorder_in(data[0])
+            else:  # a conv of fewer input channels than a block reads NCHW: a blocked input is copied out first
+                needs_nchw(data[0])
         if node.outputs and node.outputs[0]:
             blocked[node.outputs[0]] = channels
     for name in graph.outputs:
         if name:
             needs_nchw(name)
+    if blocked_out is not None:
+        blocked_out.update(blocked)
     return found
 
 

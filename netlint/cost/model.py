@@ -50,6 +50,7 @@ from netlint.cost.ops import (
     UnknownCost,
     build_context,
     node_cost,
+    signatures,
 )
 from netlint.cost.rates import Rates, rates_for
 from netlint.cost.sizes import gc_paused, release
@@ -124,6 +125,8 @@ class ModelCost:
     notes: list[str] = field(default_factory=list)  # what the estimate could not take into account
     # kernels the runtime adds that no graph node stands for (ORT CPU's NCHW <-> NCHWc reorders; netlint.cost.layout)
     layout_kernels: list[NodeCost] = field(default_factory=list)
+    # False: cost_model(totals_only=True) left out runtime rewrites and kernels (`kernels` 0, no NodeCost.kernel)
+    kernels_grouped: bool = True
 
     # --- totals ----------------------------------------------------------------------------------------------------
     def _sum(self, attr: str) -> int:
@@ -227,25 +230,36 @@ def cost_model(
     target: Target | str | None = None,
     *,
     dims: Mapping[str, int] | None = None,
+    totals_only: bool = False,
 ) -> ModelCost:
     """Cost `model` (its main graph; for TFLite the first subgraph) on `target` (a Target, a target name, or None for
-    generic). `dims` sizes named dynamic dimensions ({"batch": 1, "seq": 128}); other dynamic dims count as 1."""
+    generic). `dims` sizes named dynamic dimensions ({"batch": 1, "seq": 128}); other dynamic dims count as 1.
+
+    `totals_only`: on a target without rates and without an [ops] section (generic), leave out what only latency and
+    partitions read: runtime rewrites, kernels and fusion (`kernels_grouped` False). The per-node costs, totals,
+    coverage and per-op-type table are the same (the engine's cost summary reads only those); ignored elsewhere."""
     if not isinstance(target, Target):
         target = load_target(target)
     graph = model.graph if isinstance(model, Model) else model
     try:
         with gc_paused():  # allocates a few objects per node and frees none (see netlint.cost.sizes)
-            return _cost_model(graph, target, dims)
+            return _cost_model(graph, target, dims, totals_only)
     finally:
         release(graph)  # DM001 (which runs before) and this were its users: free its memory for the report
 
 
-def _cost_model(graph: Graph, target: Target, dims: Mapping[str, int] | None) -> ModelCost:
+def _cost_model(graph: Graph, target: Target, dims: Mapping[str, int] | None, totals_only: bool = False) -> ModelCost:
     ctx = build_context(graph, dims)
-    entries = [_cost_node(ctx, node) for node in graph.nodes]
-    by_id = {entry.node.id: entry for entry in entries}
+    entries = _cost_nodes(ctx, graph.nodes)
     rates = rates_for(target)
     result = ModelCost(target.label, entries, rates)
+    if totals_only and rates is None and target.section("ops") is None:
+        # without rates nothing is timed, without [ops] nothing falls back or partitions: the rewrites and kernels
+        # would change no total (a folded or fused node keeps its OpCost)
+        result.kernels_grouped = False
+        result.by_op_type = _by_op_type(entries)
+        return result
+    by_id = {entry.node.id: entry for entry in entries}
     tails = _runtime_rewrites(graph, target, entries, by_id)
     _mark_fallback(target, entries)
     _group_kernels(graph, ctx, target, entries, by_id, tails)
@@ -254,7 +268,7 @@ def _cost_model(graph: Graph, target: Target, dims: Mapping[str, int] | None) ->
             if entry.cost is not None and entry.cost.op_class == VIEW and entry.fused_into is None:
                 entry.kernel = None
     if rates is not None and rates.nchwc_block_channels:
-        result.layout_kernels = _layout_kernels(graph, ctx, entries, rates.nchwc_block_channels)
+        result.layout_kernels = _layout_kernels(graph, ctx, entries, rates.nchwc_block_channels, rates.views_free)
     result.kernels = len({entry.kernel for entry in entries if entry.kernel is not None}) + len(result.layout_kernels)
     result.fallback_nodes = [entry.id for entry in entries if entry.fallback]
     transfers = _partition(graph, target, entries, by_id, result)
@@ -268,9 +282,29 @@ def _cost_model(graph: Graph, target: Target, dims: Mapping[str, int] | None) ->
     return result
 
 
-def _layout_kernels(graph: Graph, ctx: CostContext, entries: list[NodeCost], block: int) -> list[NodeCost]:
-    """One kernel per NCHW <-> NCHWc reorder the runtime inserts (netlint.cost.layout): nodes that launch nothing
-    of their own pass their tensor on (folded, fused, removed views), nodes that never run are skipped."""
+def _layout_kernels(
+    graph: Graph, ctx: CostContext, entries: list[NodeCost], block: int, views_free: bool
+) -> list[NodeCost]:
+    """One kernel per NCHW <-> NCHWc reorder the runtime inserts (netlint.cost.layout), after undoing the residual
+    fusions the blocked layout pre-empts (_unfuse_unblocked_residuals)."""
+    blocked: set[str] = set()
+    found = _reorders(graph, ctx, entries, block, blocked)
+    if _unfuse_unblocked_residuals(entries, blocked, views_free):
+        found = _reorders(graph, ctx, entries, block, None)
+    added = []
+    for op, name in found:
+        cost = layout.reorder_cost(ctx, op, name, block)
+        if cost is not None:
+            node = layout.reorder_node(graph, op, name)
+            added.append(NodeCost(node, cost, kernel=node.id))
+    return added
+
+
+def _reorders(
+    graph: Graph, ctx: CostContext, entries: list[NodeCost], block: int, blocked: set[str] | None
+) -> list[tuple[str, str]]:
+    """layout.reorders over the kernels as grouped: nodes that launch nothing of their own pass their tensor on
+    (folded, fused, removed views), nodes that never run are skipped."""
     passed: set[str] = set()
     skipped: set[str] = set()
     for entry in entries:
@@ -279,13 +313,43 @@ def _layout_kernels(graph: Graph, ctx: CostContext, entries: list[NodeCost], blo
             skipped.add(entry.id)
         elif entry.rewritten is not None or (entry.fused_into is not None and entry.fusion != RESIDUAL):
             passed.add(entry.id)
-    added = []
-    for op, name in layout.reorders(graph, ctx, block, passed, skipped):
-        cost = layout.reorder_cost(ctx, op, name, block)
-        if cost is not None:
-            node = layout.reorder_node(graph, op, name)
-            added.append(NodeCost(node, cost, kernel=node.id))
-    return added
+    return layout.reorders(graph, ctx, block, passed, skipped, blocked)
+
+
+def _unfuse_unblocked_residuals(entries: list[NodeCost], blocked: set[str], views_free: bool) -> bool:
+    """ORT's NCHWc transformer runs a blockable conv blocked, and a residual Add joins that conv only when the Add
+    stays blocked too (its other input blocked as well); otherwise ORT's optimized model holds nchwc Conv,
+    ReorderOutput, Add and the activation as kernels of their own. Such residual groups are split back into their
+    nodes; True when one was."""
+    by_id = {entry.id: entry for entry in entries}
+    heads = set()
+    for entry in entries:
+        if entry.fusion != RESIDUAL or entry.fused_into is None or not entry.node.outputs:
+            continue
+        conv = by_id[entry.fused_into].node
+        if conv.outputs and conv.outputs[0] in blocked and entry.node.outputs[0] not in blocked:
+            heads.add(entry.fused_into)
+    for entry in entries:
+        if entry.fused_into in heads:
+            view = views_free and entry.cost is not None and entry.cost.op_class == VIEW
+            entry.kernel, entry.fused_into, entry.fusion = (None if view else entry.id), None, None
+    return bool(heads)
+
+
+def _cost_nodes(ctx: CostContext, nodes: list[Node]) -> list[NodeCost]:
+    """_cost_node for every node. node_cost's memo (see netlint.cost.ops.signatures) is looked up here, in one loop:
+    per node, the lookup is most of what costing a repeated layer takes."""
+    entries = []
+    append = entries.append
+    memo = ctx._memo
+    for node, signature in zip(nodes, signatures(ctx, nodes), strict=True):
+        if signature is not None:
+            known = memo.get(signature)
+            if known is not None:
+                append(NodeCost(node, known))
+                continue
+        append(_cost_node(ctx, node))
+    return entries
 
 
 def _cost_node(ctx: CostContext, node: Node) -> NodeCost:

@@ -494,6 +494,46 @@ def _signature(ctx: CostContext, node: Node) -> tuple | None:
     return (node.op, node.source_op, node.fused_activation, attrs, inputs, outputs)
 
 
+def signatures(ctx: CostContext, nodes: list[Node]) -> list[tuple | None]:
+    """`_signature` of each node (the same keys), in one pass: the per-node checks and lookups run inline, and the
+    attributes a cost function reads are frozen once per attribute table (the loader shares one dict between nodes
+    with equal attributes)."""
+    if ctx.qdq or _signature is not _SIGNATURE:  # in a QDQ graph nothing is memoised; a test may swap _signature
+        return [_signature(ctx, node) for node in nodes]
+    kind = ctx._kinds.get
+    unkinded = ctx._unkinded.isdisjoint
+    frozen: dict[tuple[str, int], tuple[tuple | None, dict]] = {}  # (op, id(attrs)) -> (attrs part, attrs: kept alive)
+    found: list[tuple | None] = []
+    append = found.append
+    for node in nodes:
+        if node.subgraphs:
+            append(None)
+            continue
+        inputs = tuple(map(kind, node.inputs))
+        outputs = tuple(map(kind, node.outputs))
+        if None in inputs or None in outputs or not unkinded(node.inputs):
+            append(_signature(ctx, node))  # omitted tensors, unsized ones, constants without data: the long way
+            continue
+        op = node.op
+        attrs: tuple | None = ()
+        if _attrs_read(op):
+            table = node.attrs
+            known = frozen.get((op, id(table)))
+            if known is None:
+                attrs = tuple(_frozen(table.get(name)) for name in _attrs_read(op))
+                try:
+                    hash(attrs)
+                except TypeError:  # e.g. a numpy array
+                    attrs = None
+                known = frozen[(op, id(table))] = (attrs, table)
+            attrs = known[0]
+            if attrs is None:
+                append(None)
+                continue
+        append((op, node.source_op, node.fused_activation, attrs, inputs, outputs))
+    return found
+
+
 @cache
 def _attrs_read(op: str) -> tuple[str, ...]:
     handler = _handler(op)
@@ -502,6 +542,9 @@ def _attrs_read(op: str) -> tuple[str, ...]:
 
 def _frozen(value: object) -> object:
     return tuple(_frozen(item) for item in value) if isinstance(value, list | tuple) else value
+
+
+_SIGNATURE = _signature
 
 
 def _carry_count(ctx: CostContext, node: Node) -> None:

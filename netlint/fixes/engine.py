@@ -258,10 +258,6 @@ def _run(
                 reason = "the nodes are inside a subgraph (If/Loop/Scan body): not fixed yet"
                 skipped.setdefault((finding.code, where, reason), SkippedFix(finding.code, fix.name, where, reason))
                 continue
-            slower = slower_on_the_target(finding, settings, passes[fix.name])
-            if slower is not None:
-                skipped.setdefault((finding.code, where, slower), SkippedFix(finding.code, fix.name, where, slower))
-                continue
             if edit is None:
                 edit = GraphEdit(proto, model.graph)
             ctx = FixContext(edit, model.graph, finding, nodes, settings.rule_options)  # type: ignore[arg-type]
@@ -271,6 +267,11 @@ def _run(
                 raise FixError(f"{finding.code} ({fix.name}) failed at '{where}': {type(exc).__name__}: {exc}") from exc
             if isinstance(plan, str):
                 skipped.setdefault((finding.code, where, plan), SkippedFix(finding.code, fix.name, where, plan))
+                continue
+            # after the plan: a fix the pass cannot apply says why, not what it would have cost
+            slower = slower_on_the_target(finding, settings, passes[fix.name])
+            if slower is not None:
+                skipped.setdefault((finding.code, where, slower), SkippedFix(finding.code, fix.name, where, slower))
                 continue
             if plan.touched & claimed:
                 continue  # overlaps a fix of this round: re-matched on the next round's graph

@@ -33,8 +33,12 @@ class Composite:
 def find_composites(graph: Graph) -> Iterator[Composite]:
     """Every composite activation in `graph` (not its subgraphs); a node belongs to at most one."""
     claimed: set[str] = set()
+    matchers_of = _MATCHERS.get
     for node in graph.nodes:
-        for matcher in _MATCHERS.get(node.op, ()):
+        matchers = matchers_of(node.op)
+        if matchers is None:  # most nodes (this loop sees every node of the graph)
+            continue
+        for matcher in matchers:
             composite = matcher(graph, node)
             if composite is None or any(member.id in claimed for member in composite.nodes):
                 continue
@@ -144,14 +148,16 @@ def _hard_swish_from_clip(graph: Graph, clip: Node) -> Composite | None:
     """x * relu6(x + 3) / 6, in any order of the Mul and the division by 6."""
     from netlint.ir.ops import clip_bounds
 
+    add = _producer(graph, clip.inputs[0], "Add") if clip.inputs else None
+    if add is None:  # most Clips (a conv's Relu6): decided before reading the bounds' constants
+        return None
     if clip.op == "Clip":
         try:
             if clip_bounds(graph, clip) != (0.0, 6.0):
                 return None
         except ConstantUnavailable:  # bounds in a missing external file: not provably a HardSwish (and no crash)
             return None
-    add = _producer(graph, clip.inputs[0], "Add") if clip.inputs else None
-    split = _split_const(graph, add) if add is not None else None
+    split = _split_const(graph, add)
     if split is None or not _close(split[1], 3.0):
         return None
     x = split[0]

@@ -193,6 +193,7 @@ class Graph:
         self._origins: dict[str, Value | Node | None] = {}  # memo of _const_origin's walks through pass-through ops
         self._activations: dict[str, str | None] = {}  # memo of `activation`
         self._uses: dict[str, tuple[tuple[Node, ...], bool]] = {}  # memo of `uses`: several rules ask it of every conv
+        self._activation_uses: dict[str, tuple[Node, ...]] = {}  # memo of `activation_uses`
         # What rules and helpers derive from the structure and would otherwise recompute per node, keyed by
         # (what, node id or value name): valid until the next reindex.
         self.memo: dict[tuple[Any, ...], Any] = {}
@@ -417,6 +418,10 @@ class Graph:
         consumers: list[Node]
         if direct is not None and len(direct) == 1 and direct[0].op not in PASS_THROUGH_OPS:
             consumers, reaches_output = direct, name in self._output_set  # most values: one plain reader
+        elif direct is not None and not any(consumer.op in PASS_THROUGH_OPS for consumer in direct):
+            # nothing to look through: the readers themselves (the loop below keeps the first of each id, as
+            # effective_consumers would)
+            consumers, reaches_output = direct, name in self._output_set
         else:
             consumers, reaches_output = self.effective_consumers(name)
         composites = self._composites if self._composites is not None else self._composite_index()
@@ -432,6 +437,28 @@ class Graph:
                 found.setdefault(representative.id, representative)
             known = tuple(found.values()), reaches_output
         self._uses[name] = known
+        return known
+
+    def activation_uses(self, name: str) -> tuple[Node, ...]:
+        """The uses of `name` (see `uses`) that are activations applied to it as their data input, in use order: not
+        e.g. a Clip reading it as a bound or a PRelu as its slope. Remembered per value: FU001 and FU003 ask it of
+        every conv."""
+        known = self._activation_uses.get(name)
+        if known is not None:
+            return known
+        uses = self._uses.get(name)
+        found: list[Node] = []
+        source = None
+        for node in (uses if uses is not None else self._find_uses(name))[0]:
+            if self.activation(node) is None:
+                continue
+            if source is None:
+                source = self.source(name)
+            composite = self._composites.get(node.id) if self._composites is not None else self.composite(node)
+            data = composite.input if composite is not None else (node.inputs[0] if node.inputs else "")
+            if self.source(data) == source:
+                found.append(node)
+        known = self._activation_uses[name] = tuple(found)
         return known
 
     def composite(self, node: Node) -> Composite | None:

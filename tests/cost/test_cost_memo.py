@@ -81,3 +81,21 @@ def test_numpy_attribute_is_not_memoised() -> None:
     ctx._kinds = {"x": 1, "y": 1}
     assert ops._signature(ctx, Node("p", "MaxPool", ["x"], ["y"], {"kernel_shape": np.array([2, 2])})) is None
     assert ops._signature(ctx, Node("p", "MaxPool", ["x"], ["y"], {"kernel_shape": [2, 2]})) is not None
+
+
+@pytest.mark.parametrize("name", ["light_resnet50.onnx", "light_inception_v2.onnx", "light_shufflenet.onnx"])
+def test_signatures_in_one_pass_are_the_per_node_ones(name: str, light_dir: Path) -> None:
+    """cost_model looks the memo up with ops.signatures (attributes frozen once per shared table): the same keys."""
+    graph = load(light_dir / name).graph
+    ctx = ops.build_context(graph)
+    assert ops.signatures(ctx, graph.nodes) == [ops._signature(ctx, node) for node in graph.nodes]
+
+
+def test_signatures_skip_unhashable_attributes_and_tell_tables_apart() -> None:
+    graph = load(_repeated_layers()).graph
+    ctx = ops.build_context(graph)
+    pools = [node for node in graph.nodes if node.op == "MaxPool"]
+    array = Node("p", "MaxPool", pools[0].inputs, pools[0].outputs, {"kernel_shape": np.array([2, 2])})
+    found = ops.signatures(ctx, [*pools, array])
+    assert found == [ops._signature(ctx, node) for node in [*pools, array]]
+    assert found[0] != found[1] and found[2] is None

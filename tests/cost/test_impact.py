@@ -181,9 +181,9 @@ def test_repeated_blocks_are_costed_once(monkeypatch) -> None:
     calls: list[int] = []
     real = impact_module.cost_model
 
-    def counting(graph, target):
+    def counting(graph, target, **options):
         calls.append(len(graph.nodes))
-        return real(graph, target)
+        return real(graph, target, **options)
 
     monkeypatch.setattr(impact_module, "cost_model", counting)
     report = lint(shared_conv(blocks=6), select=["FU001"], target="ort-cpu")

@@ -9,6 +9,7 @@ import numpy as np
 import onnx
 import pytest
 
+import netlint.targets
 from netlint.cost import cost_model, rates_for
 from netlint.errors import UsageError
 from netlint.targets import load_target
@@ -137,14 +138,59 @@ def test_padded_channels_are_copied_on_the_blocked_side(tmp_path: Path) -> None:
 
 
 def test_the_shipped_targets_leave_nchwc_pricing_off(tmp_path: Path) -> None:
-    """Reorders priced at the measured rate were within the noise of leaving them out (see ort-cpu's TOML), so the
-    shipped targets do not set the key and a user target opts in; ort-cpu carries the measured reorder rate for it."""
+    """Finding pricing does not see the layout at a neighbourhood's borders yet (see ort-cpu's TOML), so the shipped
+    targets do not set the key and a user target opts in; ort-cpu carries the measured reorder rate for it."""
     for name in ("ort-cpu", "onednn-cpu"):
         rates = rates_for(load_target(name))
         assert rates is not None and rates.nchwc_block_channels is None
     assert rates_for(load_target(target(tmp_path))).nchwc_block_channels == 8  # type: ignore[union-attr]
     ort = rates_for(load_target("ort-cpu"))
     assert ort is not None and ort.reorder_gb_per_s is not None and ort.reorder_gb_per_s > ort.memory_gb_per_s
+
+
+def ort_cpu_blocked(tmp_path: Path) -> str:
+    """The shipped ort-cpu with the NCHWc layout on (block 16, as on the AVX-512 calibration machine)."""
+    text = (Path(netlint.targets.__file__).parent / "ort-cpu.toml").read_text(encoding="utf-8")
+    path = tmp_path / "ort-cpu-nchwc.toml"
+    path.write_text(text.replace("\n[cost]\n", "\n[cost]\nnchwc_block_channels = 16\n", 1), encoding="utf-8")
+    assert rates_for(load_target(str(path))).nchwc_block_channels == 16  # type: ignore[union-attr]
+    return str(path)
+
+
+def _residual(channels: int, blocked_residual: bool) -> onnx.ModelProto:
+    """x -> [c1 ->] c2 -> Add(c2, c1 or x) -> Relu."""
+    b = GraphBuilder()
+    x = b.input("x", [1, channels, 16, 16])
+    other = b.conv(x, channels, name="c1") if blocked_residual else x
+    total = b.add(b.conv(other, channels, name="c2"), other, name="add")
+    b.output(b.relu(total, name="act"))
+    return b.build()
+
+
+# What ORT 1.32's CPU provider runs, read from its own optimized model (SessionOptions.optimized_model_filepath, NCHWc
+# block 16) for each graph: the kernels netlint predicts on ort-cpu with the layout on must be the same, in the same
+# groups.
+@pytest.mark.parametrize(
+    ("channels", "blocked_residual", "kernels"),
+    [
+        # ReorderInput, nchwc Conv c1, nchwc Conv c2 with the Add as its Sum input and Relu fused, ReorderOutput
+        (16, True, [["ReorderInput:x"], ["c1"], ["c2", "add", "act"], ["ReorderOutput:act_out"]]),
+        # the Add reads the NCHW graph input, so it cannot stay blocked: ReorderInput, nchwc Conv, ReorderOutput, Add,
+        # Relu (the conv+add+relu fusion does not happen)
+        (16, False, [["ReorderInput:x"], ["c2"], ["ReorderOutput:c2_out"], ["add"], ["act"]]),
+        # 8 input channels: c1 reads NCHW directly, c2 too (so c1's blocked output is copied out for it), while the
+        # fused Sum reads c1's blocked output: Conv, ReorderOutput, Conv+Sum+Relu, ReorderOutput
+        (8, True, [["c1"], ["ReorderOutput:c1_out"], ["c2", "add", "act"], ["ReorderOutput:act_out"]]),
+    ],
+)
+def test_kernels_match_what_ort_runs_with_the_blocked_layout(
+    tmp_path: Path, channels: int, blocked_residual: bool, kernels: list[list[str]]
+) -> None:
+    result = cost_model(load(_residual(channels, blocked_residual)), ort_cpu_blocked(tmp_path))
+    layout = {kernel.node.id: f"{kernel.op}:{kernel.node.inputs[0]}" for kernel in result.layout_kernels}
+    groups = [[layout.get(member.id, member.id) for member in members] for members in result.kernel_members().values()]
+    assert sorted(groups) == sorted(kernels)
+    assert result.kernels == len(kernels)
 
 
 def test_a_reorder_copies_at_the_reorder_rate_split_at_the_cache_size(tmp_path: Path) -> None:

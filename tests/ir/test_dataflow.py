@@ -118,6 +118,38 @@ def test_diamond_of_pass_through_nodes_counts_each_consumer_once() -> None:
     assert _ids(consumers) == ["join"]
 
 
+def test_activation_uses_are_the_activations_reading_the_value_as_their_data() -> None:
+    b = GraphBuilder()
+    x = b.input("x", [1, 4, 8, 8])
+    y = b.conv(x, 4, name="conv")
+    alias = b.node("Identity", [y], name="alias")
+    relu = b.relu(alias, name="relu")
+    bound = b.node("Clip", [x, b.scalar(0.0), y], name="bounded")  # y is a bound here, not the data
+    prelu = b.node("PRelu", [x, y], name="slope_of")  # y is the slope
+    b.output(b.add(relu, b.add(bound, prelu, name="merge"), name="sum"))
+    b.output(b.sigmoid(y, name="sig"))
+    graph = load(b.build()).graph
+    uses = graph.uses(y)[0]
+    assert sorted(n.id for n in uses) == ["bounded", "relu", "sig", "slope_of"]
+    assert list(graph.activation_uses(y)) == [n for n in uses if n.id in ("relu", "sig")]  # in use order
+    assert graph.activation_uses(y) is graph.activation_uses(y)  # remembered per value
+    assert graph.activation_uses(relu) == ()  # read by an Add only
+
+
+def test_uses_of_duplicate_node_ids_keep_the_first_as_effective_consumers_does() -> None:
+    b = GraphBuilder()
+    x = b.input("x", [1, 4, 8, 8])
+    y = b.conv(x, 4, name="conv")
+    b.output(b.relu(y, name="twin"))
+    b.output(b.sigmoid(y, name="twin2"))
+    b.output(b.add(y, x, name="other"))
+    graph = load(b.build()).graph
+    graph.node("twin2").id = "twin"  # a malformed file's duplicate node name, in the IR
+    graph.reindex()
+    consumers, _ = graph.effective_consumers(y)
+    assert graph.uses(y)[0] == consumers and [n.op for n in consumers] == ["Relu", "Add"]
+
+
 # --- constants through DequantizeLinear -------------------------------------------------------------------------------
 def test_const_through_dequantize_per_tensor() -> None:
     q = np.array([[-128, -5, 0, 7, 127]], dtype=np.int8)

@@ -97,10 +97,6 @@ def _run(data: bytes, path: str, settings: Settings, allowed: set[str], result: 
             index = subgraphs.pop() if subgraphs else _subgraph_of_tensors(graphs, finding)
             if index is None:
                 continue
-            slower = slower_on_the_target(finding, settings, passes[fix.name])
-            if slower is not None:
-                skipped.setdefault((finding.code, where, slower), SkippedFix(finding.code, fix.name, where, slower))
-                continue
             edit = edits.setdefault(index, TfliteEdit(tree, index))
             positions = [int(m.group(2)) for m in ids if m]
             ctx = TfliteContext(edit, graphs[index], finding, positions, settings.rule_options)  # type: ignore[arg-type]
@@ -110,6 +106,11 @@ def _run(data: bytes, path: str, settings: Settings, allowed: set[str], result: 
                 raise FixError(f"{finding.code} ({fix.name}) failed at '{where}': {type(exc).__name__}: {exc}") from exc
             if isinstance(plan, str):
                 skipped.setdefault((finding.code, where, plan), SkippedFix(finding.code, fix.name, where, plan))
+                continue
+            # after the plan: a fix the pass cannot apply says why, not what it would have cost
+            slower = slower_on_the_target(finding, settings, passes[fix.name])
+            if slower is not None:
+                skipped.setdefault((finding.code, where, slower), SkippedFix(finding.code, fix.name, where, slower))
                 continue
             touched = {(index, t) for t in plan.touched}
             if touched & claimed:
