@@ -28,10 +28,12 @@ import tempfile
 import threading
 import warnings
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from netlint.collector import paused
 
 if TYPE_CHECKING:  # the engine is imported on first use: `start_early` runs before this process imports it
     from concurrent.futures import Future, ProcessPoolExecutor
@@ -201,7 +203,7 @@ def lint_many(
     keys: list[str | None] = [None] * len(work)
     stamps: dict[int, str] = {}  # id(settings) -> its stamp; the settings live in `work` for the whole call
     done = missed = 0
-    with _gc_paused():  # hits are rebuilt from JSON: many objects, no garbage (collections would cost a third)
+    with paused(promote=True):  # hits are rebuilt from JSON: many objects, no garbage (collections would cost a third)
         for index, (path, settings) in enumerate(work):
             if cache is None:
                 break
@@ -235,29 +237,11 @@ def lint_many(
             finished(index, *_lint_one(path, settings, keys[index], folder, cache))
     else:
         _early.clear()
-        with _gc_paused():  # this process unpickles the workers' reports: as for hits
+        with paused(promote=True):  # this process unpickles the workers' reports: as for hits
             _lint_in_pool(work, misses, keys, folder, min(jobs, len(misses)), finished, cache)
     if cache is not None:
         cache.save_digests()
     return [report for report in reports if report is not None]
-
-
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while this process builds reports it keeps (cache hits, the workers'
-    results): every collection would rescan the reports built so far, for garbage that reports do not make. Then
-    the survivors go to the oldest generation at once, as engine.lint_file does (unless someone froze objects)."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        if gc.get_freeze_count() == 0:
-            gc.freeze()
-            gc.unfreeze()
-        gc.enable()
 
 
 def _pool_pays(work: Sequence[tuple[Path, Settings]], misses: list[int]) -> bool:
@@ -336,7 +320,7 @@ def _worker_init(settings: bytes) -> None:
     from netlint.rule import all_rules
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    gc.enable()  # a forked worker inherits this process's collector paused (_gc_paused)
+    gc.enable()  # a forked worker inherits this process's collector paused (netlint.collector.paused)
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     all_rules()

@@ -160,9 +160,7 @@ class Rule:
             # dict.fromkeys, not a list scan: a match may bind a hundred thousand readers of one tensor
             nodes = list(dict.fromkeys([anchor.id, *[node.id for node in bound.values()]]))
         # the hooks a rule leaves as they are give the same answer for every finding: not called per finding
-        own = _OWN_HOOKS.get(type(self))
-        if own is None:
-            own = _own_hooks(type(self))
+        own = _own_hooks(type(self))
         return Finding(
             self.code,
             self.name,
@@ -184,16 +182,12 @@ class Rule:
         return inspect.getdoc(cls) or ""
 
 
-# Per rule class: whether it overrides severity_for, tensors, fix_for, help and data (see `Rule.finding`).
-_OWN_HOOKS: dict[type[Rule], tuple[bool, bool, bool, bool, bool]] = {}
-
-
-def _own_hooks(cls: type[Rule]) -> tuple[bool, bool, bool, bool, bool]:
-    own = tuple(
+@cache
+def _own_hooks(cls: type[Rule]) -> tuple[bool, ...]:
+    """Per rule class: whether it overrides severity_for, tensors, fix_for, help and data (see `Rule.finding`)."""
+    return tuple(
         getattr(cls, hook) is not getattr(Rule, hook) for hook in ("severity_for", "tensors", "fix_for", "help", "data")
     )
-    _OWN_HOOKS[cls] = own  # type: ignore[assignment]
-    return own  # type: ignore[return-value]
 
 
 _REGISTRY: dict[str, type[Rule]] = {}

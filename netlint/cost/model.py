@@ -37,6 +37,7 @@ from operator import attrgetter
 
 import numpy as np
 
+from netlint.collector import paused
 from netlint.cost import layout
 from netlint.cost.ops import (
     COMPUTE_CLASSES,
@@ -53,7 +54,7 @@ from netlint.cost.ops import (
     signatures,
 )
 from netlint.cost.rates import Rates, rates_for
-from netlint.cost.sizes import gc_paused, release
+from netlint.cost.sizes import release
 from netlint.ir import Graph, Model, Node
 from netlint.ir.graph import PASS_THROUGH_OPS
 from netlint.ir.ops import CONV_OPS
@@ -242,7 +243,7 @@ def cost_model(
         target = load_target(target)
     graph = model.graph if isinstance(model, Model) else model
     try:
-        with gc_paused():  # allocates a few objects per node and frees none (see netlint.cost.sizes)
+        with paused():  # allocates a few objects per node and frees none (see netlint.cost.sizes)
             return _cost_model(graph, target, dims, totals_only)
     finally:
         release(graph)  # DM001 (which runs before) and this were its users: free its memory for the report
@@ -268,7 +269,7 @@ def _cost_model(graph: Graph, target: Target, dims: Mapping[str, int] | None, to
             if entry.cost is not None and entry.cost.op_class == VIEW and entry.fused_into is None:
                 entry.kernel = None
     if rates is not None and rates.nchwc_block_channels:
-        result.layout_kernels = _layout_kernels(graph, ctx, entries, rates.nchwc_block_channels, rates.views_free)
+        result.layout_kernels = _layout_kernels(graph, ctx, entries, by_id, rates)
     result.kernels = len({entry.kernel for entry in entries if entry.kernel is not None}) + len(result.layout_kernels)
     result.fallback_nodes = [entry.id for entry in entries if entry.fallback]
     transfers = _partition(graph, target, entries, by_id, result)
@@ -283,13 +284,19 @@ def _cost_model(graph: Graph, target: Target, dims: Mapping[str, int] | None, to
 
 
 def _layout_kernels(
-    graph: Graph, ctx: CostContext, entries: list[NodeCost], block: int, views_free: bool
+    graph: Graph,
+    ctx: CostContext,
+    entries: list[NodeCost],
+    by_id: dict[str, NodeCost],
+    rates: Rates,
 ) -> list[NodeCost]:
     """One kernel per NCHW <-> NCHWc reorder the runtime inserts (netlint.cost.layout), after undoing the residual
     fusions the blocked layout pre-empts (_unfuse_unblocked_residuals)."""
+    block = rates.nchwc_block_channels
+    assert block is not None
     blocked: set[str] = set()
     found = _reorders(graph, ctx, entries, block, blocked)
-    if _unfuse_unblocked_residuals(entries, blocked, views_free):
+    if _unfuse_unblocked_residuals(entries, by_id, blocked, rates.views_free):
         found = _reorders(graph, ctx, entries, block, None)
     added = []
     for op, name in found:
@@ -316,12 +323,13 @@ def _reorders(
     return layout.reorders(graph, ctx, block, passed, skipped, blocked)
 
 
-def _unfuse_unblocked_residuals(entries: list[NodeCost], blocked: set[str], views_free: bool) -> bool:
+def _unfuse_unblocked_residuals(
+    entries: list[NodeCost], by_id: dict[str, NodeCost], blocked: set[str], views_free: bool
+) -> bool:
     """ORT's NCHWc transformer runs a blockable conv blocked, and a residual Add joins that conv only when the Add
     stays blocked too (its other input blocked as well); otherwise ORT's optimized model holds nchwc Conv,
     ReorderOutput, Add and the activation as kernels of their own. Such residual groups are split back into their
     nodes; True when one was."""
-    by_id = {entry.id: entry for entry in entries}
     heads = set()
     for entry in entries:
         if entry.fusion != RESIDUAL or entry.fused_into is None or not entry.node.outputs:

@@ -270,6 +270,8 @@ class CostContext:
     _memo: dict[tuple, OpCost] = field(default_factory=dict, repr=False)
     _kinds: dict[str, int] = field(default_factory=dict, repr=False)  # sizes.kind
     _unkinded: frozenset[str] = field(default=frozenset(), repr=False)  # static | sizes.derived_const
+    # (op, id(attribute table)) -> (the attributes its cost reads, frozen, or None if unhashable; the table, kept alive)
+    _frozen_attrs: dict[tuple[str, int], tuple[tuple | None, dict]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self.sizes = tensor_sizes(self.graph)
@@ -483,55 +485,33 @@ def _signature(ctx: CostContext, node: Node) -> tuple | None:
             return None
     if not ctx._unkinded.isdisjoint(node.inputs):  # a constant or shape arithmetic that its kind does not tell
         return None
-    names = _attrs_read(node.op)
-    attrs: tuple = ()
-    if names:
-        attrs = tuple(_frozen(node.attrs.get(name)) for name in names)
-        try:
-            hash(attrs)
-        except TypeError:  # e.g. a numpy array
-            return None
+    attrs = _attrs_key(ctx, node)
+    if attrs is None:
+        return None
     return (node.op, node.source_op, node.fused_activation, attrs, inputs, outputs)
 
 
+def _attrs_key(ctx: CostContext, node: Node) -> tuple | None:
+    """The attributes node_cost reads for `node`'s op, frozen (None when unhashable, e.g. a numpy array). Frozen once
+    per attribute table: the loader shares one dict between nodes with equal attributes."""
+    names = _attrs_read(node.op)
+    if not names:
+        return ()
+    table = node.attrs
+    known = ctx._frozen_attrs.get((node.op, id(table)))
+    if known is None:
+        attrs: tuple | None = tuple(_frozen(table.get(name)) for name in names)
+        try:
+            hash(attrs)
+        except TypeError:
+            attrs = None
+        known = ctx._frozen_attrs[(node.op, id(table))] = (attrs, table)
+    return known[0]
+
+
 def signatures(ctx: CostContext, nodes: list[Node]) -> list[tuple | None]:
-    """`_signature` of each node (the same keys), in one pass: the per-node checks and lookups run inline, and the
-    attributes a cost function reads are frozen once per attribute table (the loader shares one dict between nodes
-    with equal attributes)."""
-    if ctx.qdq or _signature is not _SIGNATURE:  # in a QDQ graph nothing is memoised; a test may swap _signature
-        return [_signature(ctx, node) for node in nodes]
-    kind = ctx._kinds.get
-    unkinded = ctx._unkinded.isdisjoint
-    frozen: dict[tuple[str, int], tuple[tuple | None, dict]] = {}  # (op, id(attrs)) -> (attrs part, attrs: kept alive)
-    found: list[tuple | None] = []
-    append = found.append
-    for node in nodes:
-        if node.subgraphs:
-            append(None)
-            continue
-        inputs = tuple(map(kind, node.inputs))
-        outputs = tuple(map(kind, node.outputs))
-        if None in inputs or None in outputs or not unkinded(node.inputs):
-            append(_signature(ctx, node))  # omitted tensors, unsized ones, constants without data: the long way
-            continue
-        op = node.op
-        attrs: tuple | None = ()
-        if _attrs_read(op):
-            table = node.attrs
-            known = frozen.get((op, id(table)))
-            if known is None:
-                attrs = tuple(_frozen(table.get(name)) for name in _attrs_read(op))
-                try:
-                    hash(attrs)
-                except TypeError:  # e.g. a numpy array
-                    attrs = None
-                known = frozen[(op, id(table))] = (attrs, table)
-            attrs = known[0]
-            if attrs is None:
-                append(None)
-                continue
-        append((op, node.source_op, node.fused_activation, attrs, inputs, outputs))
-    return found
+    """`_signature` of each node: the memo keys cost_model looks up before costing a node."""
+    return [_signature(ctx, node) for node in nodes]
 
 
 @cache
@@ -542,9 +522,6 @@ def _attrs_read(op: str) -> tuple[str, ...]:
 
 def _frozen(value: object) -> object:
     return tuple(_frozen(item) for item in value) if isinstance(value, list | tuple) else value
-
-
-_SIGNATURE = _signature
 
 
 def _carry_count(ctx: CostContext, node: Node) -> None:

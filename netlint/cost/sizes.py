@@ -8,15 +8,13 @@ two differ on (dynamic dimensions, QDQ storage widths, shapes sized through elem
 
 from __future__ import annotations
 
-import gc
 import math
 import weakref
-from collections.abc import Iterator
-from contextlib import contextmanager
 from functools import cache
 
 import numpy as np
 
+from netlint.collector import paused
 from netlint.ir import Graph
 from netlint.ir.graph import PASS_THROUGH_OPS
 
@@ -108,7 +106,7 @@ def tensor_sizes(graph: Graph) -> TensorSizes:
     rewritten model; impact.py prices on new small graphs), so the index stays valid for the graph's life."""
     index = _INDEX.get(graph)
     if index is None:
-        with gc_paused():
+        with paused():
             index = _INDEX[graph] = TensorSizes(graph)
     return index
 
@@ -120,16 +118,3 @@ def itemsize_of(dtype: str) -> int | None:
         return np.dtype(dtype).itemsize
     except TypeError:
         return None
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector around a sweep that allocates per node and frees nothing: on a 100k-node
-    graph the collector would rescan the whole IR again and again (most of the sweep's time) and find no garbage."""
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if collecting:
-            gc.enable()

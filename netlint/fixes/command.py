@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import gc
 import math
 import sys
 from collections import Counter
@@ -13,6 +12,7 @@ from typing import Any
 
 import onnx
 
+from netlint.collector import paused
 from netlint.errors import EXIT_CLEAN, EXIT_FINDINGS, ModelLoadError, UsageError
 from netlint.fixes.engine import FixError, FixResult, fix_model
 from netlint.ir import Model
@@ -22,13 +22,8 @@ from netlint.terminal import safe
 def run_fix(args: argparse.Namespace) -> int:
     """The cyclic garbage collector is paused throughout, as `check` does (netlint.engine.lint_file): the IRs and
     protos hold no garbage cycles, and every collection would rescan them all (seconds on a 100k-node model)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with paused():
         return _run_fix(args)
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _run_fix(args: argparse.Namespace) -> int:

@@ -13,7 +13,6 @@ the rule; the caller writes nothing.
 from __future__ import annotations
 
 import copy
-import gc
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Generic, TypeVar
 
 import onnx
 
+from netlint.collector import paused
 from netlint.config import Settings
 from netlint.engine import ModelReport, lint_model
 from netlint.errors import NetlintError
@@ -120,15 +120,10 @@ def fix_model(
     (the first round lints it instead of converting the proto again). The exact fixes run to their fixpoint first
     (`safe_only` is that model, what the exact verification checks); then the inexact ones (unsafe with
     --unsafe-fixes, and safe passes that are not exact, like keep-fp32); then `to_fp16` converts the model."""
-    enabled = gc.isenabled()
-    gc.disable()  # as in netlint.engine.lint_file: the IRs hold no garbage, and each collection rescans all of them
     box = [model] if model is not None else []
     model = None  # no frame may hold the first IR: the round that changes the proto frees it (peak memory)
-    try:
+    with paused():  # as in netlint.engine.lint_file: the IRs hold no garbage, and each collection rescans all of them
         return _fix_model(proto, path, base, settings, unsafe, box, to_fp16, keep_original)
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _fix_model(

@@ -3,7 +3,6 @@ missing external file makes only the constants stored in it unavailable (topolog
 
 from __future__ import annotations
 
-import gc
 import math
 import mmap
 import os
@@ -16,6 +15,7 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, TensorProto, helper, numpy_helper
 
+from netlint.collector import paused
 from netlint.errors import ModelLoadError
 from netlint.io.structure import GraphFacts, check_structure
 from netlint.ir import NCHW, ConstData, Graph, Model, Node, Value
@@ -65,9 +65,7 @@ def model_from_proto(proto: onnx.ModelProto, path: str, base: Path) -> Model:
     # The conversion allocates a few objects per node and frees none: the cyclic GC would rescan the growing heap
     # again and again (a third of the load time of a 100k-node graph), and there is no garbage for it to find. The
     # structure checks run before it resumes: its first collection would otherwise rescan the whole new IR.
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
+    with paused():
         notes: list[str] = []
         if not proto.graph.value_info and _has_intermediates(proto.graph):  # no shapes at all: infer them first
             proto = _inferred(proto, notes)
@@ -89,9 +87,6 @@ def model_from_proto(proto: onnx.ModelProto, path: str, base: Path) -> Model:
         )
         model = Model(path, "onnx", graph, metadata, notes)
         check_structure(model, facts=facts)
-    finally:
-        if collecting:
-            gc.enable()
     return model
 
 
