@@ -19,6 +19,9 @@ modules from source) and with CI set (no progress line).
     python benchmarks/bench_many.py --pool            # also: start methods (fork, forkserver, spawn) and pool threshold
 
 On a loaded machine the ratios are not trustworthy (both runs of a pair compete with other processes for the cores);
+each comparison also prints the median CPU time (user + sys, workers included) of each command, which load changes
+less: compare it before and after a change when the machine is busy (a pool spends more CPU than one process, by
+design: its gain is in wall time);
 `--pool` also prints the CPU time of each phase in one process (set-up, preload, the parent's share of the pool, the
 workers' total), which load changes far less: a pool's wall time on an idle machine is about set-up + preload + the
 workers' total / 2 + rendering.
@@ -79,14 +82,30 @@ def check(folder: Path, *extra: str) -> list[str]:
     return [PY, "-m", "netlint", "check", "-q", "-o", os.devnull, *extra, str(folder)]  # the default text report
 
 
+CPU: dict[str, list[float]] = {}  # name -> CPU seconds (user + sys) of each timed run, its workers included
+
+
+def children_cpu() -> float:
+    """CPU time of the finished children of this process and of what they waited for (a -j 2 run's workers)."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return 0.0
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def paired(runs: dict[str, object], rounds: int) -> dict[str, list[float]]:
-    """Each command once per round, in turn (A B C A B C ...), after one warm-up round."""
+    """Each command once per round, in turn (A B C A B C ...), after one warm-up round; the CPU time of each run
+    goes to CPU (less sensitive to other load than wall time: a number to compare before/after on a busy machine)."""
     times: dict[str, list[float]] = {name: [] for name in runs}
     for round_ in range(rounds + 1):  # round 0 is the warm-up
         for name, run in runs.items():
+            cpu = children_cpu()
             elapsed = run()  # type: ignore[operator]
             if round_:
                 times[name].append(elapsed)
+                CPU.setdefault(name, []).append(children_cpu() - cpu)
     return times
 
 
@@ -99,6 +118,9 @@ def report(title: str, times: dict[str, list[float]], target: float) -> None:
         print(f"    control {name}: {statistics.median(values):.2f} s, ratio {statistics.median(values) / ma:.3f}")
     for name, values in times.items():
         print(f"    {name}: {', '.join(f'{t:.2f}' for t in values)}")
+    if all(CPU.get(name) for name in times):
+        cpu = ", ".join(f"{name} {statistics.median(CPU[name]):.2f} s" for name in times)
+        print(f"    CPU (user + sys, workers included; medians): {cpu}")
 
 
 def halves(folder: Path, cwd: Path) -> float:

@@ -46,7 +46,7 @@ from netlint.rule import Finding, FixRef, Impact, Skip
 if typing.TYPE_CHECKING:
     from netlint.config import Settings
 
-CACHE_FORMAT = 1  # bump when the entry layout changes
+CACHE_FORMAT = 2  # bump when the entry layout changes (2: dataclasses as lists of their fields)
 DEFAULT_DIR = ".netlint_cache"
 CACHEDIR_TAG = (
     "Signature: 8a477f597d28d172789f06886806bc55\n"
@@ -75,16 +75,32 @@ def cache_key(
         content, locations = (digests or FileDigests()).digest(path)
     except (OSError, ValueError):
         return None
-    digest = hashlib.sha256()
+    digest = _key_prefix(settings, stamp).copy()
+    for part in (content, json.dumps([_external_stamp(path.parent, location) for location in locations])):
+        digest.update(part.encode("utf-8", "surrogateescape") + b"\0")
+    return digest.hexdigest()
+
+
+_PREFIXES: dict[str, Any] = {}  # settings stamp -> the key's hash state after the parts that depend only on it
+
+
+def _key_prefix(settings: Settings, stamp: str | None) -> Any:
+    """The hash of the key's first parts (format and version, the code, the settings), made once per settings stamp
+    (the stamp holds the rule codes, and so decides the rule modules whose code is stamped)."""
+    if stamp is not None and (prefix := _PREFIXES.get(stamp)) is not None:
+        return prefix
+    prefix = hashlib.sha256()
     for part in (
         f"netlint-cache {CACHE_FORMAT} {__version__}",
         _code_stamp(tuple(f"{rule.__module__}.{rule.__qualname__}" for rule in settings.rules)),
         stamp if stamp is not None else settings_stamp(settings),
-        content,
-        json.dumps([_external_stamp(path.parent, location) for location in locations]),
     ):
-        digest.update(part.encode("utf-8", "surrogateescape") + b"\0")
-    return digest.hexdigest()
+        prefix.update(part.encode("utf-8", "surrogateescape") + b"\0")
+    if stamp is not None:
+        if len(_PREFIXES) >= 64:
+            _PREFIXES.clear()
+        _PREFIXES[stamp] = prefix
+    return prefix
 
 
 def _hash_file(handle: Any, size: int, onnx: bool) -> tuple[str, list[str]]:
@@ -119,18 +135,14 @@ class FileDigests:
 
     def digest(self, path: Path) -> tuple[str, list[str]]:
         """`path`'s SHA-256 and external data locations, from the memo when its stat is unchanged."""
+        name = os.path.abspath(path)
+        known = self.known.get(name)
+        if known is not None and _recorded(known, os.stat(path)) and os.access(path, os.R_OK):
+            return known[5], known[6]  # a stat, not an open and a read: most files are known (still readable)
         with path.open("rb") as handle:
             info = os.fstat(handle.fileno())
             stat = [info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino, info.st_dev]
-            name = os.path.abspath(path)
-            known = self.known.get(name)
-            if (
-                type(known) is list
-                and len(known) == 7
-                and known[:5] == stat
-                and type(known[5]) is str
-                and type(known[6]) is list
-            ):
+            if known is not None and _recorded(known, info):
                 return known[5], known[6]
             content, locations = _hash_file(handle, info.st_size, path.suffix.lower() != ".tflite")
         if self.file is not None and max(info.st_mtime_ns, info.st_ctime_ns) < time.time_ns() - RACY_SECONDS * 1e9:
@@ -157,6 +169,17 @@ class FileDigests:
 
 
 MAX_DIGESTS = 100_000  # the memo keeps the files hashed most recently
+
+
+def _recorded(known: Any, info: os.stat_result) -> bool:
+    """Whether a memo entry is well-formed and records the file with stat `info`."""
+    return (
+        type(known) is list
+        and len(known) == 7
+        and known[:5] == [info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino, info.st_dev]
+        and type(known[5]) is str
+        and type(known[6]) is list
+    )
 
 
 def settings_stamp(settings: Settings) -> str:
@@ -242,9 +265,10 @@ def _code_stamp(rule_modules: tuple[str, ...]) -> str:
 
 
 # --- serializing reports ---------------------------------------------------------------------------------------------
-def report_to_json(report: ModelReport) -> dict[str, Any]:
-    """The report as JSON values: every dataclass by its fields (generic, like dataclasses.asdict without its deep
-    copies), tuples tagged, numpy scalars as their exact Python value."""
+def report_to_json(report: ModelReport) -> list[Any]:
+    """The report as JSON values: every dataclass as the list of its fields in __init__'s order (generic, like
+    dataclasses.astuple without its deep copies; no field names to store and parse again), tuples tagged, numpy
+    scalars as their exact Python value."""
     return _encode(report)
 
 
@@ -258,8 +282,8 @@ def report_from_json(value: Any) -> ModelReport:
 def _encode(value: Any) -> Any:
     if value is None or type(value) in (str, int, float, bool):
         return value
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {name: _encode(getattr(value, name)) for name in _field_names(type(value))}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):  # its fields in order: no names to parse
+        return [_encode(getattr(value, name)) for name in _field_names(type(value))]
     if isinstance(value, dict):
         if not all(isinstance(key, str) for key in value):
             raise TypeError("only string keys survive JSON")
@@ -277,7 +301,8 @@ def _encode(value: Any) -> Any:
 
 @cache
 def _field_names(cls: type) -> tuple[str, ...]:
-    return tuple(f.name for f in dataclasses.fields(cls))
+    """The fields __init__ takes, in its order (a field it does not take would not come back: put refuses it)."""
+    return tuple(f.name for f in dataclasses.fields(cls) if f.init)
 
 
 def _decode(value: Any) -> Any:
@@ -409,45 +434,63 @@ def _any_of(kind: type) -> Callable[[Any], Any]:
 def _dataclass_converter(cls: type) -> Callable[[Any], Any]:
     """A builder for `cls`; its plan (how to check each field) is made on first use (a dataclass may refer to
     itself). A cached run rebuilds thousands of findings: scalar fields, empty tables and nulls are checked inline,
-    only the other fields cost a call."""
-    names = frozenset(f.name for f in dataclasses.fields(cls) if f.init)
+    only the other fields cost a call. The value is a list of the fields in __init__'s order (_encode), rebuilt in
+    place (it is json.loads' fresh output, used once) and passed positionally (half the cost of keywords)."""
     plan: list[tuple[str, int, Any]] = []
+    keyword_only: list[tuple[int, str]] = []  # (position in the list, name) of the fields __init__ takes by keyword
 
     def build(value: Any) -> Any:
-        if type(value) is not dict:
-            raise TypeError(f"{cls.__name__}: expected an object")
-        if value.keys() != names:
-            raise KeyError(f"{cls.__name__}: fields {sorted(set(value) ^ names)} differ")
         if not plan:
             plan.extend(_plan(cls))
-        for name, kind, arg in plan:  # in place: the object is json.loads' fresh output, used once
-            item = value[name]
+            fields = {field.name: field for field in dataclasses.fields(cls)}
+            keyword_only.extend((i, name) for i, (name, _, _) in enumerate(plan) if fields[name].kw_only is True)
+        if type(value) is not list or len(value) != len(plan):
+            raise TypeError(f"{cls.__name__}: expected a list of its {len(plan)} fields")
+        for index, (name, kind, arg) in enumerate(plan):
+            item = value[index]
             if kind == _EXACT:
                 if type(item) is not arg:
-                    raise TypeError(f"{cls.__name__}.{name}: expected {arg.__name__}, got {type(item).__name__}")
+                    _refuse(cls, name, kind, arg, item)
             elif item is None:
                 if kind >= _NOT_NULL:
-                    raise TypeError(f"{cls.__name__}.{name}: null where a value is required")
+                    _refuse(cls, name, kind, arg, item)
             elif kind == _EXACT_OR_NULL:
                 if type(item) is not arg:
-                    raise TypeError(f"{cls.__name__}.{name}: expected {arg.__name__}, got {type(item).__name__}")
+                    _refuse(cls, name, kind, arg, item)
             elif kind in (_NUMBER, _NUMBER_OR_NULL):
                 if type(item) is not int and type(item) is not float:  # as stored: an int where a float is declared
-                    raise TypeError(f"{cls.__name__}.{name}: expected a number, got {type(item).__name__}")
+                    _refuse(cls, name, kind, arg, item)
             elif kind == _ONE_OF:
                 if item not in arg:
-                    raise ValueError(f"{cls.__name__}.{name}: {item!r} is not one of {arg}")
+                    _refuse(cls, name, kind, arg, item)
             elif kind == _EMPTY_OR:
-                container, convert = arg
                 if item:  # empty tables (most Finding.data) need nothing
-                    value[name] = convert(item)
-                elif type(item) is not container:
-                    raise TypeError(f"{cls.__name__}.{name}: expected {container.__name__}, got {type(item).__name__}")
+                    value[index] = arg[1](item)
+                elif type(item) is not arg[0]:
+                    _refuse(cls, name, kind, arg, item)
             else:  # _CONVERT, _CONVERT_OR_NULL
-                value[name] = arg(item)
-        return cls(**value)
+                value[index] = arg(item)
+        if not keyword_only:
+            return cls(*value)
+        by_keyword = dict(keyword_only)
+        named = {name: value[index] for index, name in by_keyword.items()}
+        return cls(*[item for index, item in enumerate(value) if index not in by_keyword], **named)
 
     return build
+
+
+def _refuse(cls: type, name: str, kind: int, arg: Any, item: Any) -> typing.NoReturn:
+    """Raise the error for a field of `cls` that failed its check (_dataclass_converter)."""
+    where = f"{cls.__name__}.{name}"
+    if kind in (_EXACT, _EXACT_OR_NULL):
+        raise TypeError(f"{where}: expected {arg.__name__}, got {type(item).__name__}")
+    if item is None:
+        raise TypeError(f"{where}: null where a value is required")
+    if kind in (_NUMBER, _NUMBER_OR_NULL):
+        raise TypeError(f"{where}: expected a number, got {type(item).__name__}")
+    if kind == _ONE_OF:
+        raise ValueError(f"{where}: {item!r} is not one of {arg}")
+    raise TypeError(f"{where}: expected {arg[0].__name__}, got {type(item).__name__}")
 
 
 # How a field is checked (_plan); kinds from _NOT_NULL on refuse null.
@@ -519,7 +562,8 @@ class Cache:
     def get(self, key: str, path: str) -> ModelReport | None:
         """The cached report for `key`, given `path`; None for a miss or an unusable entry."""
         try:
-            document = json.loads(self._entry(key).read_bytes())
+            with open(os.path.join(self.folder, f"v{CACHE_FORMAT}", key[:2], f"{key}.json"), "rb") as handle:
+                document = json.loads(handle.read())  # not pathlib: 3 joins and a read_bytes per hit add up
             if document.get("format") != CACHE_FORMAT or document.get("key") != key:
                 return None
             if document.get("netlint_version") != __version__:

@@ -418,7 +418,9 @@ def _check(args: argparse.Namespace) -> int:
     _check_gates_usable(args, [settings.target for settings in settings_cache.values()])
     cache = None if args.no_cache else Cache(_cache_dir(args, fixed_config))
     jobs = args.jobs or default_jobs()
-    reports: list[ModelReport] = lint_many(work, jobs=jobs, cache=cache, progress=show if progress else None)
+    reports: list[ModelReport] = lint_many(
+        work, jobs=jobs, cache=cache, progress=show if progress else None, linger=True
+    )  # linger: the workers exit while this process renders
     if progress:
         print("\r\x1b[2K", end="", file=sys.stderr, flush=True)
     if cache is not None and cache.warning:
@@ -572,9 +574,14 @@ def _write_baseline(path: Path, reports: list) -> int:
 
 
 def write_atomically(path: Path, text: str) -> None:
-    """Write to a temporary file in the same folder, then rename: readers never see a partial report."""
+    """Write to a temporary file in the same folder, then rename: readers never see a partial report. A path that is
+    not a regular file (-o /dev/null, a FIFO) is written in place: renaming over it would replace the device."""
     temporary: Path | None = None
     try:
+        if os.path.exists(path) and not os.path.isfile(path):
+            with open(path, "w", encoding="utf-8") as out:
+                out.write(text)
+            return
         with tempfile.NamedTemporaryFile(
             "w", encoding="utf-8", dir=path.parent or Path("."), prefix=f".{path.name}.", suffix=".tmp", delete=False
         ) as handle:

@@ -75,7 +75,9 @@ def static_values(graph: Graph) -> frozenset[str]:
     known = _STATIC.get(graph)
     if known is not None:
         return known
-    const = _sizes(graph).const
+    from netlint.cost.sizes import const_names  # not at the top: `netlint rules` does not need the cost model
+
+    const = const_names(graph)  # the size index's, or (once the cost model has released it) without sizing
     static: set[str] = set()
     for node in graph.nodes:
         op = node.op
@@ -219,15 +221,31 @@ def _own_sized(node: Node, values: dict[str, Value], nbytes: dict[str, int], num
 Tally = tuple[list[tuple[int, Node]], int, int, list[Node]]  # movers (bytes, node), moved, total, unsized nodes
 
 
-def _tally(graph: Graph, static: frozenset[str], sizer: _Sizer, check_own_sizes: bool) -> Tally | None:
+def _tally(
+    graph: Graph, static: frozenset[str], sizer: _Sizer, check_own_sizes: bool, limit: float | None = None
+) -> Tally | None:
     """The bytes every node moves, and the movers' share. With `check_own_sizes` (`sizer` taking each value's own
-    size), None as soon as a node breaks `_own_sized`: one pass checks and counts on graphs where sizes are static."""
+    size), None as soon as a node breaks `_own_sized`: one pass checks and counts on graphs where sizes are static.
+
+    With `check_own_sizes` and a `limit`, the movers are sized first and the other nodes only until the movers' share
+    is known to be at most `limit` (the total only grows): the total returned is then partial, and the share still at
+    most `limit`. On most models that is after a few nodes; every node is still checked."""
     index = _sizes(graph)
     values, nbytes, numel = graph.values, index.nbytes, index.numel
     sized = nbytes.__contains__
     movers: list[tuple[int, Node]] = []
     total = moved = 0
     unsized: list[Node] = []
+    precounted = check_own_sizes and limit is not None
+    if precounted:
+        for node in graph.nodes:
+            if node.op in DATA_MOVERS and _counted(node, static):
+                size = node_traffic(graph, node, sizer, static)
+                if size is None:  # a name without its own size: the node breaks `_own_sized`
+                    return None
+                moved += size
+                movers.append((size, node))
+    settled = False  # the movers' share is within the limit, and more nodes only lower it: only checks from here
     for node in graph.nodes:
         if check_own_sizes:  # _own_sized, with its common case (every name sized) inline
             inputs, outputs = node.inputs, node.outputs
@@ -240,8 +258,8 @@ def _tally(graph: Graph, static: frozenset[str], sizer: _Sizer, check_own_sizes:
                     node.op not in PASS_THROUGH_OPS and values[source].dtype != values[result].dtype
                 ):
                     return None
-        if node.op == "Constant":
-            continue  # folded before the model runs
+        if settled or node.op == "Constant":
+            continue  # a Constant is folded before the model runs
         for out in node.outputs:
             if out and out not in static:
                 break
@@ -252,10 +270,17 @@ def _tally(graph: Graph, static: frozenset[str], sizer: _Sizer, check_own_sizes:
             unsized.append(node)
             continue
         total += size
-        if node.op in DATA_MOVERS:
+        if precounted:
+            settled = total > 0 and moved / total <= limit  # type: ignore[operator]
+        elif node.op in DATA_MOVERS:
             moved += size
             movers.append((size, node))
     return movers, moved, total, unsized
+
+
+def _counted(node: Node, static: frozenset[str]) -> bool:
+    """Whether `_tally` counts the node's traffic: not a Constant, and some output is not shape arithmetic."""
+    return node.op != "Constant" and any(out and out not in static for out in node.outputs)
 
 
 @cache
@@ -390,15 +415,16 @@ class DataMoverHeavy(Rule):
             if rates_for(ctx.target) is not None:
                 yield from self._scan_time(graph, ctx)
                 return
+        _sizes(graph)  # first: static_values then reads the constants from it instead of finding them again
         static = static_values(graph)
-        tally = _tally(graph, static, _Sizer(graph, own_sizes=True), check_own_sizes=True)
+        limit = float(ctx.option(self, "max-share"))
+        tally = _tally(graph, static, _Sizer(graph, own_sizes=True), check_own_sizes=True, limit=limit)
         if tally is None:  # some value has no static size of its own: the union-find sizes what it can
             tally = _tally(graph, static, _Sizer(graph, own_sizes=False), check_own_sizes=False)
         assert tally is not None
         movers, moved, total, unsized = tally
         for node in unsized:
             ctx.skip(self, node, "tensor shapes unknown statically: its bytes are left out of the data-mover share")
-        limit = float(ctx.option(self, "max-share"))
         if total == 0 or moved / total <= limit:
             return
         yield self._finding(graph, ctx, movers, moved, total, unsized, limit)

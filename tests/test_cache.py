@@ -96,30 +96,48 @@ def test_a_report_without_optional_parts_round_trips():
     assert report_from_json(json.loads(json.dumps(report_to_json(report)))) == report
 
 
-@pytest.mark.parametrize(
-    "document",
-    [
-        {"path": "m.onnx"},  # fields missing
-        {**report_to_json(full_report()), "extra": 1},  # a field nobody knows
-        {**report_to_json(full_report()), "findings": [{"code": "FU004"}]},
-        {**report_to_json(full_report()), "findings": "no"},
-    ],
-)
-def test_a_malformed_document_is_refused(document):
-    with pytest.raises((TypeError, KeyError, ValueError)):
-        report_from_json(document)
+def _set(row, cls, fields):
+    """Set fields by name in `row`, the JSON of a `cls` (a list of its fields, in order)."""
+    names = [field.name for field in dataclasses.fields(cls)]
+    for name, value in fields.items():
+        row[names.index(name)] = value
+    return row
+
+
+def _report_with(**fields):
+    return _set(report_to_json(full_report()), ModelReport, fields)
 
 
 def _finding_with(**fields):
     document = report_to_json(full_report())
-    document["findings"][0].update(fields)
+    _set(_field(document, ModelReport, "findings")[0], Finding, fields)
     return document
 
 
 def _cost_with(**fields):
     document = report_to_json(full_report())
-    document["cost"].update(fields)
+    _set(_field(document, ModelReport, "cost"), CostSummary, fields)
     return document
+
+
+def _field(row, cls, name):
+    return row[[field.name for field in dataclasses.fields(cls)].index(name)]
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        {"path": "m.onnx"},  # an object: a dataclass is stored as the list of its fields
+        ["m.onnx"],  # fields missing
+        [*report_to_json(full_report()), 1],  # a field nobody knows
+        _report_with(findings=[["FU004"]]),
+        _report_with(findings=[{"code": "FU004"}]),
+        _report_with(findings="no"),
+    ],
+)
+def test_a_malformed_document_is_refused(document):
+    with pytest.raises((TypeError, KeyError, ValueError)):
+        report_from_json(document)
 
 
 @pytest.mark.parametrize(
@@ -131,7 +149,8 @@ def _cost_with(**fields):
         _finding_with(nodes=["a", 1]),  # a list of strings
         _finding_with(nodes=None),
         _finding_with(data=[]),  # an object
-        _finding_with(fix={"name": "x"}),  # a dataclass (or null) missing a field
+        _finding_with(fix=["x"]),  # a dataclass (or null) missing a field
+        _finding_with(fix={"name": "x", "applicability": "safe"}),  # an object, not the list of its fields
         _finding_with(impact={"__tuple__": []}),
         _cost_with(macs="many"),  # a number
         _cost_with(macs=True),  # a bool is not a number
@@ -147,7 +166,7 @@ def test_every_kind_of_field_is_checked(document):
 
 def test_a_null_where_the_annotation_allows_it_is_kept():
     document = _cost_with(latency_ms=None)
-    document["findings"][0].update(help=None, fix=None, impact=None)
+    _set(_field(document, ModelReport, "findings")[0], Finding, {"help": None, "fix": None, "impact": None})
     report = report_from_json(document)
     assert report.cost.latency_ms is None
     assert (report.findings[0].help, report.findings[0].fix, report.findings[0].impact) == (None, None, None)
@@ -395,6 +414,21 @@ def test_the_cache_stores_its_digest_memo_with_its_entries(tmp_path, data_dir, l
     cache = Cache(tmp_path / "cache")
     cache_key(path, _settings(), digests=cache.digests)
     cache.save_digests()
-    memo = json.loads((tmp_path / "cache" / "v1" / "digests.json").read_text())
+    memo = json.loads((tmp_path / "cache" / f"v{netlint.cache.CACHE_FORMAT}" / "digests.json").read_text())
     assert list(memo["files"]) == [os.path.abspath(path)]
     assert (tmp_path / "cache" / "CACHEDIR.TAG").is_file()
+
+
+def test_a_keyword_only_field_is_rebuilt_by_name():
+    """Builders pass fields positionally (cheaper), except the ones __init__ takes only by keyword."""
+
+    @dataclasses.dataclass
+    class Mixed:
+        first: int
+        named: str = dataclasses.field(default="x", kw_only=True)
+        last: float = 1.0
+
+    assert netlint.cache._build(Mixed, [1, "y", 2.5]) == Mixed(1, 2.5, named="y")
+    assert netlint.cache._encode(Mixed(1, 2.5, named="y")) == [1, "y", 2.5]
+    with pytest.raises(TypeError):
+        netlint.cache._build(Mixed, [1, 2, 2.5])

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from netlint.cost.layout import Borders, Facts
 from netlint.cost.model import ModelCost, cost_model
 from netlint.engine import CostSummary
 from netlint.ir import ConstantUnavailable, Graph, Node
@@ -95,7 +96,7 @@ def price_findings(graph: Graph, findings: Iterable[Finding], target: Target, co
             priced = price_advice(graph, finding, target, cost, memo)
             saving, basis = (priced.saving_us, priced.basis) if priced is not None else (None, None)
         else:
-            saving = _saving_us(graph, finding, target, memo)
+            saving = _saving_us(graph, finding, target, memo, cost.layout_facts)
             if saving is not None and finding.fix is not None and finding.fix.name in TARGET_SIMULATIONS:
                 basis = TARGET_SIMULATIONS[finding.fix.name](target)[1]
         if saving is not None:
@@ -116,9 +117,15 @@ def _advised(finding: Finding) -> bool:
     return finding.fix is None or finding.code in ADVISED_FIXES
 
 
-def _saving_us(graph: Graph, finding: Finding, target: Target, memo: dict[Any, float | None]) -> float | None:
+def _saving_us(
+    graph: Graph, finding: Finding, target: Target, memo: dict[Any, float | None], facts: Facts | None = None
+) -> float | None:
+    """The finding's saving in microseconds, or None when it is not modelled. `facts`: the whole model's NCHWc layout
+    (ModelCost.layout_facts), so the neighbourhood's borders keep the layout they have in the model."""
     if finding.code == UNSUPPORTED_OP_RULE:
-        return _saving_on_the_accelerator(graph, finding, target, memo) if "unsupported_op" in finding.data else None
+        if "unsupported_op" not in finding.data:
+            return None
+        return _saving_on_the_accelerator(graph, finding, target, memo, facts)
     fix = finding.fix.name if finding.fix is not None else None
     simulate = SIMULATIONS.get(fix or "")
     if fix in TARGET_SIMULATIONS:
@@ -134,7 +141,8 @@ def _saving_us(graph: Graph, finding: Finding, target: Target, memo: dict[Any, f
     around = _neighbourhood(graph, found)
     outside = _read_outside(graph, around)
     kinds = _kinds_of(graph, memo)
-    before = _signature(around, outside, {}, kinds)
+    borders, codes = _borders(graph, around, outside, facts)
+    before = _signature(around, outside, {}, kinds, codes)
     shortcut = _structural_key(graph, fix, before, around, found, kinds)
     if shortcut is not None and shortcut in memo:
         return memo[shortcut]
@@ -145,9 +153,9 @@ def _saving_us(graph: Graph, finding: Finding, target: Target, memo: dict[Any, f
     if edited is None:
         return None
     after, new_values = edited
-    key = (fix, before, _signature(after, outside, new_values, kinds))
+    key = (fix, before, _signature(after, outside, new_values, kinds, codes))
     if key not in memo:
-        memo[key] = _cost_delta(graph, around, after, outside, new_values, target)
+        memo[key] = _cost_delta(graph, around, after, outside, new_values, target, borders)
     if shortcut is not None:
         memo[shortcut] = memo[key]
     return memo[key]
@@ -216,7 +224,7 @@ def _where(nodes: list[Node], name: str) -> tuple[int, int] | None:
 
 
 def _saving_on_the_accelerator(
-    graph: Graph, finding: Finding, target: Target, memo: dict[Any, float | None]
+    graph: Graph, finding: Finding, target: Target, memo: dict[Any, float | None], facts: Facts | None = None
 ) -> float | None:
     """HW001's advised change, replacing the op by one the accelerator runs, priced as the same op running there:
     its CPU fallback cost and the transfers at the partition borders around it go away."""
@@ -226,11 +234,13 @@ def _saving_on_the_accelerator(
         return None
     around = _neighbourhood(graph, [node])
     outside = _read_outside(graph, around)
-    key = (UNSUPPORTED_OP_RULE, node.op, _signature(around, outside, {}, _kinds_of(graph, memo)))
+    borders, codes = _borders(graph, around, outside, facts)
+    key = (UNSUPPORTED_OP_RULE, node.op, _signature(around, outside, {}, _kinds_of(graph, memo), codes))
     if key not in memo:
         runs_it = replace(target, data={**target.data, "ops": {**ops, "supported": [*ops["supported"], node.op]}})
         small = _small_graph(graph, around, outside, {})
-        old, new = cost_model(small, target).latency_us, cost_model(small, runs_it).latency_us
+        old = cost_model(small, target, borders=borders).latency_us
+        new = cost_model(small, runs_it, borders=borders).latency_us
         memo[key] = None if old is None or new is None else old - new
     return memo[key]
 
@@ -277,11 +287,67 @@ def _positions(graph: Graph) -> dict[str, int]:
 
 
 def _cost_delta(
-    graph: Graph, before: list[Node], after: list[Node], outside: set[str], new_values: dict[str, Value], target: Target
+    graph: Graph,
+    before: list[Node],
+    after: list[Node],
+    outside: set[str],
+    new_values: dict[str, Value],
+    target: Target,
+    borders: Borders | None = None,
 ) -> float | None:
-    old = cost_model(_small_graph(graph, before, outside, {}), target).latency_us
-    new = cost_model(_small_graph(graph, after, outside, new_values), target).latency_us
+    old = cost_model(_small_graph(graph, before, outside, {}), target, borders=borders).latency_us
+    new = cost_model(_small_graph(graph, after, outside, new_values), target, borders=borders).latency_us
     return None if old is None or new is None else old - new
+
+
+# Border codes (`_borders`), one bit each: arrives blocked, its conversion is needed outside anyway, read blocked
+# outside, read NCHW outside.
+ARRIVES_BLOCKED, CONVERTED, READ_BLOCKED, READ_NCHW = 1, 2, 4, 8
+
+
+def _borders(
+    graph: Graph, around: list[Node], outside: set[str], facts: Facts | None
+) -> tuple[Borders | None, dict[str, int]]:
+    """The NCHWc layout the whole model gives the neighbourhood's inputs and outputs (None without NCHWc), and the
+    same facts as a code per tensor name (the ARRIVES_BLOCKED, ... bits; tensors with none are left out) for the
+    pricing memo's keys: equal neighbourhoods with different borders cost differently."""
+    if facts is None:
+        return None, {}
+    kept = {node.id for node in around}
+    produced = {out for node in around for out in node.outputs if out}
+    consumers = graph.consumer_index()
+    blocked_inputs: dict[str, int] = {}
+    codes: dict[str, int] = {}
+    seen: set[str] = set()
+    for node in around:
+        for name in node.inputs:
+            if not name or name in produced or name in seen or graph.is_const(name):
+                continue
+            seen.add(name)
+            channels = facts.blocked.get(name)
+            readers = [reader.id for reader in consumers.get(name, ()) if reader.id not in kept]
+            code = 0
+            if channels is not None:
+                blocked_inputs[name] = channels
+                code = ARRIVES_BLOCKED | (CONVERTED if any(r in facts.nchw_readers for r in readers) else 0)
+            elif any(r in facts.blocked_readers for r in readers):
+                code = CONVERTED
+            if code:
+                codes[name] = code
+    for name in outside:
+        readers = [reader.id for reader in consumers.get(name, ()) if reader.id not in kept]
+        code = READ_BLOCKED if any(r in facts.blocked_readers for r in readers) else 0
+        if graph.is_graph_output(name) or any(r in facts.nchw_readers for r in readers):
+            code |= READ_NCHW
+        if code:
+            codes[name] = code
+    borders = Borders(
+        blocked_inputs,
+        frozenset(name for name, code in codes.items() if code & CONVERTED),
+        frozenset(name for name, code in codes.items() if code & READ_BLOCKED),
+        frozenset(name for name, code in codes.items() if code & READ_NCHW),
+    )
+    return borders, codes
 
 
 def _small_graph(graph: Graph, nodes: list[Node], outside: set[str], new_values: dict[str, Value]) -> Graph:
@@ -314,10 +380,17 @@ def _const_loader(graph: Graph, name: str) -> Callable[[], np.ndarray]:
     return load
 
 
-def _signature(nodes: list[Node], outside: set[str], new_values: dict[str, Value], kinds: _Kinds) -> tuple:
+def _signature(
+    nodes: list[Node],
+    outside: set[str],
+    new_values: dict[str, Value],
+    kinds: _Kinds,
+    codes: dict[str, int] | None = None,
+) -> tuple:
     """What the cost of `nodes` depends on, without names: ops, attributes, wiring, shapes and dtypes. Each node
     stands as the number of its description (`_Kinds`), and the wiring as one number per tensor in order: -1 for an
-    omitted one, else twice its number in order of first use, plus 1 when a node outside reads it."""
+    omitted one, else twice its number in order of first use, plus 1 when a node outside reads it. `codes`: the
+    border layout codes of `_borders` (tensor name -> bits), which the key holds by the tensors' numbers."""
     local: dict[str, int] = {}
     number = local.setdefault
     known_kind = kinds.nodes.get
@@ -333,6 +406,9 @@ def _signature(nodes: list[Node], outside: set[str], new_values: dict[str, Value
         for names in (node.inputs, node.outputs):
             for name in names:
                 add(2 * number(name, len(local)) + (name in outside) if name else -1)
+    if codes:
+        border = tuple(sorted((local[name], code) for name, code in codes.items() if name in local))
+        return tuple(numbers), tuple(wiring), border
     return tuple(numbers), tuple(wiring)
 
 
@@ -489,6 +565,27 @@ def _fold(ops: frozenset[str], skip_first: bool = False) -> Callable[[Graph, lis
         return (_remove(nodes, gone), {}) if gone else None
 
     return simulate
+
+
+def _fold_preactivation(graph: Graph, nodes: list[Node], ids: list[str]) -> Edited:
+    """The finding's per-channel affine chain before the activation (BN / Mul / Div / Add / Sub) becomes one Add of
+    a per-channel constant (t/s; its scale moves into the conv's weights), as fold-preactivation-batchnorm writes."""
+    chain = [node for node in _finding_nodes(nodes, ids, BN_OPS | AFFINE_OPS) if node.outputs]
+    if not chain:
+        return None
+    source = next((name for name in chain[0].inputs if name and not graph.is_const(name)), None)
+    out = graph.value(chain[-1].outputs[0])
+    if source is None or out is None or out.shape is None or len(out.shape) < 2:
+        return None
+    shape = (1, out.shape[1], *([1] * (len(out.shape) - 2)))
+    if not all(isinstance(dim, int) for dim in shape):
+        return None
+    shift = f"{chain[-1].outputs[0]}/shift"
+    dtype = out.dtype or "float32"
+    new_values = {shift: Value(shift, dtype, shape, data=ConstData(lambda: np.zeros(shape, dtype=np.float32)))}
+    add = _with(chain[-1], op="Add", inputs=[source, shift], attrs={}, fused_activation=None)
+    gone = {node.id for node in chain[:-1]}
+    return [add if node.id == add.id else node for node in nodes if node.id not in gone], new_values
 
 
 def _cancel_transposes(graph: Graph, nodes: list[Node], ids: list[str]) -> Edited:
@@ -695,7 +792,7 @@ def _enable_conv_sum(graph: Graph, nodes: list[Node], ids: list[str]) -> Edited:
 
 SIMULATIONS: dict[str, Callable[[Graph, list[Node], list[str]], Edited]] = {
     "fold-batchnorm": _fold(BN_OPS),
-    "fold-preactivation-batchnorm": _fold(BN_OPS),
+    "fold-preactivation-batchnorm": _fold_preactivation,
     "fold-affine": _fold(AFFINE_OPS, skip_first=True),
     "cancel-transposes": _cancel_transposes,
     "merge-reshapes": _merge_reshapes,

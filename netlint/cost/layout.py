@@ -26,10 +26,12 @@ What stays blocked, as the transformer decides it (one walk in graph order, as O
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from netlint.cost.ops import MOVER, CostContext, OpCost, UnknownCost
 from netlint.ir import Graph, Node
+from netlint.ir.graph import NCHW
 
 if TYPE_CHECKING:
     from netlint.cost.rates import Rates
@@ -43,23 +45,62 @@ GLOBAL_POOLS = frozenset({"GlobalMaxPool", "GlobalAveragePool"})
 TO_NHWC = (0, 2, 3, 1)
 
 
+@dataclass(frozen=True, slots=True)
+class Borders:
+    """The layout at the borders of a graph cut out of a bigger model, as the whole model has it (netlint.cost.impact
+    prices a finding on a copy of its neighbourhood, whose inputs and outputs are tensors inside the real model, not
+    its graph inputs and outputs). Without it every graph input arrives NCHW and every graph output leaves NCHW.
+
+    - `blocked_inputs`: graph input -> its logical channels, for the inputs that arrive blocked (no ReorderInput).
+    - `converted`: graph inputs whose conversion a reader outside needs anyway (the ReorderOutput of a blocked input,
+      the ReorderInput of an NCHW one): the whole model has that kernel whatever the cut-out part does, so it is free.
+    - `read_blocked`: graph outputs a reader outside reads blocked: no ReorderOutput for it; if the graph writes it
+      NCHW, that reader needs a ReorderInput, which is priced.
+    - `read_nchw`: graph outputs a reader outside reads NCHW (or that are the model's outputs): a ReorderOutput when
+      the graph writes them blocked. An output in neither set (its readers do not run) needs nothing."""
+
+    blocked_inputs: Mapping[str, int] = field(default_factory=dict)
+    converted: frozenset[str] = frozenset()
+    read_blocked: frozenset[str] = frozenset()
+    read_nchw: frozenset[str] = frozenset()
+
+
+@dataclass(slots=True)
+class Facts:
+    """What one walk found, for cutting borders out of it (`ModelCost.layout`): every tensor held blocked (under each
+    name it has: a node that runs in no kernel of its own passes its input's tensor on) -> its logical channels, and
+    the ids of the nodes reading their data inputs blocked / NCHW (nodes that do not run, and the NHWC Transpose that
+    is a ReorderOutput itself, are in neither)."""
+
+    blocked: dict[str, int] = field(default_factory=dict)
+    blocked_readers: set[str] = field(default_factory=set)
+    nchw_readers: set[str] = field(default_factory=set)
+
+
 def reorders(
     graph: Graph,
     ctx: CostContext,
     block: int,
     passed: set[str],
     skipped: set[str],
-    blocked_out: set[str] | None = None,
+    facts: Facts | None = None,
+    borders: Borders | None = None,
 ) -> list[tuple[str, str]]:
     """The (op, tensor) reorders ORT inserts: ("ReorderInput" | "ReorderOutput", name of the NCHW tensor), in graph
     order. `passed`: ids of the nodes that run in no kernel of their own and whose output is their input's tensor
     (folded BN/affine, fused activations, removed Identity); `skipped`: ids of nodes that do not run at all (folded
-    constants, dead code). `blocked_out`, when given, receives the tensors written in the blocked layout."""
-    blocked: dict[str, int] = {}  # tensor (canonical name) held blocked -> its logical channels
+    constants, dead code). `facts`, when given, receives what the walk found (see Facts); `borders`: the layout at
+    the graph's inputs and outputs when the graph is part of a bigger model (see Borders)."""
+    blocked: dict[str, int] = dict(borders.blocked_inputs) if borders is not None else {}
     alias: dict[str, str] = {}  # a value a skipped node passes on -> the tensor it really is
     reordered_in: dict[str, None] = {}
     reordered_out: dict[str, None] = {}
+    if borders is not None:
+        for name in borders.converted:
+            (reordered_out if name in blocked else reordered_in)[name] = None
     found: list[tuple[str, str]] = []
+    blocked_readers = facts.blocked_readers if facts is not None else set()
+    nchw_readers = facts.nchw_readers if facts is not None else set()
 
     def real(name: str) -> str:
         while name in alias:
@@ -85,26 +126,38 @@ def reorders(
         if node.id in passed:
             if node.outputs and data:
                 alias[node.outputs[0]] = real(data[0])
+                if real(data[0]) in blocked:
+                    blocked_readers.add(node.id)  # in the kernel that writes the blocked tensor
             continue
         channels = _stays_blocked(graph, ctx, node, block, {name: blocked.get(real(name)) for name in data})
         if channels is None:
             if node.op == "Transpose" and data and real(data[0]) in blocked and _perm(node) == TO_NHWC:
                 continue  # ORT turns this Transpose into the ReorderOutput (channels_last): no extra kernel
+            nchw_readers.add(node.id)
             for name in data:
                 needs_nchw(name)
             continue
         if node.op in ("Conv", *POOLS) and data:
             if _reads_blocked(node, block, graph):
                 reorder_in(data[0])
+                blocked_readers.add(node.id)
             else:  # a conv of fewer input channels than a block reads NCHW: a blocked input is copied out first
                 needs_nchw(data[0])
+                nchw_readers.add(node.id)
+        else:
+            blocked_readers.add(node.id)
         if node.outputs and node.outputs[0]:
             blocked[node.outputs[0]] = channels
     for name in graph.outputs:
-        if name:
+        if not name:
+            continue
+        if borders is None or name in borders.read_nchw:
             needs_nchw(name)
-    if blocked_out is not None:
-        blocked_out.update(blocked)
+        if borders is not None and name in borders.read_blocked:
+            reorder_in(name)  # written NCHW here, read blocked outside: that reader's ReorderInput
+    if facts is not None:
+        facts.blocked.update(blocked)
+        facts.blocked.update((name, blocked[real(name)]) for name in alias if real(name) in blocked)
     return found
 
 
@@ -189,8 +242,13 @@ def _stays_blocked(
 
 def _conv_channels(graph: Graph, node: Node, block: int) -> int | None:
     weight = graph.value(node.inputs[1]) if len(node.inputs) > 1 else None
-    if weight is None or not weight.is_const or weight.dtype != "float32" or weight.shape is None:
+    # Graph.is_const, not Value.is_const: ORT folds a weight computed from constants (the onnx light models'
+    # ConstantOfShape) into an initializer before the NCHWc transformer runs
+    if weight is None or weight.dtype != "float32" or weight.shape is None or not graph.is_const(node.inputs[1]):
         return None
+    data = graph.value(node.inputs[0]) if node.inputs else None
+    if data is not None and (data.layout != NCHW or data.dtype not in (None, "float32")):
+        return None  # ORT's NchwcTransformer takes float NCHW convs only (a TFLite model's NHWC ones: none)
     if len(weight.shape) != 4 or not all(isinstance(dim, int) for dim in weight.shape[:2]):
         return None
     if len(node.inputs) > 2 and node.inputs[2] and not graph.is_const(node.inputs[2]):
@@ -244,7 +302,13 @@ def _channels(graph: Graph, name: str) -> int | None:
 
 def _float4d(graph: Graph, name: str) -> bool:
     value = graph.value(name)
-    return value is not None and value.dtype == "float32" and value.shape is not None and len(value.shape) == 4
+    return (
+        value is not None
+        and value.dtype == "float32"
+        and value.layout == NCHW
+        and value.shape is not None
+        and len(value.shape) == 4
+    )
 
 
 def _shape(graph: Graph, name: str) -> tuple | None:

@@ -22,7 +22,10 @@ The runtime is modelled on the IR, in one linear pass per step (no fix pass runs
    depends on the data (`data_dependent_ops`, e.g. PRelu on ORT CPU: branchy per element) get a range: the low end
    is the estimate above, the high end multiplies the kernel's time by `data_dependent_ratio`.
 5. Layout (targets with [cost].nchwc_block_channels: ORT CPU on x86): the NCHW <-> NCHWc reorders the runtime inserts
-   around its blocked convs are kernels of their own (`ModelCost.layout_kernels`, netlint.cost.layout).
+   around its blocked convs are kernels of their own (`ModelCost.layout_kernels`, netlint.cost.layout). A residual
+   fusion the layout pre-empts is split back, and a blocked Add/Sum joins the blocked conv writing its input (ORT's
+   NCHWc Sum fusion, bias or not). `borders` costs a part of a model with the layout the whole model gives its inputs
+   and outputs (`ModelCost.layout_facts` holds what the whole model's walk found; netlint.cost.impact uses both).
 
 Nodes the model cannot cost are coverage gaps: the totals and the latency are then lower bounds (`complete` False).
 Everything is linear in the number of nodes (a 100k-node graph costs in well under a second).
@@ -126,6 +129,9 @@ class ModelCost:
     notes: list[str] = field(default_factory=list)  # what the estimate could not take into account
     # kernels the runtime adds that no graph node stands for (ORT CPU's NCHW <-> NCHWc reorders; netlint.cost.layout)
     layout_kernels: list[NodeCost] = field(default_factory=list)
+    # what the layout walk found (blocked tensors, which nodes read blocked / NCHW), for pricing a part of the model
+    # with the layout its borders have in the whole model (netlint.cost.impact); None without NCHWc
+    layout_facts: layout.Facts | None = None
     # False: cost_model(totals_only=True) left out runtime rewrites and kernels (`kernels` 0, no NodeCost.kernel)
     kernels_grouped: bool = True
 
@@ -232,24 +238,34 @@ def cost_model(
     *,
     dims: Mapping[str, int] | None = None,
     totals_only: bool = False,
+    borders: layout.Borders | None = None,
 ) -> ModelCost:
     """Cost `model` (its main graph; for TFLite the first subgraph) on `target` (a Target, a target name, or None for
     generic). `dims` sizes named dynamic dimensions ({"batch": 1, "seq": 128}); other dynamic dims count as 1.
 
     `totals_only`: on a target without rates and without an [ops] section (generic), leave out what only latency and
     partitions read: runtime rewrites, kernels and fusion (`kernels_grouped` False). The per-node costs, totals,
-    coverage and per-op-type table are the same (the engine's cost summary reads only those); ignored elsewhere."""
+    coverage and per-op-type table are the same (the engine's cost summary reads only those); ignored elsewhere.
+
+    `borders`: when `model` is a part cut out of a bigger model, the NCHWc layout its inputs and outputs have there
+    (netlint.cost.layout.Borders), so it gets only the reorders the whole model has; ignored without NCHWc."""
     if not isinstance(target, Target):
         target = load_target(target)
     graph = model.graph if isinstance(model, Model) else model
     try:
         with paused():  # allocates a few objects per node and frees none (see netlint.cost.sizes)
-            return _cost_model(graph, target, dims, totals_only)
+            return _cost_model(graph, target, dims, totals_only, borders)
     finally:
         release(graph)  # DM001 (which runs before) and this were its users: free its memory for the report
 
 
-def _cost_model(graph: Graph, target: Target, dims: Mapping[str, int] | None, totals_only: bool = False) -> ModelCost:
+def _cost_model(
+    graph: Graph,
+    target: Target,
+    dims: Mapping[str, int] | None,
+    totals_only: bool = False,
+    borders: layout.Borders | None = None,
+) -> ModelCost:
     ctx = build_context(graph, dims)
     entries = _cost_nodes(ctx, graph.nodes)
     rates = rates_for(target)
@@ -269,7 +285,8 @@ def _cost_model(graph: Graph, target: Target, dims: Mapping[str, int] | None, to
             if entry.cost is not None and entry.cost.op_class == VIEW and entry.fused_into is None:
                 entry.kernel = None
     if rates is not None and rates.nchwc_block_channels:
-        result.layout_kernels = _layout_kernels(graph, ctx, entries, by_id, rates)
+        result.layout_facts = layout.Facts()
+        result.layout_kernels = _layout_kernels(graph, ctx, entries, by_id, rates, result.layout_facts, borders)
     result.kernels = len({entry.kernel for entry in entries if entry.kernel is not None}) + len(result.layout_kernels)
     result.fallback_nodes = [entry.id for entry in entries if entry.fallback]
     transfers = _partition(graph, target, entries, by_id, result)
@@ -289,15 +306,20 @@ def _layout_kernels(
     entries: list[NodeCost],
     by_id: dict[str, NodeCost],
     rates: Rates,
+    facts: layout.Facts,
+    borders: layout.Borders | None,
 ) -> list[NodeCost]:
     """One kernel per NCHW <-> NCHWc reorder the runtime inserts (netlint.cost.layout), after undoing the residual
-    fusions the blocked layout pre-empts (_unfuse_unblocked_residuals)."""
+    fusions the blocked layout pre-empts (_unfuse_unblocked_residuals). `facts` receives what the last walk found."""
     block = rates.nchwc_block_channels
     assert block is not None
-    blocked: set[str] = set()
-    found = _reorders(graph, ctx, entries, block, blocked)
-    if _unfuse_unblocked_residuals(entries, by_id, blocked, rates.views_free):
-        found = _reorders(graph, ctx, entries, block, None)
+    found = _reorders(graph, ctx, entries, block, facts, borders)
+    unfused = _unfuse_unblocked_residuals(entries, by_id, facts.blocked, rates.views_free)
+    if _fuse_blocked_sums(graph, entries, by_id, facts.blocked) or unfused:
+        facts.blocked.clear()
+        facts.blocked_readers.clear()
+        facts.nchw_readers.clear()
+        found = _reorders(graph, ctx, entries, block, facts, borders)
     added = []
     for op, name in found:
         cost = layout.reorder_cost(ctx, op, name, block)
@@ -308,7 +330,12 @@ def _layout_kernels(
 
 
 def _reorders(
-    graph: Graph, ctx: CostContext, entries: list[NodeCost], block: int, blocked: set[str] | None
+    graph: Graph,
+    ctx: CostContext,
+    entries: list[NodeCost],
+    block: int,
+    facts: layout.Facts | None,
+    borders: layout.Borders | None = None,
 ) -> list[tuple[str, str]]:
     """layout.reorders over the kernels as grouped: nodes that launch nothing of their own pass their tensor on
     (folded, fused, removed views), nodes that never run are skipped."""
@@ -320,11 +347,11 @@ def _reorders(
             skipped.add(entry.id)
         elif entry.rewritten is not None or (entry.fused_into is not None and entry.fusion != RESIDUAL):
             passed.add(entry.id)
-    return layout.reorders(graph, ctx, block, passed, skipped, blocked)
+    return layout.reorders(graph, ctx, block, passed, skipped, facts, borders)
 
 
 def _unfuse_unblocked_residuals(
-    entries: list[NodeCost], by_id: dict[str, NodeCost], blocked: set[str], views_free: bool
+    entries: list[NodeCost], by_id: dict[str, NodeCost], blocked: Mapping[str, int], views_free: bool
 ) -> bool:
     """ORT's NCHWc transformer runs a blockable conv blocked, and a residual Add joins that conv only when the Add
     stays blocked too (its other input blocked as well); otherwise ORT's optimized model holds nchwc Conv,
@@ -338,10 +365,48 @@ def _unfuse_unblocked_residuals(
         if conv.outputs and conv.outputs[0] in blocked and entry.node.outputs[0] not in blocked:
             heads.add(entry.fused_into)
     for entry in entries:
-        if entry.fused_into in heads:
+        if entry.fused_into in heads and entry.rewritten is None:  # what folded into the conv on load stays in it
             view = views_free and entry.cost is not None and entry.cost.op_class == VIEW
             entry.kernel, entry.fused_into, entry.fusion = (None if view else entry.id), None, None
     return bool(heads)
+
+
+def _fuse_blocked_sums(
+    graph: Graph, entries: list[NodeCost], by_id: dict[str, NodeCost], blocked: Mapping[str, int]
+) -> bool:
+    """ORT's NCHWc transformer fuses a blocked Add or Sum of two tensors into the blocked Conv writing one of them
+    (its first such input) when that result has no other reader and the conv has no activation or sum yet, bias or
+    not, and then the Relu / Sigmoid / Tanh reading the sum alone (checked on ORT's optimized models). The residual
+    fusion of the target's table (ConvAddActivationFusion: Add only, with a bias) runs only where the layout does not
+    take the conv, so join such pairs here; True when one was."""
+    taken = {entry.fused_into for entry in entries if entry.fusion in (ACTIVATION, RESIDUAL)}
+    changed = False
+    for entry in entries:
+        node = entry.node
+        if node.op not in ("Add", "Sum") or entry.kernel != entry.id or not node.outputs:
+            continue
+        if node.outputs[0] not in blocked:
+            continue
+        names = [name for name in node.inputs if name]
+        if len(names) != 2 or len(set(names)) != 2:
+            continue
+        for name in names:
+            producer = graph.producer(name)
+            head = by_id.get(by_id[producer.id].kernel or "") if producer is not None else None
+            if head is None or head.op != "Conv" or head.id in taken or head.node.outputs[0] not in blocked:
+                continue
+            uses, reaches_output = graph.uses(name)
+            if len(uses) != 1 or reaches_output:
+                continue
+            entry.kernel, entry.fused_into, entry.fusion = head.id, head.id, RESIDUAL
+            taken.add(head.id)
+            uses, reaches_output = graph.uses(node.outputs[0])
+            act = by_id[uses[0].id] if len(uses) == 1 and not reaches_output else None
+            if act is not None and act.op in layout.ACTIVATIONS and act.kernel == act.id and act.cost is not None:
+                act.kernel, act.fused_into, act.fusion = head.id, head.id, ACTIVATION
+            changed = True
+            break
+    return changed
 
 
 def _cost_nodes(ctx: CostContext, nodes: list[Node]) -> list[NodeCost]:
@@ -550,7 +615,7 @@ def _residual_members(
     mine = [name for name in inputs if graph.source(name) == graph.source(value)]
     if len(mine) != 1 or any(graph.is_const(name) for name in inputs):
         return []
-    if residual.get("requires_bias"):
+    if residual.get("requires_bias") and not _folded_bias(graph, conv, value, by_id):
         bias_at = CONV_LIKE[conv.op][2]
         if bias_at is None or bias_at >= len(conv.inputs) or not conv.inputs[bias_at]:
             return []
@@ -563,6 +628,22 @@ def _residual_members(
         # the activation after the Add fuses only when it is the Add's one reader
         members += _fusable_activation(graph, add.outputs[0], residual.get("activations", ()), lambda kind: True)
     return members
+
+
+def _folded_bias(graph: Graph, conv: Node, tail: str, by_id: dict[str, NodeCost]) -> bool:
+    """Whether a node folded into the conv (on the way from its output to `tail`, what its kernel writes) gives it a
+    bias: ORT's Conv+BatchNormalization and Conv+Add fusions write one, a folded Mul or Div scales the weights only.
+    So a bias-less conv followed by a BN still fuses its residual Add, as in ORT's optimized model."""
+    name = conv.outputs[0] if conv.outputs else tail
+    while name != tail:
+        readers = graph.consumers(name)
+        follower = by_id.get(readers[0].id) if len(readers) == 1 else None
+        if follower is None or follower.fused_into != conv.id or not follower.node.outputs:
+            return False
+        if follower.op in ("BatchNormalization", "Add", "Sub"):
+            return True
+        name = follower.node.outputs[0]
+    return False
 
 
 def _pass_through_between(graph: Graph, value: str, members: Iterable[Node]) -> list[Node]:

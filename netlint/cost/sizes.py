@@ -61,25 +61,43 @@ class TensorSizes:
                     sizes[name] = size
                     if kind:
                         kinds[name] = kind
-        # Besides stored data, Graph.is_const follows pass-through ops and ConstantOfShape back to constants; in a
-        # subgraph a name may also be an enclosing graph's constant.
-        values = graph.values
-        derived: list[str] = []  # constants without data of their own (their kind says nothing of it)
-        for node in graph.nodes:
-            if node.op in PASS_THROUGH_OPS or node.op == "ConstantOfShape":
-                found = [out for out in node.outputs if out and out not in const and graph.is_const(out)]
-                derived += found
-                const.update(found)
-            if graph.parent is not None:
-                found = [name for name in node.inputs if name and name not in values and graph.is_const(name)]
-                derived += found
-                const.update(found)
+        derived = _derived_const(graph, const)  # constants without data of their own (their kind says nothing of it)
         self.const = frozenset(const)
         self.derived_const = frozenset(derived)
 
     def is_const(self, name: str) -> bool:
         """Graph.is_const(name) for the names the graph's nodes read and write."""
         return name in self.const
+
+
+def _derived_const(graph: Graph, const: set[str]) -> list[str]:
+    """Adds to `const` (the names holding data) the other names Graph.is_const is true for, and returns those: it
+    follows pass-through ops and ConstantOfShape back to constants, and in a subgraph a name may also be an
+    enclosing graph's constant."""
+    values = graph.values
+    derived: list[str] = []
+    for node in graph.nodes:
+        if node.op in PASS_THROUGH_OPS or node.op == "ConstantOfShape":
+            found = [out for out in node.outputs if out and out not in const and graph.is_const(out)]
+            derived += found
+            const.update(found)
+        if graph.parent is not None:
+            found = [name for name in node.inputs if name and name not in values and graph.is_const(name)]
+            derived += found
+            const.update(found)
+    return derived
+
+
+def const_names(graph: Graph) -> frozenset[str]:
+    """`TensorSizes.const` of `graph`: from its index while it is built, else computed alone, without sizing
+    anything (DM003 asks after the cost model has released the index; rebuilding it took a tenth of the lint on a
+    100k-node graph)."""
+    index = _INDEX.get(graph)
+    if index is not None:
+        return index.const
+    const = {name for name, value in graph.values.items() if value.data is not None}
+    _derived_const(graph, const)
+    return frozenset(const)
 
 
 def _sized(shape: tuple, dtype: str | None) -> tuple[int | None, int | None]:

@@ -187,7 +187,7 @@ class GraphEdit:
                         label = other.name or other.op_type
                         raise InvariantError(f"node '{label}' reads '{out}' before a node writes it")
         nodes = [list.__getitem__(self.nodes, p) for p in changed]
-        produced = {out for node in nodes for out in node.output if out}
+        produced = {out for node in nodes for out in node.output[:] if out}
         # The new initializers are checked here (the checker's test of a tensor's data against its type and dims,
         # for raw data; onnx.checker.check_tensor for the rest) and enter the probe as typed inputs: their bytes
         # (the folded weights: 46 MB on a 100k-node model) would cost more to serialize than the nodes to check.
@@ -205,7 +205,7 @@ class GraphEdit:
         declared: set[str] = set()
         types: dict[tuple[int, ...], onnx.TypeProto] = {}  # (elem_type, *dims) -> its TypeProto, built once
         for node in nodes:
-            for name in node.input:
+            for name in node.input[:]:
                 if name and name not in produced and name not in declared:
                     declared.add(name)
                     tensor = new.get(name)
@@ -222,6 +222,22 @@ class GraphEdit:
                     info.name = name
                     info.type.CopyFrom(kind)
         return probe
+
+    def untouched(self, count: int) -> list[int] | None:
+        """After `commit(restart=False)`: for each position of the committed node list, the round position of the
+        node there when no fix was handed, replaced or removed it (the very NodeProto the round's IR node was built
+        from, unchanged), else -1; None when the round lost track of its changes or did not start with `count` nodes
+        (netlint.fixes.resync reuses the IR nodes of these positions)."""
+        if self.written_all or count != len(self._original):
+            return None
+        rank = self._final_ranks()
+        kept = [-1] * (max(rank, default=-1) + 1)
+        nodes, original, written = self.nodes, self._original, self.written
+        for position in range(len(original)):
+            slot = rank[position]
+            if slot >= 0 and position not in written and list.__getitem__(nodes, position) is original[position]:
+                kept[slot] = position
+        return kept
 
     def _safe_io(self, index: int) -> tuple[tuple[str, ...], tuple[str, ...], bool] | None:
         return self._io[index] if index < len(self._io) else None
@@ -277,9 +293,9 @@ class GraphEdit:
             # gives a node a body adds an attribute) mean its entries are current
             if (
                 signature is not None
-                and signature[0] == tuple(node.input)  # type: ignore[union-attr]
+                and signature[0] == tuple(node.input[:])  # type: ignore[union-attr]
                 and signature[1] == len(node.attribute)  # type: ignore[union-attr]
-                and tuple(node.output) == old[1]  # type: ignore[index,union-attr]
+                and tuple(node.output[:]) == old[1]  # type: ignore[index,union-attr]
             ):
                 continue
             if node is not None and node.attribute and _subgraph_reads(node):
@@ -290,10 +306,10 @@ class GraphEdit:
                 signature is None
                 and old is not None
                 and node is not None
-                and tuple(node.output) == old[1]
-                and tuple(dict.fromkeys(name for name in node.input if name)) == old[0]
+                and tuple(node.output[:]) == old[1]
+                and tuple(dict.fromkeys(name for name in node.input[:] if name)) == old[0]
             ):
-                signatures[index] = (tuple(node.input), len(node.attribute))
+                signatures[index] = (tuple(node.input[:]), len(node.attribute))
                 continue  # handed out but not (or no longer) changed: its entries are current
             if old is not None:
                 self._unindex(index, old)
@@ -385,13 +401,13 @@ class GraphEdit:
         self._sig[index] = None
 
     def _index(self, index: int, node: onnx.NodeProto) -> None:
-        outputs = tuple(node.output)
+        outputs = tuple(node.output[:])
         for out in outputs:
             if out and self.producer.setdefault(out, index) != index:
                 self._twice.add(out)
         inner = _subgraph_reads(node) if node.attribute else []  # most nodes have no attribute, none a body
         self.captured.update(inner)
-        reads = tuple(name for name in dict.fromkeys([*node.input, *inner]) if name)
+        reads = tuple(name for name in dict.fromkeys([*node.input[:], *inner]) if name)
         for name in reads:
             self.consumers[name].append(index)
         self._used.update(reads)
@@ -400,7 +416,7 @@ class GraphEdit:
             self._used.add(node.name)  # unique_name serves node names too
         self._set_io(index, (reads, outputs, bool(inner)))
         if not inner:
-            self._sig[index] = (tuple(node.input), len(node.attribute))
+            self._sig[index] = (tuple(node.input[:]), len(node.attribute))
 
     def _unindex(self, index: int, old: tuple[tuple[str, ...], tuple[str, ...], bool]) -> None:
         """Take a node's entries (as indexed then) out of the index."""
@@ -540,7 +556,7 @@ class GraphEdit:
         for index in self.uses(old):
             node = self.nodes[index]
             assert node is not None
-            for slot, name in enumerate(node.input):
+            for slot, name in enumerate(node.input[:]):
                 if name == old:
                     node.input[slot] = new
 
@@ -549,7 +565,7 @@ class GraphEdit:
         of a removed pass-through node takes over the name of a graph output."""
         producer = self.producer_of(old)
         assert producer is not None
-        for slot, name in enumerate(producer.output):
+        for slot, name in enumerate(producer.output[:]):
             if name == old:
                 producer.output[slot] = new
         self.rewire(old, new)
@@ -605,12 +621,12 @@ class GraphEdit:
         for index, old_outputs in self._changed.items():
             node = list.__getitem__(self.nodes, index) if index < len(self.nodes) else None
             if node is not None:
-                for out in node.output:
+                for out in node.output[:]:
                     twice = out in self._twice and len(self._producers_of(out)) > 1
                     constant = out in self.initializers or out in self.inputs
                     if out and (twice or constant or self.producer.get(out) != index):
                         raise InvariantError(f"value '{out}' is defined twice")
-                for name in node.input:
+                for name in node.input[:]:
                     if name and not defined(name) and name not in self.captured:
                         label = node.name or node.op_type
                         raise InvariantError(f"node '{label}' reads '{name}', which nothing defines")
@@ -717,7 +733,7 @@ def _delete_where(container, remove: list[bool]) -> None:  # type: ignore[no-unt
 def _subgraph_reads(node: onnx.NodeProto) -> list[str]:
     """Every name read inside the node's subgraph bodies (a superset of what they capture from the outer scope)."""
     names: list[str] = []
-    for attr in node.attribute:
+    for attr in node.attribute[:]:
         if attr.type not in _BODIES:
             continue
         bodies = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)

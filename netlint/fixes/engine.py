@@ -26,8 +26,9 @@ from netlint.engine import ModelReport, lint_model
 from netlint.errors import NetlintError
 from netlint.fixes.edit import GraphEdit, InvariantError
 from netlint.fixes.registry import FixContext, all_passes
+from netlint.fixes.resync import convert_fixed, reusable_nodes
 from netlint.io.onnx_io import model_from_proto
-from netlint.ir import Model
+from netlint.ir import Model, Node
 from netlint.rule import Finding, Impact
 
 MAX_ROUNDS = 10
@@ -284,14 +285,20 @@ def _run(
         if not this_round or edit is None:
             break
         # the proto changes: the next round converts and lints it again, and the old IR goes first (peak memory)
+        # but for its nodes, which the new IR reuses where no fix touched them (netlint.fixes.resync)
         # (no gc.collect here: the old IR goes by reference counting, and a collection costs 0.3 s on 100k nodes
         # to find a few dozen small cycles; the peak is the same without it)
+        old_nodes = model.graph.nodes
         model, report, ctx, plan = None, None, None, None  # type: ignore[assignment]
         edit.commit(restart=False)
         _check(proto, this_round, base, edit)
         result.applied.extend(this_round)
+        reuse = reusable_nodes(edit, old_nodes)
+        old_nodes = None  # type: ignore[assignment]
+        model = _convert(proto, path, base, reuse)
+        reuse = None
     else:
-        result.remaining = lint_model(_convert(proto, path, base), settings).findings
+        result.remaining = lint_model(model or _convert(proto, path, base), settings).findings
         result.notes.append(f"stopped after {MAX_ROUNDS} rounds of fixes; run `netlint fix` again to continue")
     result.skipped = list(skipped.values())
     return None if model is None or report is None else (model, report)
@@ -302,20 +309,27 @@ LARGE_TENSOR_BYTES = 1 << 12
 STUB_LOCATION = "netlint-shape-inference-stub"
 
 
-def _convert(proto: onnx.ModelProto, path: str, base: Path) -> Model:
+def _convert(proto: onnx.ModelProto, path: str, base: Path, reuse: list[Node | None] | None = None) -> Model:
     """The IR of the fixed proto. model_from_proto runs onnx shape inference when the graph lacks value_info, which
     serializes the whole model: once folds have materialised the weights (light_resnet50: 100 MB), that copy cost
     more than the lint. So inference runs here on the same graph with its large initializers' bytes set aside
     (marked external, which shape inference never reads: it needs their types and dims only, and reads values of
     small constants such as Reshape's shape), and the inferred value_info is lent to the proto while it is converted.
-    The proto is restored exactly."""
+    The proto is restored exactly. `reuse` (netlint.fixes.resync.reusable_nodes) lends the last round's IR nodes
+    that no fix touched to the conversion."""
+    if reuse is not None:
+        # None when the loader would infer shapes (its test is the one below, made on the converted graph; a file
+        # with some shapes but too few is converted twice then, as the loader does it) or meets a subgraph body
+        model = convert_fixed(proto, path, base, reuse)
+        if model is not None:
+            return model
     graph = proto.graph
     big = [t for t in graph.initializer if len(t.raw_data) >= LARGE_TENSOR_BYTES and not t.external_data]
     outputs = {o.name for o in graph.output}
     known = {vi.name for vi in graph.value_info}
     produced = [out for node in graph.node for out in node.output if out and out not in outputs]
     if not big or not produced or 2 * sum(out in known for out in produced) >= len(produced):
-        return model_from_proto(proto, path, base)
+        return model_from_proto(proto, path, base)  # (convert_fixed, if tried, gave up on this very proto)
     saved = [t.raw_data for t in big]
     try:
         for tensor in big:
@@ -334,7 +348,8 @@ def _convert(proto: onnx.ModelProto, path: str, base: Path) -> Model:
     if inferred is not None:
         graph.value_info.extend(info for info in inferred if info.name not in known)
     try:
-        return model_from_proto(proto, path, base)
+        model = convert_fixed(proto, path, base, reuse) if reuse is not None and inferred is not None else None
+        return model if model is not None else model_from_proto(proto, path, base)
     finally:
         del graph.value_info[count:]
 

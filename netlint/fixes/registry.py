@@ -93,7 +93,7 @@ def all_passes() -> dict[str, type[FixPass]]:
 
 def node_names(node: onnx.NodeProto) -> set[str]:
     """Every tensor a node reads or writes: what two fixes must not share to be applied in the same round."""
-    return {name for name in [*node.input, *node.output] if name}
+    return {name for name in [*node.input[:], *node.output[:]] if name}
 
 
 def label(node: onnx.NodeProto) -> str:

@@ -7,6 +7,7 @@ import math
 import mmap
 import os
 import sys
+from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -98,7 +99,7 @@ def _convert(proto: onnx.ModelProto, notes: list[str], base: Path) -> tuple[Grap
 def _has_intermediates(graph: onnx.GraphProto) -> bool:
     """Whether some node writes a tensor that is not a graph output (the first node almost always does)."""
     outputs = {o.name for o in graph.output}
-    return any(out and out not in outputs for node in graph.node for out in node.output)
+    return any(out and out not in outputs for node in graph.node for out in node.output[:])
 
 
 def _lacks_shapes(graph: Graph, facts: dict[Graph, GraphFacts]) -> bool:
@@ -156,9 +157,9 @@ class _ExternalData:
         """An external tensor's data, checked now (a problem is a note) and mapped on first use (`shape`,
         `data_type` and `count`: its dims, data_type and element count when the caller has them already)."""
         if shape is None:
-            shape, data_type = tuple(tensor.dims), tensor.data_type
+            shape, data_type = tuple(tensor.dims[:]), tensor.data_type
             count = math.prod(shape)
-        info = {entry.key: entry.value for entry in tensor.external_data}
+        info = {entry.key: entry.value for entry in tensor.external_data[:]}
         location = info.get("location", "")
         target, problem, size = self._file(location)
         if problem is None:
@@ -218,7 +219,7 @@ def _shape_of(type_proto: onnx.TypeProto) -> tuple[int | str | None, ...] | None
     return tuple(
         [
             dim.dim_value if dim.HasField("dim_value") else dim.dim_param if dim.HasField("dim_param") else None
-            for dim in tensor_type.shape.dim
+            for dim in tensor_type.shape.dim[:]
         ]
     )
 
@@ -253,7 +254,7 @@ def _inline_constant(
     if data_type is None:
         data_type = tensor.data_type
     if shape is None:
-        shape = tuple(tensor.dims)
+        shape = tuple(tensor.dims[:])
     dtype = _NP_DTYPES.get(data_type, _MISSING)
     if dtype is _MISSING:
         dtype = _NP_DTYPES[data_type] = _np_dtype(data_type)
@@ -330,12 +331,21 @@ class _SerializedConst(ConstData):
 
 
 def _convert_graph(
-    graph: onnx.GraphProto, parent: Graph | None, prefix: str, reader: _ExternalData, facts: dict[Graph, GraphFacts]
+    graph: onnx.GraphProto,
+    parent: Graph | None,
+    prefix: str,
+    reader: _ExternalData,
+    facts: dict[Graph, GraphFacts],
+    reuse: Sequence[Node | None] | None = None,
 ) -> Graph:
     """The IR of one (sub)graph. The hot loop of loading: one pass over the protobuf, each field read once, no
     per-item helper calls where a dict lookup does (a 100k-node graph runs it 100k times), and the graph's indexes
     and the facts the structure checks need built in the same pass (see Graph.reindex and GraphFacts). Tensor names
-    are shared str objects (the values dict's keys), so each name is stored once however many nodes read it."""
+    are shared str objects (the values dict's keys), so each name is stored once however many nodes read it.
+    Repeated protobuf fields are read as slices (`field[:]`, a list): iterating a upb container ends in an IndexError
+    that upb formats, about a tenth of the conversion's instructions when every node's inputs were iterated.
+    `reuse` (netlint.fixes.resync): per position, an IR node already built from this very NodeProto, taken as it is
+    when the id the loader gives the node is its id."""
     values: dict[str, Value] = {}
     # equal shapes share one tuple; the value is (shape, element count or None) for initializers' size test
     shapes: dict[tuple[int | str | None, ...], tuple[tuple[int | str | None, ...], int | None]] = {}
@@ -362,11 +372,12 @@ def _convert_graph(
     external = TensorProto.EXTERNAL
     add_initializer = initializers.add
     limits: dict[int, int | None] = {}
+    dtype_names = _DTYPE_NAMES  # read here without the call (one per weight)
     for tensor in graph.initializer:
         name = tensor.name
         add_initializer(name)
         data_type = tensor.data_type
-        dims = tuple(tensor.dims)
+        dims = tuple(tensor.dims[:])
         known_shape = shapes.get(dims)
         if known_shape is None or known_shape[1] is None:  # None: a value_info shape, its count not needed before
             known_shape = shapes[dims] = (known_shape[0] if known_shape else dims, math.prod(dims))
@@ -382,11 +393,14 @@ def _convert_graph(
                 data = _SerializedConst(tensor.SerializeToString())
             else:
                 data = _inline_constant(tensor, shape, data_type, count)
+        dtype_name = dtype_names.get(data_type, _MISSING)
+        if dtype_name is _MISSING:
+            dtype_name = _dtype_name(data_type)
         value = values.get(name)
         if value is None:
-            values[name] = Value(name, _dtype_name(data_type), shape, NCHW, None, data)
+            values[name] = Value(name, dtype_name, shape, NCHW, None, data)
         else:
-            value.dtype, value.shape, value.data = _dtype_name(data_type), shape, data
+            value.dtype, value.shape, value.data = dtype_name, shape, data
     for sparse in graph.sparse_initializer:
         name = sparse.values.name
         initializers.add(name)
@@ -409,14 +423,14 @@ def _convert_graph(
     no_subgraphs: dict[str, Graph] = {}
     tables: dict[tuple[bytes, ...], dict[str, Any]] = {}
     # The indexes Graph.reindex would build, and what check_structure needs: the first second writer of a tensor,
-    # and the names first read before any node wrote them (graph inputs, weights, outer-scope or dangling names, or
-    # a node that reads a later node's output: then the file order is not topological).
+    # and whether some node reads a value that it or a later node writes (then the file order is not topological):
+    # known when a tensor is first written, by whether someone read it already.
     producer: dict[str, Node] = {}
     consumers: dict[str, list[Node]] = {}
     by_id: dict[str, Node] = {}
-    early: set[str] = set()
+    out_of_order = False
     duplicate: str | None = None
-    first_writer, early_read, readers_of = producer.setdefault, early.add, consumers.get
+    first_writer, readers_of = producer.setdefault, consumers.get
     append = nodes.append
     for index, proto_node in enumerate(graph.node):
         op_type, domain = proto_node.op_type, proto_node.domain
@@ -427,42 +441,49 @@ def _convert_graph(
         node_id = f"{prefix}{node_name}" if prefix else node_name
         if node_id in by_id:
             node_id = _unique_id(node_name, by_id, prefix)
-        attributes = proto_node.attribute
-        attrs, subgraphs = no_attrs, no_subgraphs
-        if attributes:
-            # Nodes with the same attributes (every 3x3 conv with the same pads) share one table: the serialized
-            # attributes are the key (serializing costs less than reading the fields). Subgraphs and tensors never
-            # are: a body is converted per node, and a tensor's bytes are no key to copy.
-            blobs: list[bytes] | None = []
-            for attr in attributes:
-                if attr.type in uncached:
-                    blobs = None
-                    break
-                blobs.append(attr.SerializeToString())  # type: ignore[union-attr]
-            if blobs is not None:
-                key = tuple(blobs)
-                attrs = tables.get(key)  # type: ignore[assignment]
-                if attrs is None:
-                    attrs = tables[key] = _attributes(attributes)
-            else:
-                attrs, subgraphs = {}, {}
+        old = reuse[index] if reuse is not None else None
+        if old is not None and old.id == node_id:  # unchanged since it was built (a fix round's commit)
+            node, outputs, node_inputs, subgraphs = old, old.outputs, old.inputs, old.subgraphs
+        else:
+            attributes = proto_node.attribute
+            attrs, subgraphs = no_attrs, no_subgraphs
+            if attributes:
+                attributes = attributes[:]  # a list: iterating the protobuf container ends in a costly IndexError
+                # Nodes with the same attributes (every 3x3 conv with the same pads) share one table: the serialized
+                # attributes are the key (serializing costs less than reading the fields). Subgraphs and tensors never
+                # are: a body is converted per node, and a tensor's bytes are no key to copy.
+                blobs: list[bytes] | None = []
                 for attr in attributes:
-                    kind = attr.type
-                    if kind == graph_attr:
-                        subgraphs[attr.name] = _convert_graph(
-                            attr.g, ir_graph, f"{node_id}/{attr.name}/", reader, facts
-                        )
-                    elif kind == graphs_attr:
-                        for k, sub in enumerate(attr.graphs):
-                            slot = f"{attr.name}[{k}]"
-                            subgraphs[slot] = _convert_graph(sub, ir_graph, f"{node_id}/{slot}/", reader, facts)
-                    else:
-                        attrs[attr.name] = _attribute_value(attr)
-        outputs = [shared(name, name) for name in proto_node.output]
-        node_inputs = [shared(name, name) for name in proto_node.input]
-        doc = proto_node.doc_string
-        markers = _markers(proto_node) if (doc and "netlint" in doc.lower()) or proto_node.metadata_props else ()
-        node = Node(node_id, op[0], node_inputs, outputs, attrs, op[1], domain, None, subgraphs, markers)
+                    if attr.type in uncached:
+                        blobs = None
+                        break
+                    blobs.append(attr.SerializeToString())  # type: ignore[union-attr]
+                if blobs is not None:
+                    key = tuple(blobs)
+                    attrs = tables.get(key)  # type: ignore[assignment]
+                    if attrs is None:
+                        attrs = tables[key] = _attributes(attributes)
+                else:
+                    attrs, subgraphs = {}, {}
+                    for attr in attributes:
+                        kind = attr.type
+                        if kind == graph_attr:
+                            subgraphs[attr.name] = _convert_graph(
+                                attr.g, ir_graph, f"{node_id}/{attr.name}/", reader, facts
+                            )
+                        elif kind == graphs_attr:
+                            for k, sub in enumerate(attr.graphs):
+                                slot = f"{attr.name}[{k}]"
+                                subgraphs[slot] = _convert_graph(sub, ir_graph, f"{node_id}/{slot}/", reader, facts)
+                        else:
+                            attrs[attr.name] = _attribute_value(attr)
+            outputs = proto_node.output[:]
+            outputs = list(map(shared, outputs, outputs))  # names.setdefault(name, name) for each, without a listcomp
+            node_inputs = proto_node.input[:]
+            node_inputs = list(map(shared, node_inputs, node_inputs))
+            doc = proto_node.doc_string
+            markers = _markers(proto_node) if (doc and "netlint" in doc.lower()) or proto_node.metadata_props else ()
+            node = Node(node_id, op[0], node_inputs, outputs, attrs, op[1], domain, None, subgraphs, markers)
         append(node)
         by_id[node_id] = node
         # reads before writes: a node that reads its own output is a cycle, as Graph.reindex and Kahn see it
@@ -477,8 +498,6 @@ def _convert_graph(
                 readers = readers_of(name)
                 if readers is None:
                     consumers[name] = [node]
-                    if name not in producer:
-                        early_read(name)
                 else:
                     readers.append(node)
         if op_type == "Constant" and outputs:
@@ -486,7 +505,10 @@ def _convert_graph(
         for name in outputs:
             if name:
                 first = first_writer(name, node)
-                if first is not node and duplicate is None:
+                if first is node:
+                    if name in consumers:  # read by this node or an earlier one
+                        out_of_order = True
+                elif duplicate is None:
                     duplicate = f"invalid graph: tensor '{name}' is written by two nodes, '{first.id}' and '{node_id}'"
                 if name not in values:
                     values[name] = Value(name)
@@ -495,7 +517,7 @@ def _convert_graph(
             if len(set(named)) != len(named):
                 duplicate = f"invalid graph: node '{node_id}' writes one tensor twice"
     ir_graph.set_indexes(producer, consumers, by_id)
-    facts[ir_graph] = GraphFacts(duplicate, early, declared, initializers)
+    facts[ir_graph] = GraphFacts(duplicate, out_of_order, declared, initializers)
     return ir_graph
 
 
@@ -572,7 +594,7 @@ def _attribute_value(attr: AttributeProto) -> Any:
             return getattr(attr, field)
         field = _LIST_ATTRS.get(kind)
         if field is not None:
-            return list(getattr(attr, field))
+            return getattr(attr, field)[:]  # a new list
         if kind == AttributeProto.STRING:
             return attr.s.decode("utf-8", "replace")
     if attr.type == AttributeProto.TENSOR:
@@ -589,7 +611,7 @@ def _attribute_value(attr: AttributeProto) -> Any:
 
 def _constant_node_value(proto_node: onnx.NodeProto, value: Value) -> None:
     """A Constant node's output is a constant value, read lazily from the attribute."""
-    for attr in proto_node.attribute:
+    for attr in proto_node.attribute[:]:
         if attr.name == "value":
             value.dtype = _dtype_name(attr.t.data_type)
             value.shape = tuple(int(d) for d in attr.t.dims)

@@ -18,11 +18,11 @@ from netlint.ir.graph import _captured
 class GraphFacts:
     """What a loader learnt about one graph while it built the graph's indexes (netlint.io.onnx_io does), so the
     checks need not walk the nodes again: the first 'written by two nodes' / 'writes one tensor twice' error in node
-    order, the names read before any node of the graph wrote them, the names the file declared value_info for, and
-    the graph's initializers (constants with data)."""
+    order, whether some node reads a value that it or a later node writes (the file order is not topological: maybe
+    a cycle), the names the file declared value_info for, and the graph's initializers (constants with data)."""
 
     duplicate: str | None
-    early_reads: set[str]
+    out_of_order: bool
     declared: set[str]
     initializers: set[str]
 
@@ -38,7 +38,7 @@ def check_structure(model: Model, dangling_notes: bool = True, facts: dict[Graph
         else:
             if known.duplicate is not None:
                 raise ModelLoadError(known.duplicate)
-            if not graph._producer.keys().isdisjoint(known.early_reads):  # read before written: maybe a cycle
+            if known.out_of_order:  # read before written: maybe a cycle
                 _check_acyclic(graph)
         if dangling_notes and (known is None or _maybe_dangling(graph, known)):
             note = _dangling_note(graph)
@@ -47,9 +47,9 @@ def check_structure(model: Model, dangling_notes: bool = True, facts: dict[Graph
 
 
 def _maybe_dangling(graph: Graph, facts: GraphFacts) -> bool:
-    """Whether _dangling_note could find anything: a name nothing defines is never written in the graph, so it was
-    read before any write, and it is neither an input nor an initializer (most such reads are)."""
-    left = facts.early_reads - graph._producer.keys() - facts.initializers
+    """Whether _dangling_note could find anything: a name nothing defines is read but never written in the graph,
+    and it is neither an input nor an initializer (most such reads are)."""
+    left = graph._consumers.keys() - graph._producer.keys() - facts.initializers
     left.difference_update(graph.inputs, graph.input_initializers)
     values = graph.values
     for name in left:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from ort_nchw import ort_cpu_without_nchwc
 
 from netlint.cost import cost_model, rates_for
 from netlint.targets import load_target
@@ -35,9 +36,16 @@ def conv_bn_relu() -> onnx.ModelProto:
     return b.build()
 
 
+@pytest.fixture
+def ort_cpu(tmp_path) -> str:
+    """ort-cpu without its NCHWc layout: these tests are about fusion and load-time rewrites, on 8-channel toys whose
+    layout reorders (tests/cost/test_layout.py) would be in every kernel count."""
+    return ort_cpu_without_nchwc(tmp_path)
+
+
 # --- residual fusion -------------------------------------------------------------------------------------------------
-def test_conv_add_relu_is_one_kernel_on_ort_cpu() -> None:
-    result = cost_model(load(residual_block()), "ort-cpu")
+def test_conv_add_relu_is_one_kernel_on_ort_cpu(ort_cpu: str) -> None:
+    result = cost_model(load(residual_block()), ort_cpu)
     assert result.kernels == 1
     assert result.node("add").fusion == "residual" and result.node("add").fused_into == "conv"
     assert result.node("act").kernel == "conv"
@@ -51,30 +59,30 @@ def test_conv_add_relu_is_three_kernels_without_residual_fusion(target: str) -> 
     assert result.node("add").fused_into is None
 
 
-def test_residual_fusion_conditions_on_ort_cpu() -> None:
-    assert cost_model(load(residual_block(bias=False)), "ort-cpu").kernels == 3  # ORT needs the conv's bias
+def test_residual_fusion_conditions_on_ort_cpu(ort_cpu: str) -> None:
+    assert cost_model(load(residual_block(bias=False)), ort_cpu).kernels == 3  # ORT needs the conv's bias
     assert cost_model(load(residual_block(bias=False)), "onednn-cpu").kernels == 1  # the sum post-op does not
     # the Add's result read twice: the Add still fuses, the activation does not
-    split = cost_model(load(residual_block(other_reader=True)), "ort-cpu")
+    split = cost_model(load(residual_block(other_reader=True)), ort_cpu)
     assert split.node("add").kernel == "conv" and split.node("act").kernel == "act"
-    assert cost_model(load(residual_block(activation=None)), "ort-cpu").kernels == 1
+    assert cost_model(load(residual_block(activation=None)), ort_cpu).kernels == 1
 
 
-def test_residual_broadcast_add_does_not_fuse() -> None:
+def test_residual_broadcast_add_does_not_fuse(ort_cpu: str) -> None:
     b = GraphBuilder()
     x = b.input("x", SHAPE)
     r = b.input("r", [1, 8, 1, 1])
     b.output(b.relu(b.add(b.conv(x, 8, name="conv"), r, name="add"), name="act"))
-    result = cost_model(load(b.build()), "ort-cpu")
+    result = cost_model(load(b.build()), ort_cpu)
     assert result.node("add").fused_into is None and result.node("act").kernel == "act"
     assert result.kernels == 3
 
 
-def test_residual_kernel_reads_the_residual_once_and_saves_a_kernel() -> None:
+def test_residual_kernel_reads_the_residual_once_and_saves_a_kernel(ort_cpu: str) -> None:
     model = load(residual_block())
     rates = rates_for(load_target("ort-cpu"))
     assert rates is not None
-    fused = cost_model(model, "ort-cpu")
+    fused = cost_model(model, ort_cpu)
     conv = fused.node("conv").cost
     assert conv is not None
     ops = fused.node("add").cost.ops  # the fused activation's ops hide behind the MACs; the Add's do not
@@ -87,14 +95,14 @@ def test_residual_kernel_reads_the_residual_once_and_saves_a_kernel() -> None:
         + rates.kernel_overhead_us
     )
     assert fused.latency_us == pytest.approx(expected)
-    apart = cost_model(load(residual_block(bias=False)), "ort-cpu")
+    apart = cost_model(load(residual_block(bias=False)), ort_cpu)
     assert apart.latency_us is not None and apart.latency_us > fused.latency_us
 
 
 # --- runtime rewrites --------------------------------------------------------------------------------------------
-def test_batchnorm_after_conv_costs_nothing_on_ort_cpu_but_a_kernel_on_ti() -> None:
+def test_batchnorm_after_conv_costs_nothing_on_ort_cpu_but_a_kernel_on_ti(ort_cpu: str) -> None:
     model = load(conv_bn_relu())
-    ort = cost_model(model, "ort-cpu")
+    ort = cost_model(model, ort_cpu)
     assert ort.kernels == 1  # Conv + folded BN + fused Relu
     bn = ort.node("bn")
     assert bn.rewritten == "fold-batchnorm" and bn.kernel == "conv" and bn.latency_us is None
@@ -102,21 +110,21 @@ def test_batchnorm_after_conv_costs_nothing_on_ort_cpu_but_a_kernel_on_ti() -> N
     without_bn = GraphBuilder()
     x = without_bn.input("x", SHAPE)
     without_bn.output(without_bn.relu(without_bn.conv(x, 8, name="conv"), name="relu"))
-    assert ort.latency_us == pytest.approx(cost_model(load(without_bn.build()), "ort-cpu").latency_us)
+    assert ort.latency_us == pytest.approx(cost_model(load(without_bn.build()), ort_cpu).latency_us)
     ti = cost_model(model, "ti-tda4vm")
     # no [[runtime.rewrites]] on ti-tda4vm: the BN is its own kernel, and the Relu after it cannot fuse into the conv
     assert ti.kernels == 3 and ti.node("bn").kernel == "bn" and ti.node("bn").rewritten is None
     assert ti.node("bn").latency_us is not None and ti.node("bn").latency_us > 0
 
 
-def test_constant_mul_after_conv_folds_on_ort_cpu_only() -> None:
+def test_constant_mul_after_conv_folds_on_ort_cpu_only(ort_cpu: str) -> None:
     b = GraphBuilder()
     x = b.input("x", SHAPE)
     scale = b.const("scale", np.full((8, 1, 1), 2.0, np.float32))
     b.output(b.mul(b.conv(x, 8, name="conv"), scale, name="mul"))
     model = load(b.build())
-    assert cost_model(model, "ort-cpu").node("mul").rewritten == "fold-affine"
-    assert cost_model(model, "ort-cpu").kernels == 1
+    assert cost_model(model, ort_cpu).node("mul").rewritten == "fold-affine"
+    assert cost_model(model, ort_cpu).kernels == 1
     assert cost_model(model, "qualcomm-htp").kernels == 2
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from ort_nchw import ort_cpu_without_nchwc
 
-import netlint.targets
 from netlint.cost import cost_model, rates_for
 from netlint.errors import UsageError
 from netlint.targets import load_target
@@ -137,24 +137,20 @@ def test_padded_channels_are_copied_on_the_blocked_side(tmp_path: Path) -> None:
     assert kernel.cost.bytes_written == 10 * 64 * 4 and kernel.cost.bytes_read == 16 * 64 * 4
 
 
-def test_the_shipped_targets_leave_nchwc_pricing_off(tmp_path: Path) -> None:
-    """Finding pricing does not see the layout at a neighbourhood's borders yet (see ort-cpu's TOML), so the shipped
-    targets do not set the key and a user target opts in; ort-cpu carries the measured reorder rate for it."""
-    for name in ("ort-cpu", "onednn-cpu"):
-        rates = rates_for(load_target(name))
-        assert rates is not None and rates.nchwc_block_channels is None
-    assert rates_for(load_target(target(tmp_path))).nchwc_block_channels == 8  # type: ignore[union-attr]
+def test_the_shipped_ort_cpu_prices_nchwc_reorders_at_the_calibration_machines_block(tmp_path: Path) -> None:
+    """ort-cpu runs blocked convs with 16-channel blocks (AVX-512, the calibration machine) and carries the measured
+    reorder rate; onednn-cpu leaves the layout off; a user target opts in with the key."""
     ort = rates_for(load_target("ort-cpu"))
-    assert ort is not None and ort.reorder_gb_per_s is not None and ort.reorder_gb_per_s > ort.memory_gb_per_s
-
-
-def ort_cpu_blocked(tmp_path: Path) -> str:
-    """The shipped ort-cpu with the NCHWc layout on (block 16, as on the AVX-512 calibration machine)."""
-    text = (Path(netlint.targets.__file__).parent / "ort-cpu.toml").read_text(encoding="utf-8")
-    path = tmp_path / "ort-cpu-nchwc.toml"
-    path.write_text(text.replace("\n[cost]\n", "\n[cost]\nnchwc_block_channels = 16\n", 1), encoding="utf-8")
-    assert rates_for(load_target(str(path))).nchwc_block_channels == 16  # type: ignore[union-attr]
-    return str(path)
+    assert ort is not None and ort.nchwc_block_channels == 16
+    assert ort.reorder_gb_per_s is not None and ort.reorder_gb_per_s > ort.memory_gb_per_s
+    onednn = rates_for(load_target("onednn-cpu"))
+    assert onednn is not None and onednn.nchwc_block_channels is None
+    assert rates_for(load_target(target(tmp_path))).nchwc_block_channels == 8  # type: ignore[union-attr]
+    # on the shipped target a 16-channel conv chain gets its reorders; the helper's copy without the key none
+    model = load(conv_act_conv("PRelu"))
+    assert len(cost_model(model, "ort-cpu").layout_kernels) == 4
+    without = cost_model(model, ort_cpu_without_nchwc(tmp_path))
+    assert without.layout_kernels == [] and without.layout_facts is None
 
 
 def _residual(channels: int, blocked_residual: bool) -> onnx.ModelProto:
@@ -186,11 +182,31 @@ def _residual(channels: int, blocked_residual: bool) -> onnx.ModelProto:
 def test_kernels_match_what_ort_runs_with_the_blocked_layout(
     tmp_path: Path, channels: int, blocked_residual: bool, kernels: list[list[str]]
 ) -> None:
-    result = cost_model(load(_residual(channels, blocked_residual)), ort_cpu_blocked(tmp_path))
+    result = cost_model(load(_residual(channels, blocked_residual)), "ort-cpu")
     layout = {kernel.node.id: f"{kernel.op}:{kernel.node.inputs[0]}" for kernel in result.layout_kernels}
     groups = [[layout.get(member.id, member.id) for member in members] for members in result.kernel_members().values()]
     assert sorted(groups) == sorted(kernels)
     assert result.kernels == len(kernels)
+
+
+@pytest.mark.parametrize("op", ["Sum", "Add"])
+@pytest.mark.parametrize("bias", [False, True])
+def test_a_blocked_sum_fuses_into_a_blocked_conv_with_or_without_bias(op: str, bias: bool) -> None:
+    # ORT 1.32's optimized model for each of the four: ReorderInput, nchwc Conv c1, nchwc Conv c2 with the Sum input
+    # and the Relu as its activation, ReorderOutput. Without the layout, ORT's ConvAddActivationFusion takes only an
+    # Add after a conv with a bias; the NCHWc transformer fuses either op, bias or not.
+    b = GraphBuilder()
+    x = b.input("x", [1, 16, 16, 16])
+    c1 = b.conv(x, 16, name="c1")
+    total = b.node(op, [b.conv(c1, 16, name="c2", bias=bias), c1], name="add", shape=[1, 16, 16, 16])
+    b.output(b.relu(total, name="act"))
+    result = cost_model(load(b.build()), "ort-cpu")
+    assert [[member.id for member in members] for members in result.kernel_members().values()][:2] == [
+        ["c1"],
+        ["c2", "add", "act"],
+    ]
+    assert sorted(kernel.op for kernel in result.layout_kernels) == ["ReorderInput", "ReorderOutput"]
+    assert result.kernels == 4
 
 
 def test_a_reorder_copies_at_the_reorder_rate_split_at_the_cache_size(tmp_path: Path) -> None:

@@ -186,3 +186,34 @@ def test_external_scalar_declared_in_value_info(tmp_path: Path) -> None:
     (tmp_path / "w.bin").write_bytes(b"\0\0")
     (note,) = onnx_io.load_onnx(path).notes
     assert "external data for 's' lies past the end of 'w.bin'" in note
+
+
+@pytest.mark.parametrize(
+    ("nodes", "out_of_order"),
+    [
+        ([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Neg", ["a"], ["y"])], False),
+        ([helper.make_node("Neg", ["a"], ["y"]), helper.make_node("Relu", ["x"], ["a"])], True),  # reads a later write
+        ([helper.make_node("Add", ["x", "y"], ["y"])], True),  # reads its own output
+        ([helper.make_node("Add", ["x", "w"], ["y"])], False),  # a weight and a dangling name are never written
+    ],
+)
+def test_out_of_order_fact_is_read_before_first_write(nodes: list[onnx.NodeProto], out_of_order: bool) -> None:
+    """The conversion pass's out-of-order fact (which decides whether the cycle check walks the graph) is true exactly
+    when some value a node of the graph writes is read by that node or an earlier one."""
+    proto = _model(nodes, ["x"], ["y"], initializer=[numpy_helper.from_array(np.ones(2, np.float32), "w")])
+    graph, facts = onnx_io._convert(proto, [], Path("."))
+    assert facts[graph].out_of_order is out_of_order
+
+
+def test_repeated_fields_read_as_lists() -> None:
+    """Inputs, outputs and list attributes are read by slicing the protobuf containers: the IR gets plain lists, an
+    omitted optional input stays an empty name, and a list attribute is a list of Python numbers."""
+    node = helper.make_node("Clip", ["x", "", "m"], ["y"], name="clip")
+    conv = helper.make_node("Conv", ["y", "w"], ["z"], name="conv", kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    proto = _model([node, conv], ["x", "m", "w"], ["z"])
+    graph, _ = onnx_io._convert(proto, [], Path("."))
+    clip, conv_node = graph.nodes
+    assert clip.inputs == ["x", "", "m"] and type(clip.inputs) is list and type(clip.outputs) is list
+    assert conv_node.attrs == {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}
+    assert type(conv_node.attrs["pads"]) is list and all(type(v) is int for v in conv_node.attrs["pads"])
+    assert graph.consumer_index()["y"] == [conv_node] and graph.producer("y") is clip

@@ -69,3 +69,46 @@ def test_a_report_renders_as_json_would_render_it() -> None:
     document = {"netlint_version": __version__, "schema_version": SCHEMA_VERSION, "models": [model_json(report)]}
     assert text == json.dumps(document, indent=2, ensure_ascii=False) + "\n"
     assert json.loads(text)["models"][0]["findings"][1]["fix"] == {"name": "prelu-to-relu", "applicability": "safe"}
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_findings_written_directly_match_what_json_writes(seed: int) -> None:
+    """to_json writes findings without the generic walk (_finding_text): every field, awkward text, shared and
+    distinct codes and fixes, lists and tuples, with and without impact, gives json's own bytes."""
+    rng = random.Random(seed)
+
+    def text() -> str:
+        return rng.choice(AWKWARD_TEXT) + rng.choice(["", "x", "Conv 'a'"])
+
+    findings = []
+    for _ in range(30):
+        fix = rng.choice([None, FixRef(text(), rng.choice(["safe", "unsafe", "manual"]))])
+        impact = rng.choice([None, Impact(text(), rng.uniform(0, 10), rng.uniform(0, 10), rng.choice([None, text()]))])
+        nodes = [text() for _ in range(rng.randrange(4))]
+        findings.append(
+            Finding(
+                rng.choice(["FU001", text()]),
+                text(),
+                rng.choice(["error", "warning", "info"]),
+                text(),
+                tuple(nodes) if rng.random() < 0.2 else nodes,  # type: ignore[arg-type]
+                [text() for _ in range(rng.randrange(3))],
+                fix,
+                rng.choice([None, text()]),
+                {},
+                impact,
+            )
+        )
+    report = ModelReport("m.onnx", "onnx", "generic", None, None, findings, notes=[text()])
+    document = {"netlint_version": __version__, "schema_version": SCHEMA_VERSION, "models": [model_json(report)]}
+    assert to_json([report]) == json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+
+
+@pytest.mark.parametrize("odd", [{"nodes": [1, "n"]}, {"help": ["a", "b"]}, {"message": None}, {"tensors": ("t",)}])
+def test_a_finding_field_of_another_type_is_written_as_json_writes_it(odd: dict) -> None:
+    finding = Finding("FU001", "multi-consumer-conv", "warning", "m", ["n"], ["t"], None, "h")
+    for key, value in odd.items():
+        setattr(finding, key, value)
+    report = ModelReport("m.onnx", "onnx", "generic", findings=[finding])
+    document = {"netlint_version": __version__, "schema_version": SCHEMA_VERSION, "models": [model_json(report)]}
+    assert to_json([report]) == json.dumps(document, indent=2, ensure_ascii=False) + "\n"
