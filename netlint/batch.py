@@ -194,15 +194,11 @@ def lint_many(
     jobs: int = 1,
     cache: Cache | None = None,
     progress: Progress | None = None,
-    linger: bool = False,
 ) -> list[ModelReport]:
     """Lint each (path, settings) pair; the reports in the order of `work`. Cache hits are read in this process;
-    the misses are linted here when `jobs` is 1 or there are few of them, else in a pool of `jobs` workers.
-    `linger`: return once the last report is in, without waiting for the workers to exit (`netlint check`, which
-    renders meanwhile: until they have, this process has a thread the pool left; the next run or the exit waits)."""
+    the misses are linted here when `jobs` is 1 or there are few of them, else in a pool of `jobs` workers."""
     from netlint.cache import cache_key, settings_stamp
 
-    _reap()
     reports: list[ModelReport | None] = [None] * len(work)
     keys: list[str | None] = [None] * len(work)
     stamps: dict[int, str] = {}  # id(settings) -> its stamp; the settings live in `work` for the whole call
@@ -242,7 +238,7 @@ def lint_many(
     else:
         _early.clear()
         with paused(promote=True):  # this process unpickles the workers' reports: as for hits
-            _lint_in_pool(work, misses, keys, folder, min(jobs, len(misses)), finished, cache, linger)
+            _lint_in_pool(work, misses, keys, folder, min(jobs, len(misses)), finished, cache)
     if cache is not None:
         cache.save_digests()
     return [report for report in reports if report is not None]
@@ -342,7 +338,6 @@ def _pool(workers: int, settings: list[Settings]) -> tuple[ProcessPoolExecutor, 
     import pickle
     from concurrent.futures import ProcessPoolExecutor
 
-    _reap()  # a pool winding down has a thread here: forking would no longer be safe
     method = start_method()
     if method == "fork":
         preload_engine()  # once, here: every forked worker has it
@@ -393,7 +388,6 @@ class _Run:
     cache: Cache | None
     distinct: list[Settings]
     which: dict[int, int]
-    linger: bool = False  # see lint_many
 
     def submit(self, executor: ProcessPoolExecutor, chunk: list[int]) -> Future[Any]:
         tasks = [(str(self.work[index][0]), self.which[index], self.keys[index]) for index in chunk]
@@ -412,7 +406,6 @@ def _lint_in_pool(
     jobs: int,
     finished: Finished,
     cache: Cache | None,
-    linger: bool = False,
 ) -> None:
     """`jobs` workers lint while this process only hands out models and collects reports (a model that crashes
     its process never takes this one with it). A pool broken by a dying worker is replaced: the models it lost are
@@ -426,7 +419,7 @@ def _lint_in_pool(
             distinct.append(settings)
             position = len(distinct) - 1
         which[index] = position
-    run = _Run(work, keys, folder, finished, cache, distinct, which, linger)
+    run = _Run(work, keys, folder, finished, cache, distinct, which)
     queue = list(misses)
     deaths = 0  # in a row: past MAX_DEATHS, workers die whatever they run, and retrying is pointless
     while queue:
@@ -508,24 +501,8 @@ def _round(run: _Run, indices: list[int], workers: int) -> tuple[list[int], list
     except BaseException:
         _stop(executor)
         raise
-    manager = getattr(executor, "_executor_manager_thread", None)  # it joins the workers (private: hence getattr)
-    if run.linger and isinstance(manager, threading.Thread):  # every result is in: the workers exit while this
-        executor.shutdown(wait=False)  # process renders (_reap)
-        _winding_down.append(manager)
-    else:
-        executor.shutdown(wait=True)
+    executor.shutdown(wait=True)
     return lost, [index for chunk in pending for index in chunk]
-
-
-_winding_down: list[threading.Thread] = []  # the threads of pools whose workers were told to exit, not yet joined
-
-
-def _reap() -> None:
-    """Wait for the pools left winding down: before the next run (which forks only while this process has no other
-    thread), and at exit (concurrent.futures joins them). The workers' exit took 15-30 ms (2 workers, machine
-    under load) that rendering can overlap."""
-    while _winding_down:
-        _winding_down.pop().join()
 
 
 def _stop(executor: ProcessPoolExecutor) -> None:

@@ -418,9 +418,7 @@ def _check(args: argparse.Namespace) -> int:
     _check_gates_usable(args, [settings.target for settings in settings_cache.values()])
     cache = None if args.no_cache else Cache(_cache_dir(args, fixed_config))
     jobs = args.jobs or default_jobs()
-    reports: list[ModelReport] = lint_many(
-        work, jobs=jobs, cache=cache, progress=show if progress else None, linger=True
-    )  # linger: the workers exit while this process renders
+    reports: list[ModelReport] = lint_many(work, jobs=jobs, cache=cache, progress=show if progress else None)
     if progress:
         print("\r\x1b[2K", end="", file=sys.stderr, flush=True)
     if cache is not None and cache.warning:

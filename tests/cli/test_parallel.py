@@ -91,24 +91,6 @@ def test_the_pool_is_used_for_several_models_and_not_for_one(monkeypatch, folder
     assert rounds == [len(paths)]  # one model, or a few small ones: no pool
 
 
-def test_a_lingering_pool_gives_the_same_reports_and_is_reaped_before_the_next_fork(monkeypatch, folder):
-    """`linger` (netlint check) returns without waiting for the workers to exit; the next run waits for them first,
-    so that it can fork again (a pool winding down is a thread in this process)."""
-    for name in netlint.batch.FORK_UNSAFE:
-        monkeypatch.delitem(sys.modules, name, raising=False)
-    settings = settings_for(FileConfig(), Overrides())
-    work = [(path, settings) for path in sorted(p for p in folder.rglob("*") if p.is_file())]
-    lingering = lint_many(work, jobs=2, linger=True)
-    assert len(netlint.batch._winding_down) == 1
-    methods: list[str] = []
-    original = netlint.batch.start_method
-    monkeypatch.setattr(netlint.batch, "start_method", lambda: methods.append(original()) or methods[-1])
-    assert lint_many(work, jobs=2) == lingering
-    assert netlint.batch._winding_down == [] and threading.active_count() == 1
-    if sys.platform == "linux":
-        assert "fork" in methods and "forkserver" not in methods
-
-
 def test_the_fork_server_starts_early_only_for_a_run_that_will_need_workers(monkeypatch, folder, tmp_path):
     """`check` starts the fork server before it imports the engine when the run will likely use a pool; a server
     started early for a run that turns out to need none (every model a cache hit) is stopped, not left importing."""
