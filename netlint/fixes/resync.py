@@ -23,7 +23,7 @@ import onnx
 from netlint.collector import paused
 from netlint.fixes.edit import GraphEdit
 from netlint.io import onnx_io
-from netlint.io.structure import GraphFacts, check_structure
+from netlint.io.structure import GraphFacts
 from netlint.ir import Graph, Model, Node
 
 
@@ -51,12 +51,4 @@ def convert_fixed(proto: onnx.ModelProto, path: str, base: Path, reuse: list[Nod
         converted = onnx_io._convert_graph(graph, None, "", onnx_io._ExternalData(base, notes), facts, reuse)
         if onnx_io._lacks_shapes(converted, facts):
             return None
-        metadata = {prop.key: prop.value for prop in proto.metadata_props}
-        metadata.update(
-            producer=f"{proto.producer_name} {proto.producer_version}".strip(),
-            ir_version=str(proto.ir_version),
-            opset=",".join(f"{o.domain or 'ai.onnx'}:{o.version}" for o in proto.opset_import),
-        )
-        model = Model(path, "onnx", converted, metadata, notes)
-        check_structure(model, facts=facts)
-    return model
+        return onnx_io.checked_model(proto, path, converted, notes, facts)

@@ -80,14 +80,21 @@ def model_from_proto(proto: onnx.ModelProto, path: str, base: Path) -> Model:
                 notes = []
                 proto = _inferred(proto, notes)
                 graph, facts = _convert(proto, notes, base)
-        metadata = {prop.key: prop.value for prop in proto.metadata_props}
-        metadata.update(
-            producer=f"{proto.producer_name} {proto.producer_version}".strip(),
-            ir_version=str(proto.ir_version),
-            opset=",".join(f"{o.domain or 'ai.onnx'}:{o.version}" for o in proto.opset_import),
-        )
-        model = Model(path, "onnx", graph, metadata, notes)
-        check_structure(model, facts=facts)
+        return checked_model(proto, path, graph, notes, facts)
+
+
+def checked_model(
+    proto: onnx.ModelProto, path: str, graph: Graph, notes: list[str], facts: dict[Graph, GraphFacts]
+) -> Model:
+    """The Model of a converted graph, with the file's metadata, once the structure checks pass (they raise)."""
+    metadata = {prop.key: prop.value for prop in proto.metadata_props}
+    metadata.update(
+        producer=f"{proto.producer_name} {proto.producer_version}".strip(),
+        ir_version=str(proto.ir_version),
+        opset=",".join(f"{o.domain or 'ai.onnx'}:{o.version}" for o in proto.opset_import),
+    )
+    model = Model(path, "onnx", graph, metadata, notes)
+    check_structure(model, facts=facts)
     return model
 
 
