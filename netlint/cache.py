@@ -431,19 +431,32 @@ def _any_of(kind: type) -> Callable[[Any], Any]:
     return convert
 
 
+MAX_SHARED = 4096  # distinct values of one frozen dataclass of strings shared between rebuilt reports
+
+
 def _dataclass_converter(cls: type) -> Callable[[Any], Any]:
     """A builder for `cls`; its plan (how to check each field) is made on first use (a dataclass may refer to
     itself). A cached run rebuilds thousands of findings: scalar fields, empty tables and nulls are checked inline,
     only the other fields cost a call. The value is a list of the fields in __init__'s order (_encode), rebuilt in
-    place (it is json.loads' fresh output, used once) and passed positionally (half the cost of keywords)."""
+    place (it is json.loads' fresh output, used once) and passed positionally (half the cost of keywords). A frozen
+    dataclass of strings only (FixRef, Skip, FindingKey) is built once per distinct value and shared."""
     plan: list[tuple[str, int, Any]] = []
     keyword_only: list[tuple[int, str]] = []  # (position in the list, name) of the fields __init__ takes by keyword
+    shared: dict[tuple[str, ...], Any] = {}  # equal values of a frozen dataclass of strings: one object
+    sharing: list[bool] = []
 
     def build(value: Any) -> Any:
         if not plan:
             plan.extend(_plan(cls))
             fields = {field.name: field for field in dataclasses.fields(cls)}
             keyword_only.extend((i, name) for i, (name, _, _) in enumerate(plan) if fields[name].kw_only is True)
+            params = getattr(cls, "__dataclass_params__", None)
+            strings = all((kind == _EXACT and arg is str) or kind == _ONE_OF for _, kind, arg in plan)
+            sharing.append(bool(plan) and params is not None and params.frozen and strings)
+        if sharing[0] and type(value) is list and _STR.issuperset(map(type, value)):
+            hit = shared.get(tuple(value))
+            if hit is not None:
+                return hit
         if type(value) is not list or len(value) != len(plan):
             raise TypeError(f"{cls.__name__}: expected a list of its {len(plan)} fields")
         for index, (name, kind, arg) in enumerate(plan):
@@ -470,11 +483,16 @@ def _dataclass_converter(cls: type) -> Callable[[Any], Any]:
                     _refuse(cls, name, kind, arg, item)
             else:  # _CONVERT, _CONVERT_OR_NULL
                 value[index] = arg(item)
-        if not keyword_only:
-            return cls(*value)
-        by_keyword = dict(keyword_only)
-        named = {name: value[index] for index, name in by_keyword.items()}
-        return cls(*[item for index, item in enumerate(value) if index not in by_keyword], **named)
+        if keyword_only:
+            by_keyword = dict(keyword_only)
+            named = {name: value[index] for index, name in by_keyword.items()}
+            return cls(*[item for index, item in enumerate(value) if index not in by_keyword], **named)
+        built = cls(*value)
+        if sharing[0]:  # immutable: sharing it between findings cannot leak a change (FixRef repeats in most)
+            if len(shared) >= MAX_SHARED:
+                shared.clear()
+            shared[tuple(value)] = built
+        return built
 
     return build
 

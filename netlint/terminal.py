@@ -9,4 +9,6 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")  # C0/C
 
 def safe(text: str) -> str:
     """Model-provided strings may hold terminal escape sequences: show control characters escaped, never raw."""
+    if text.isprintable():  # the common case, without the regex: every character _CONTROL matches is unprintable
+        return text
     return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)

@@ -432,3 +432,33 @@ def test_a_keyword_only_field_is_rebuilt_by_name():
     assert netlint.cache._encode(Mixed(1, 2.5, named="y")) == [1, "y", 2.5]
     with pytest.raises(TypeError):
         netlint.cache._build(Mixed, [1, 2, 2.5])
+
+
+def test_equal_frozen_string_values_are_shared_and_others_are_not():
+    """A rebuilt report shares one FixRef between findings with the same fix (immutable: sharing cannot leak a
+    change); a mutable dataclass, or a frozen one with numbers (Impact), is built anew each time."""
+    report = full_report()
+    report.findings = [dataclasses.replace(report.findings[0]) for _ in range(3)]
+    rebuilt = report_from_json(json.loads(json.dumps(report_to_json(report))))
+    assert rebuilt == report
+    fixes = [finding.fix for finding in rebuilt.findings]
+    assert fixes[0] is not None and all(fix is fixes[0] for fix in fixes)
+    assert len({id(finding) for finding in rebuilt.findings}) == 3
+    impacts = [finding.impact for finding in rebuilt.findings]
+    assert impacts[0] is not None and impacts[0] is not impacts[1]
+    other = netlint.cache._build(FixRef, ["other-pass", "safe"])
+    assert other == FixRef("other-pass", "safe") and other is not fixes[0]
+
+
+@dataclasses.dataclass
+class _Chain:
+    name: str
+    rest: _Chain | None = None
+
+
+def test_a_dataclass_that_refers_to_itself_is_rebuilt():
+    chain = _Chain("a", _Chain("b", _Chain("c")))
+    assert netlint.cache._build(_Chain, ["a", ["b", ["c", None]]]) == chain
+    assert netlint.cache._encode(chain) == ["a", ["b", ["c", None]]]
+    with pytest.raises(TypeError):
+        netlint.cache._build(_Chain, ["a", ["b", [3, None]]])

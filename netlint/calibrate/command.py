@@ -11,10 +11,7 @@ Exit codes: 0 written, 2 an error (unknown runtime, runtime not installed, unwri
 from __future__ import annotations
 
 import argparse
-import copy
-import datetime
 import os
-import platform
 import sys
 import tomllib
 from pathlib import Path
@@ -104,6 +101,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
 # --- the document -------------------------------------------------------------------------------------------------
 def machine() -> str:
     """'AMD EPYC 7B13, 2 logical CPUs' (Linux: /proc/cpuinfo's model name), else platform.processor()."""
+    import platform  # here, not at the top: `check` imports this module for its parser (issue 8: start-up)
+
     model = ""
     try:
         for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
@@ -117,6 +116,8 @@ def machine() -> str:
 
 
 def source_line(result: Any) -> str:
+    import datetime
+
     runner = result.runner
     today = datetime.date.today().isoformat()
     threads = f"{runner.threads} thread{'s' if runner.threads != 1 else ''}"
@@ -128,6 +129,8 @@ def source_line(result: Any) -> str:
 
 def target_document(base: dict[str, Any], result: Any, name: str) -> dict[str, Any]:
     """The base target's document with the calibration's name, source, [cost] numbers and fusing activations."""
+    import copy
+
     from netlint.targets.schema import COST_NUMBERS
 
     document = copy.deepcopy(base)
@@ -319,6 +322,8 @@ def _value(value: Any) -> str:
         if sum(len(item) + 2 for item in items) > 100:  # one item a line, like the built-in targets
             return "[\n" + "".join(f"    {item},\n" for item in items) + "]"
         return "[" + ", ".join(items) + "]"
+    import datetime
+
     if isinstance(value, datetime.date):
         return value.isoformat()
     raise TypeError(f"cannot write {type(value).__name__} to TOML")

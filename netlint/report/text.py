@@ -28,19 +28,26 @@ def render_text(reports: list[ModelReport], colour: bool = False) -> str:
         skipped_models += skipped_model
         shown = paint(path, "path")
         heads: dict[tuple[str, str], str] = {}  # (code, severity) -> "CODE [severity]", painted
-        hints: dict[tuple[str | None, object], str] = {}  # (help, fix) -> its help line ("" for none): often repeated
+        # (help, id of the fix) -> its help line ("" for none): often repeated. By id: a FixRef's hash is Python code,
+        # and the findings (so their fixes, and their ids) live until the report is rendered.
+        hints: dict[tuple[str | None, int], str] = {}
         add = lines.append
         for finding in ranked(report.findings):
             severity = finding.severity
             severities[severity] += 1
-            node = safe(finding.nodes[0]) if finding.nodes else "-"
+            node = finding.nodes[0] if finding.nodes else "-"
+            message = finding.message
+            if not node.isprintable():  # safe() inline: most strings are printable, and these are most strings
+                node = safe(node)
+            if not message.isprintable():
+                message = safe(message)
             head = heads.get((finding.code, severity))
             if head is None:
                 head = heads[(finding.code, severity)] = f"{paint(finding.code, severity)} [{severity}]"
-            add(f"{shown}:{node}: {head} {safe(finding.message)}")
-            hint = hints.get((finding.help, finding.fix))
+            add(f"{shown}:{node}: {head} {message}")
+            hint = hints.get((finding.help, id(finding.fix)))
             if hint is None:
-                hint = hints[(finding.help, finding.fix)] = _hint_line(finding, paint)
+                hint = hints[(finding.help, id(finding.fix))] = _hint_line(finding, paint)
             if hint:
                 add(hint)
             if finding.impact is not None:
