@@ -575,13 +575,17 @@ class Cache:
             self._digests.save()
 
     def _entry(self, key: str) -> Path:
-        return self.folder / f"v{CACHE_FORMAT}" / key[:2] / f"{key}.json"
+        return Path(self._entry_name(key))
+
+    def _entry_name(self, key: str) -> str:
+        """Where the entry for `key` lives (a str: `get` opens it without pathlib's joins, once per model)."""
+        return os.path.join(self.folder, f"v{CACHE_FORMAT}", key[:2], f"{key}.json")
 
     def get(self, key: str, path: str) -> ModelReport | None:
         """The cached report for `key`, given `path`; None for a miss or an unusable entry."""
         try:
-            with open(os.path.join(self.folder, f"v{CACHE_FORMAT}", key[:2], f"{key}.json"), "rb") as handle:
-                document = json.loads(handle.read())  # not pathlib: 3 joins and a read_bytes per hit add up
+            with open(self._entry_name(key), "rb") as handle:
+                document = json.loads(handle.read())
             if document.get("format") != CACHE_FORMAT or document.get("key") != key:
                 return None
             if document.get("netlint_version") != __version__:

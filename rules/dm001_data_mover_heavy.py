@@ -260,7 +260,7 @@ def _tally(
                     return None
         if settled or node.op == "Constant":
             continue  # a Constant is folded before the model runs
-        for out in node.outputs:
+        for out in node.outputs:  # `_counted`, inline: this loop visits every node of the graph
             if out and out not in static:
                 break
         else:

@@ -76,6 +76,12 @@ class Facts:
     blocked_readers: set[str] = field(default_factory=set)
     nchw_readers: set[str] = field(default_factory=set)
 
+    def clear(self) -> None:
+        """Forget a walk (before walking again over regrouped kernels)."""
+        self.blocked.clear()
+        self.blocked_readers.clear()
+        self.nchw_readers.clear()
+
 
 def reorders(
     graph: Graph,

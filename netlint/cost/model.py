@@ -316,9 +316,7 @@ def _layout_kernels(
     found = _reorders(graph, ctx, entries, block, facts, borders)
     unfused = _unfuse_unblocked_residuals(entries, by_id, facts.blocked, rates.views_free)
     if _fuse_blocked_sums(graph, entries, by_id, facts.blocked) or unfused:
-        facts.blocked.clear()
-        facts.blocked_readers.clear()
-        facts.nchw_readers.clear()
+        facts.clear()
         found = _reorders(graph, ctx, entries, block, facts, borders)
     added = []
     for op, name in found:

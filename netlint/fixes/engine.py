@@ -319,7 +319,7 @@ def _convert(proto: onnx.ModelProto, path: str, base: Path, reuse: list[Node | N
     that no fix touched to the conversion."""
     if reuse is not None:
         # None when the loader would infer shapes (its test is the one below, made on the converted graph; a file
-        # with some shapes but too few is converted twice then, as the loader does it) or meets a subgraph body
+        # with some shapes but too few is converted twice then, as the loader does it)
         model = convert_fixed(proto, path, base, reuse)
         if model is not None:
             return model
