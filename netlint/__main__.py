@@ -1,7 +1,5 @@
 """`python -m netlint` is the `netlint` command."""
 
-import sys
+from netlint.cli import run
 
-from netlint.cli import main
-
-sys.exit(main())
+run()

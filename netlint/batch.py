@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from netlint.collector import paused
+from netlint.collector import paused, promote_all
 
 if TYPE_CHECKING:  # the engine is imported on first use: `start_early` runs before this process imports it
     from concurrent.futures import Future, ProcessPoolExecutor
@@ -350,7 +350,8 @@ def _pool(workers: int, settings: list[Settings]) -> tuple[ProcessPoolExecutor, 
 
 
 class _Forking:
-    """Around the submit that forks the workers: SIGINT blocked (they inherit the mask, and ignore SIGINT before
+    """Around the submit that forks the workers: this process's objects promoted to the oldest generation (the
+    workers' collector then leaves them alone), SIGINT blocked (they inherit the mask, and ignore SIGINT before
     unblocking it; an interrupt in that moment is delivered to this process once unblocked), and Python 3.12's
     warning about forking a process with threads silenced: the only other thread is numpy's OpenBLAS, which is
     fork-safe (start_method)."""
@@ -364,6 +365,9 @@ class _Forking:
 
     def __enter__(self) -> None:
         if self.active:
+            # Young objects (tens of thousands after importing the engine with the collector paused) would be each
+            # worker's first collection: a scan that writes every one's header, copying the pages they sit on.
+            promote_all()
             self.warnings.__enter__()
             warnings.filterwarnings("ignore", "This process .* is multi-threaded, use of fork", DeprecationWarning)
         if self.mask:

@@ -27,6 +27,7 @@ import dataclasses
 import hashlib
 import json
 import mmap
+import operator
 import os
 import sys
 import tempfile
@@ -35,6 +36,7 @@ import types
 import typing
 from collections.abc import Callable
 from functools import cache
+from itertools import chain, compress, repeat
 from pathlib import Path
 from typing import Any, Literal, Union
 
@@ -46,7 +48,8 @@ from netlint.rule import Finding, FixRef, Impact, Skip
 if typing.TYPE_CHECKING:
     from netlint.config import Settings
 
-CACHE_FORMAT = 2  # bump when the entry layout changes (2: dataclasses as lists of their fields)
+# Bump when the entry layout changes (2: dataclasses as lists of their fields; 3: lists of dataclasses by columns).
+CACHE_FORMAT = 3
 DEFAULT_DIR = ".netlint_cache"
 CACHEDIR_TAG = (
     "Signature: 8a477f597d28d172789f06886806bc55\n"
@@ -222,11 +225,13 @@ def _external_locations(view: mmap.mmap) -> list[str]:
 
 def _external_stamp(folder: Path, location: str) -> list[Any]:
     try:
-        target = folder / location
-        stat = target.stat()
-        inside = target.resolve().is_relative_to(folder.resolve())
+        target = os.path.join(folder, location)
+        stat = os.stat(target)
+        root = os.path.realpath(folder)  # each time: a long-lived process may see a folder's symlink re-pointed
+        real = os.path.realpath(target)
     except (OSError, ValueError):
         return [location, "absent"]
+    inside = real == root or real.startswith(root if root.endswith(os.sep) else root + os.sep)  # Path.is_relative_to
     return [location, inside, stat.st_size, stat.st_mtime_ns]
 
 
@@ -283,7 +288,7 @@ def _encode(value: Any) -> Any:
     if value is None or type(value) in (str, int, float, bool):
         return value
     if dataclasses.is_dataclass(value) and not isinstance(value, type):  # its fields in order: no names to parse
-        return [_encode(getattr(value, name)) for name in _field_names(type(value))]
+        return [encode(getattr(value, name)) for name, encode in _encoders(type(value))]
     if isinstance(value, dict):
         if not all(isinstance(key, str) for key in value):
             raise TypeError("only string keys survive JSON")
@@ -300,9 +305,118 @@ def _encode(value: Any) -> Any:
 
 
 @cache
-def _field_names(cls: type) -> tuple[str, ...]:
-    """The fields __init__ takes, in its order (a field it does not take would not come back: put refuses it)."""
-    return tuple(f.name for f in dataclasses.fields(cls) if f.init)
+def _encoders(cls: type) -> tuple[tuple[str, Callable[[Any], Any]], ...]:
+    """(name, encoder) of each field __init__ takes, in its order (a field it does not take would not come back: put
+    refuses it); a list of dataclasses is stored by columns (_rows_encoder)."""
+    hints = typing.get_type_hints(cls, localns=_TYPES)
+    return tuple((f.name, _field_encoder(hints[f.name])) for f in dataclasses.fields(cls) if f.init)
+
+
+def _field_encoder(hint: Any) -> Callable[[Any], Any]:
+    """How a field declared `hint` is stored: by its value (_encode), but a list of dataclasses by columns."""
+    origin = typing.get_origin(hint)
+    if origin in (Union, types.UnionType):
+        arms = [arm for arm in typing.get_args(hint) if arm is not type(None)]
+        if len(arms) == 1 and (inner := _field_encoder(arms[0])) is not _encode:
+            return lambda value: None if value is None else inner(value)
+    elif origin is list and (args := typing.get_args(hint)) and _is_dataclass_type(args[0]):
+        return _rows_encoder(args[0])
+    return _encode
+
+
+def _is_dataclass_type(tp: Any) -> bool:
+    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
+
+
+@cache
+def _rows_encoder(cls: type) -> Callable[[list[Any]], list[Any]]:
+    """A list of `cls` values stored by columns: [count, column of the first field, ...] (rebuilt by C-level checks
+    over each column and one map over the constructor, not a call per value and field). A column of a frozen
+    dataclass of strings (FixRef) is a table of its distinct values and each row's index in it (0 is null when the
+    field may be null)."""
+    hints = typing.get_type_hints(cls, localns=_TYPES)
+    columns: list[tuple[str, Callable[[list[Any]], Any]]] = []
+    for field in dataclasses.fields(cls):
+        if not field.init:
+            continue
+        table = _table_class(hints[field.name])
+        if table is not None:
+            columns.append((field.name, _table_encoder(*table)))
+        elif hints[field.name] in _ANY_CONTAINERS:
+            columns.append((field.name, _tagged_encoder))
+        else:
+            encode = _field_encoder(hints[field.name])
+            columns.append((field.name, lambda column, encode=encode: [encode(item) for item in column]))
+
+    def encode(values: Any) -> list[Any]:
+        if type(values) is not list or any(type(value) is not cls for value in values):
+            raise TypeError(f"expected a list of {cls.__name__}")
+        return [len(values), *(encode([getattr(value, name) for value in values]) for name, encode in columns)]
+
+    return encode
+
+
+_ANY_CONTAINERS = (dict[str, Any], list[Any])  # a column of these is stored with the rows that hold a tuple
+
+
+def _tagged_encoder(column: list[Any]) -> list[Any]:
+    """A column of free-form values (Finding.data): [the values, the indices of the rows that hold a tuple], so that
+    only those rows are walked to restore their tuples when rebuilt (most hold none)."""
+    return [[_encode(value) for value in column], [index for index, value in enumerate(column) if _has_tuple(value)]]
+
+
+def _has_tuple(value: Any) -> bool:
+    """Whether `value` holds a tuple at any depth (stored tagged by _encode)."""
+    if isinstance(value, tuple):
+        return True
+    if isinstance(value, dict):
+        return any(map(_has_tuple, value.values()))
+    return isinstance(value, list) and any(map(_has_tuple, value))
+
+
+def _table_class(hint: Any) -> tuple[type, bool] | None:
+    """(the class, whether null is allowed) when `hint` is a frozen dataclass of strings only (or Literals of
+    strings), or it or null."""
+    arms = typing.get_args(hint) if typing.get_origin(hint) in (Union, types.UnionType) else (hint,)
+    inner = [arm for arm in arms if arm is not type(None)]
+    if len(inner) != 1 or not _is_dataclass_type(inner[0]):
+        return None
+    cls = inner[0]
+    params = getattr(cls, "__dataclass_params__", None)
+    fields = [field for field in dataclasses.fields(cls) if field.init]
+    hints = typing.get_type_hints(cls, localns=_TYPES)
+    if params is None or not params.frozen or not fields or not all(_is_string(hints[field.name]) for field in fields):
+        return None
+    return cls, len(inner) != len(arms)
+
+
+def _is_string(hint: Any) -> bool:
+    """Whether `hint` is str or a Literal of strings."""
+    if typing.get_origin(hint) is Literal:
+        return all(type(arg) is str for arg in typing.get_args(hint))
+    return hint is str
+
+
+def _table_encoder(cls: type, optional: bool) -> Callable[[list[Any]], list[Any]]:
+    names = [field.name for field in dataclasses.fields(cls) if field.init]
+
+    def encode(column: list[Any]) -> list[Any]:
+        rows: dict[tuple[Any, ...], int] = {}
+        indices = []
+        for value in column:
+            if value is None and optional:
+                indices.append(0)
+                continue
+            if type(value) is not cls:
+                raise TypeError(f"expected {cls.__name__}")
+            row = tuple(getattr(value, name) for name in names)
+            index = rows.get(row)
+            if index is None:
+                index = rows[row] = len(rows) + optional
+            indices.append(index)
+        return [[list(row) for row in rows], indices]
+
+    return encode
 
 
 def _decode(value: Any) -> Any:
@@ -325,6 +439,9 @@ def _decode(value: Any) -> Any:
 
 _CONTAINERS = frozenset((dict, list))
 _STR = frozenset((str,))
+_LIST = frozenset((list,))
+_DICT = frozenset((dict,))
+_INT = frozenset((int,))
 _NUMBERS = frozenset((int, float))
 
 
@@ -358,6 +475,8 @@ def _converter(tp: Any) -> Callable[[Any], Any]:
         (item,) = typing.get_args(tp) or (Any,)
         if item is str or item is Any:  # node and tensor names, notes: checked in one pass, kept as they are
             return _strings if item is str else _any_of(list)
+        if _is_dataclass_type(item):
+            return _rows_converter(item)
         convert = _converter(item)
 
         def to_list(value: Any) -> list[Any]:
@@ -378,6 +497,19 @@ def _converter(tp: Any) -> Callable[[Any], Any]:
                 return value
 
             return numbers
+        inner = typing.get_args(item)[1] if typing.get_origin(item) is dict and typing.get_args(item) else None
+        if inner in (int, float):  # CostSummary.by_op_type: op -> its numbers, checked in C, kept as they are
+
+            def tables(value: Any) -> dict[str, Any]:
+                if (
+                    type(value) is not dict
+                    or not _DICT.issuperset(map(type, value.values()))
+                    or not _NUMBERS.issuperset(map(type, chain.from_iterable(map(dict.values, value.values()))))
+                ):
+                    raise TypeError("expected an object of objects of numbers")
+                return value
+
+            return tables
         convert = _converter(item)
 
         def to_dict(value: Any) -> dict[str, Any]:
@@ -495,6 +627,165 @@ def _dataclass_converter(cls: type) -> Callable[[Any], Any]:
         return built
 
     return build
+
+
+def _rows_converter(cls: type) -> Callable[[Any], list[Any]]:
+    """A builder for a list of `cls` stored by columns (_rows_encoder): each column is checked in one pass in C where
+    its type allows (strings, numbers, a Literal's values, lists of strings, tables), only non-empty containers and
+    other dataclasses cost a call per row, and the values are made by one map over the constructor. The plan is made
+    on first use (a dataclass may refer to itself)."""
+    checks: list[Callable[[Any, int], list[Any]]] = []
+    keyword_only: list[tuple[int, str]] = []
+
+    def build(value: Any) -> list[Any]:
+        if not checks:
+            checks.extend(_column_checks(cls))
+            fields = {field.name: field for field in dataclasses.fields(cls)}
+            names = [field.name for field in dataclasses.fields(cls) if field.init]
+            keyword_only.extend((i, name) for i, name in enumerate(names) if fields[name].kw_only is True)
+        if type(value) is not list or len(value) != len(checks) + 1 or type(value[0]) is not int or value[0] < 0:
+            raise TypeError(f"{cls.__name__}: expected the count and {len(checks)} columns")
+        count = value[0]
+        columns = [check(column, count) for check, column in zip(checks, value[1:], strict=True)]
+        if not columns:
+            return [cls() for _ in range(count)]
+        if keyword_only:
+            by_keyword = dict(keyword_only)
+            return [
+                cls(
+                    *[item for i, item in enumerate(row) if i not in by_keyword],
+                    **{name: row[i] for i, name in keyword_only},
+                )
+                for row in zip(*columns, strict=True)
+            ]
+        return list(map(cls, *columns))
+
+    return build
+
+
+def _column_checks(cls: type) -> list[Callable[[Any, int], list[Any]]]:
+    """For each field of `cls` __init__ takes, a function that checks a column of `count` stored values and returns
+    the column rebuilt (in place when it can)."""
+    hints = typing.get_type_hints(cls, localns=_TYPES)
+    checks = []
+    for (name, kind, arg), field in zip(_plan(cls), [f for f in dataclasses.fields(cls) if f.init], strict=True):
+        where = f"{cls.__name__}.{name}"
+        table = _table_class(hints[field.name])
+        if table is not None:
+            checks.append(_table_check(where, _converter(table[0]), table[1]))
+        elif kind in (_EXACT, _EXACT_OR_NULL, _NUMBER, _NUMBER_OR_NULL):
+            allowed = {int, float} if kind in (_NUMBER, _NUMBER_OR_NULL) else {arg}
+            if kind < _NOT_NULL:
+                allowed.add(type(None))
+            checks.append(_types_check(where, frozenset(allowed)))
+        elif kind == _ONE_OF:
+            checks.append(_types_check(where, frozenset(arg), by_value=True))
+        elif kind == _EMPTY_OR and arg[1] is _strings:
+            checks.append(_strings_check(where))
+        elif hints[field.name] in _ANY_CONTAINERS:
+            checks.append(_tagged_check(where, arg[1], frozenset((arg[0],))))
+        elif kind == _EMPTY_OR:
+            checks.append(_each_check(where, arg[1], frozenset((arg[0],)), _non_empty))
+        elif kind == _CONVERT_OR_NULL:
+            checks.append(_each_check(where, arg, None, _not_null))
+        else:
+            checks.append(_each_check(where, arg, None, None))
+    return checks
+
+
+def _column(where: str, column: Any, count: int) -> list[Any]:
+    if type(column) is not list or len(column) != count:
+        raise TypeError(f"{where}: expected a column of {count} values")
+    return column
+
+
+def _types_check(where: str, allowed: frozenset[Any], by_value: bool = False) -> Callable[[Any, int], list[Any]]:
+    """Every value's type is one of `allowed` (a bool is not a number), or with `by_value` every value is."""
+
+    def check(column: Any, count: int) -> list[Any]:
+        _column(where, column, count)
+        if not allowed.issuperset(column if by_value else map(type, column)):
+            raise TypeError(f"{where}: a value of the wrong type or not one of the allowed ones")
+        return column
+
+    return check
+
+
+def _strings_check(where: str) -> Callable[[Any, int], list[Any]]:
+    def check(column: Any, count: int) -> list[Any]:
+        if not _LIST.issuperset(map(type, _column(where, column, count))) or not _STR.issuperset(
+            map(type, chain.from_iterable(column))
+        ):
+            raise TypeError(f"{where}: expected lists of strings")
+        return column
+
+    return check
+
+
+def _not_null(column: list[Any], count: int) -> Any:
+    """The indices of the rows that are not null (picked in C)."""
+    return compress(range(count), map(operator.is_not, column, repeat(None)))
+
+
+def _non_empty(column: list[Any], count: int) -> Any:
+    """The indices of the rows that are not empty (picked in C)."""
+    return compress(range(count), column)
+
+
+def _each_check(
+    where: str, convert: Callable[[Any], Any], kinds: frozenset[type] | None, rows: Callable[..., Any] | None
+) -> Callable[[Any, int], list[Any]]:
+    """Convert each value, or with `rows` only the rows it picks (non-empty, not null) after checking all types."""
+
+    def check(column: Any, count: int) -> list[Any]:
+        _column(where, column, count)
+        if rows is None:
+            column[:] = map(convert, column)
+            return column
+        if kinds is not None and not kinds.issuperset(map(type, column)):
+            raise TypeError(f"{where}: expected {next(iter(kinds)).__name__}")
+        if rows is _not_null and column.count(None) == count:  # no impacts (a target without a cost model)
+            return column
+        for index in rows(column, count):
+            column[index] = convert(column[index])
+        return column
+
+    return check
+
+
+def _tagged_check(where: str, convert: Callable[[Any], Any], kinds: frozenset[type]) -> Callable[[Any, int], list[Any]]:
+    """A column of free-form values with the rows that hold a tuple (_tagged_encoder): only those are walked."""
+
+    def check(column: Any, count: int) -> list[Any]:
+        if type(column) is not list or len(column) != 2 or type(column[1]) is not list:
+            raise TypeError(f"{where}: expected the values and the rows with tuples")
+        values = _column(where, column[0], count)
+        if not kinds.issuperset(map(type, values)) or not _INT.issuperset(map(type, column[1])):
+            raise TypeError(f"{where}: expected {next(iter(kinds)).__name__}")
+        for index in column[1]:
+            if not 0 <= index < count:
+                raise TypeError(f"{where}: a row past the column")
+            values[index] = convert(values[index])
+        return values
+
+    return check
+
+
+def _table_check(where: str, build: Callable[[Any], Any], optional: bool) -> Callable[[Any, int], list[Any]]:
+    """A column stored as a table of distinct values and each row's index (_table_encoder)."""
+
+    def check(column: Any, count: int) -> list[Any]:
+        if type(column) is not list or len(column) != 2 or type(column[0]) is not list:
+            raise TypeError(f"{where}: expected a table and indices")
+        table = dict(enumerate(map(build, column[0]), start=optional))  # a dict: a wrong index is a KeyError
+        if optional:
+            table[0] = None
+        indices = _column(where, column[1], count)
+        if not _INT.issuperset(map(type, indices)):  # a bool would find 0 or 1
+            raise TypeError(f"{where}: expected indices into its table")
+        return list(map(table.__getitem__, indices))
+
+    return check
 
 
 def _refuse(cls: type, name: str, kind: int, arg: Any, item: Any) -> typing.NoReturn:

@@ -22,7 +22,14 @@ def paused(promote: bool = False) -> Iterator[None]:
     try:
         yield
     finally:
-        if promote and gc.get_freeze_count() == 0:
-            gc.freeze()
-            gc.unfreeze()
+        if promote:
+            promote_all()
         gc.enable()
+
+
+def promote_all() -> None:
+    """Move every object the collector tracks to the oldest generation, as surviving collections would, without
+    scanning them. Skipped when someone else froze objects: unfreezing would hand theirs back."""
+    if gc.get_freeze_count() == 0:
+        gc.freeze()
+        gc.unfreeze()

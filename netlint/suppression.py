@@ -29,12 +29,12 @@ if TYPE_CHECKING:
     from netlint.ir import Model
 
 UNUSED_CODE = "NL100"
-MARKER = re.compile(r"netlint:[ \t]*ignore(?![\w-])", re.IGNORECASE)
 MAX_MARKERS = 64  # per text: a doc string holding thousands of markers is read no further
 MAX_ITEMS = 64  # per marker
 MAX_BRACKET = 1000  # characters between `[` and `]`
 _SYNTHETIC_METADATA = frozenset({"producer", "ir_version", "opset"})  # filled in by the ONNX loader, not the file's
-_ITEM = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,63}")
+_MARKER = r"netlint:[ \t]*ignore(?![\w-])"  # compiled on first use (re's cache): a run served by the cache
+_ITEM = r"[A-Za-z][A-Za-z0-9-]{0,63}"  # imports this module through the engine but reads no marker
 
 
 @dataclass
@@ -73,7 +73,7 @@ def printable(text: str, limit: int = 40) -> str:
 def resolve_item(text: str) -> frozenset[str] | None:
     """The codes a marker item names (a code, a prefix, a name or ALL), or None when it names no rule."""
     rules = all_rules()
-    if not _ITEM.fullmatch(text):
+    if not re.fullmatch(_ITEM, text):
         return None
     if text.upper() == "ALL":
         return frozenset(rules)
@@ -89,10 +89,10 @@ def resolve_item(text: str) -> frozenset[str] | None:
 def parse_markers(text: str, where: str, node: str | None, bare_key: bool = False) -> list[Suppression]:
     """Every marker in `text`. With `bare_key` (a metadata entry whose key is `netlint`), the value may omit the
     `netlint:` prefix; a value of that key that holds no marker is itself a malformed marker."""
-    if bare_key and not MARKER.search(text):
+    if bare_key and not re.search(_MARKER, text, re.IGNORECASE):
         text = f"netlint: {text.strip()}"
     found: list[Suppression] = []
-    for match in MARKER.finditer(text):
+    for match in re.finditer(_MARKER, text, re.IGNORECASE):
         if len(found) >= MAX_MARKERS:
             break
         suppression = Suppression(where, node=node)

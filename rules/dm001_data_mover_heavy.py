@@ -246,8 +246,25 @@ def _tally(
                 moved += size
                 movers.append((size, node))
     settled = False  # the movers' share is within the limit, and more nodes only lower it: only checks from here
+    # every name some node reads or writes is sized (two set tests over the indexes): per node, `_own_sized` then
+    # only checks the count-keeping ops
+    all_sized = (
+        check_own_sizes
+        and "" not in nbytes
+        and nbytes.keys() >= graph.consumer_index().keys()
+        and nbytes.keys() >= graph.producer_index().keys()
+    )
     for node in graph.nodes:
-        if check_own_sizes:  # _own_sized, with its common case (every name sized) inline
+        if all_sized:
+            if node.op in SAME_COUNT:  # `_own_sized`'s count (and dtype) test, inline
+                inputs, outputs = node.inputs, node.outputs
+                if inputs and outputs and inputs[0] and outputs[0]:
+                    source, result = inputs[0], outputs[0]
+                    if numel[source] != numel[result] or (
+                        node.op not in PASS_THROUGH_OPS and values[source].dtype != values[result].dtype
+                    ):
+                        return None
+        elif check_own_sizes:  # _own_sized, with its common case (every name sized) inline
             inputs, outputs = node.inputs, node.outputs
             if not (all(map(sized, inputs)) and all(map(sized, outputs))):  # an unsized name, or an omitted one ("")
                 if not _own_sized(node, values, nbytes, numel):

@@ -109,8 +109,29 @@ def _report_with(**fields):
 
 
 def _finding_with(**fields):
+    """The full report's JSON with fields of its one finding replaced. Findings are stored by columns: [count, one
+    column per field]; the fix's column is a table of distinct fixes and each finding's index in it (0: none), the
+    data's is the values and the rows that hold a tuple."""
     document = report_to_json(full_report())
-    _set(_field(document, ModelReport, "findings")[0], Finding, fields)
+    findings = _field(document, ModelReport, "findings")
+    names = [field.name for field in dataclasses.fields(Finding)]
+    for name, value in fields.items():
+        if name == "fix":
+            findings[1 + names.index(name)] = [[], [0]] if value is None else [[value], [1]]
+        elif name == "data":  # [the values, the rows that hold a tuple]
+            findings[1 + names.index(name)][0][0] = value
+        else:
+            findings[1 + names.index(name)][0] = value
+    return document
+
+
+def _findings_with(**columns):
+    """The full report's JSON with whole columns of its findings replaced (`count` for the first item)."""
+    document = report_to_json(full_report())
+    findings = _field(document, ModelReport, "findings")
+    names = ["count", *(field.name for field in dataclasses.fields(Finding))]
+    for name, value in columns.items():
+        findings[names.index(name)] = value
     return document
 
 
@@ -131,6 +152,24 @@ def _field(row, cls, name):
         ["m.onnx"],  # fields missing
         [*report_to_json(full_report()), 1],  # a field nobody knows
         _report_with(findings=[["FU004"]]),
+        _report_with(findings=[report_to_json(full_report())[5]]),  # findings as rows, not columns
+        _findings_with(count=2),  # columns shorter than the count
+        _findings_with(count=-1),
+        _findings_with(count=True),
+        _findings_with(code=["FU004", "FU005"]),  # a column longer than the count
+        _findings_with(nodes="p"),
+        _findings_with(fix=[[["a-pass", "safe"]], [2]]),  # an index past the table (0 is null)
+        _findings_with(fix=[[["a-pass", "safe"]], [-1]]),
+        _findings_with(fix=[[["a-pass", "safe"]], [True]]),
+        _findings_with(fix=[[["a-pass", "safe"]], [1, 1]]),
+        _findings_with(fix=[[["a-pass", "safe"]]]),
+        _findings_with(fix=[{"a": 1}, [1]]),
+        _findings_with(severity=[["warning"]]),  # unhashable where a Literal's value is expected
+        _findings_with(data=[[{}], [1]]),  # a row with a tuple past the column
+        _findings_with(data=[[{}], [-1]]),
+        _findings_with(data=[[{}], ["0"]]),
+        _findings_with(data=[[{}]]),
+        _findings_with(data=[[[]], []]),  # a list where an object is expected, in a row without tuples
         _report_with(findings=[{"code": "FU004"}]),
         _report_with(findings="no"),
     ],
@@ -156,6 +195,10 @@ def test_a_malformed_document_is_refused(document):
         _cost_with(macs=True),  # a bool is not a number
         _cost_with(latency_ms="slow"),  # a number or null
         _cost_with(by_op_type={"Conv": {"count": "two"}}),  # an object of numbers
+        _cost_with(by_op_type={"Conv": [3]}),
+        _cost_with(by_op_type=[]),
+        _findings_with(impact=[["ort-cpu", 1.0, "slow", None]]),  # a dataclass or null, in a column
+        _findings_with(impact=[5]),
     ],
 )
 def test_every_kind_of_field_is_checked(document):
@@ -165,8 +208,8 @@ def test_every_kind_of_field_is_checked(document):
 
 
 def test_a_null_where_the_annotation_allows_it_is_kept():
-    document = _cost_with(latency_ms=None)
-    _set(_field(document, ModelReport, "findings")[0], Finding, {"help": None, "fix": None, "impact": None})
+    document = _finding_with(help=None, fix=None, impact=None)
+    _set(_field(document, ModelReport, "cost"), CostSummary, {"latency_ms": None})
     report = report_from_json(document)
     assert report.cost.latency_ms is None
     assert (report.findings[0].help, report.findings[0].fix, report.findings[0].impact) == (None, None, None)
@@ -462,3 +505,40 @@ def test_a_dataclass_that_refers_to_itself_is_rebuilt():
     assert netlint.cache._encode(chain) == ["a", ["b", ["c", None]]]
     with pytest.raises(TypeError):
         netlint.cache._build(_Chain, ["a", ["b", [3, None]]])
+
+
+def test_only_the_rows_that_hold_a_tuple_are_walked():
+    """Finding.data is stored with the rows that hold a tuple: those get their tuples back, the others are kept as
+    parsed (a dict shaped like a tagged tuple in an untagged row stays a dict: only netlint's own tags are read)."""
+    report = full_report()
+    plain = dataclasses.replace(report.findings[0], data={"slopes": [0.25], "nested": {"deep": [{"x": 1}]}})
+    report.findings = [plain, report.findings[0], dataclasses.replace(plain, data={})]
+    document = report_to_json(report)
+    values, tagged = _field(document, ModelReport, "findings")[
+        1 + [f.name for f in dataclasses.fields(Finding)].index("data")
+    ]
+    assert tagged == [1]
+    assert report_from_json(json.loads(json.dumps(document))) == report
+    values[0]["nested"] = {"__tuple__": [1]}
+    assert report_from_json(json.loads(json.dumps(document))).findings[0].data["nested"] == {"__tuple__": [1]}
+
+
+def test_an_entry_of_the_previous_format_is_a_miss_and_is_rewritten(tmp_path, data_dir):
+    """Entries of format 2 (each finding as the list of its fields) are not read as format 3 (findings by columns):
+    one found where a current entry belongs is a miss, and the next put replaces it."""
+    cache = Cache(tmp_path / "cache")
+    settings = _settings()
+    key = cache_key(data_dir / MODEL, settings)
+    report = lint_file(data_dir / MODEL, settings)
+    assert report.findings and cache.put(key, report)
+    entry = cache._entry(key)
+    document = json.loads(entry.read_text())
+    old_report = list(document["report"])
+    old_report[5] = [netlint.cache._encode(finding) for finding in report.findings]  # the previous layout: rows
+    old = dict(document, format=2, report=old_report)
+    entry.write_text(json.dumps(old))
+    assert cache.get(key, "m.onnx") is None
+    entry.write_text(json.dumps(dict(old, format=netlint.cache.CACHE_FORMAT)))  # the layout alone is refused too
+    assert cache.get(key, "m.onnx") is None
+    assert cache.put(key, report)
+    assert cache.get(key, "m.onnx") == dataclasses.replace(report, path="m.onnx")

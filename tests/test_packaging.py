@@ -147,7 +147,7 @@ def test_wheel_declares_the_console_script(wheel):
     entry_points = dist_info(wheel, "entry_points.txt")
     section = entry_points.split("[console_scripts]", 1)[1].split("\n[", 1)[0]
     scripts = {line.split("=")[0].strip(): line.split("=")[1].strip() for line in section.splitlines() if "=" in line}
-    assert scripts == {"netlint": "netlint.cli:main"}
+    assert scripts == {"netlint": "netlint.cli:run"}
 
 
 def test_wheel_metadata(wheel):

@@ -66,13 +66,20 @@ def summary(cost: ModelCost, target: Target) -> CostSummary:
         if rated:
             entry["latency_ms"] = row.latency_us / 1000
         by_op[op] = entry
+    if cost.layout_kernels:  # the table also counts the layout's reorders, which the totals leave out
+        macs, size, coverage = cost.macs, cost.bytes, cost.coverage
+    else:  # the per-op table already holds the totals (integer sums): not three more passes over every node
+        rows = cost.by_op_type.values()
+        macs, size = sum(row.macs for row in rows), sum(row.bytes for row in rows)
+        gaps = sum(row.gaps for row in rows)
+        coverage = 1.0 - gaps / len(cost.nodes) if cost.nodes else 1.0
     return CostSummary(
         target=target.name,
         precision=target.precision,
         latency_ms=cost.latency_us / 1000 if cost.latency_us is not None else None,
-        macs=cost.macs,
-        bytes=cost.bytes,
-        coverage=cost.coverage,
+        macs=macs,
+        bytes=size,
+        coverage=coverage,
         by_op_type=by_op,
         fallback_ops=len(cost.fallback_nodes),
         partitions=cost.partitions,

@@ -21,8 +21,10 @@ from netlint.terminal import safe
 
 def run_fix(args: argparse.Namespace) -> int:
     """The cyclic garbage collector is paused throughout, as `check` does (netlint.engine.lint_file): the IRs and
-    protos hold no garbage cycles, and every collection would rescan them all (seconds on a 100k-node model)."""
-    with paused():
+    protos hold no garbage cycles, and every collection would rescan them all (seconds on a 100k-node model). What
+    is left alive at the end is promoted, not scanned: the young collection that re-enabling the collector would
+    otherwise run first cost 0.5 s after fixing a 100k-node model."""
+    with paused(promote=True):
         return _run_fix(args)
 
 

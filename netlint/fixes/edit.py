@@ -89,6 +89,7 @@ class GraphEdit:
         self._dropped: set[str] = set()  # names taken out of the index this round: value_info candidates to drop
         self._scan_value_info = False  # a full re-index lost track of the dropped names: check every entry
         self._indexed = False
+        self._ranks: list[int] | None = None  # _final_ranks, once committed
         ir_nodes = ir.nodes if ir is not None and len(ir.nodes) == len(self.nodes) else None
         self._full_reindex(ir_nodes)
 
@@ -96,6 +97,7 @@ class GraphEdit:
         """Write the round's nodes and initializers back into the graph and drop stale value_info entries; then
         start the next round (`restart`), unless the caller starts it with the next round's IR."""
         self.written |= self.nodes.touched | self._held
+        self._ranks = None
         self.reindex()
         if self.nodes.structural or self._before:  # nodes removed, replaced or added: edit the list
             self._write_nodes()
@@ -243,7 +245,10 @@ class GraphEdit:
         return self._io[index] if index < len(self._io) else None
 
     def _final_ranks(self) -> list[int]:
-        """Round position -> index in the committed node list (as _in_order orders), -1 for a removed node."""
+        """Round position -> index in the committed node list (as _in_order orders), -1 for a removed node. Computed
+        once after a commit (changed_model and untouched both read it)."""
+        if self._ranks is not None:
+            return self._ranks
         inserted: dict[int, list[int]] = defaultdict(list)
         for position, anchor in self._before.items():
             inserted[anchor].append(position)
@@ -255,6 +260,7 @@ class GraphEdit:
             if list.__getitem__(nodes, p) is not None:
                 rank[p] = index
                 index += 1
+        self._ranks = rank
         return rank
 
     def _in_use(self, name: str) -> bool:
@@ -370,10 +376,13 @@ class GraphEdit:
         producer, consumers, twice, used = self.producer, self.consumers, self._twice, self._used
         io = self._io
         proto_nodes = self.nodes
+        empty_output = False
         for index, ir_node in enumerate(ir_nodes):
             outputs = tuple(ir_node.outputs)
             for out in outputs:
-                if out and producer.setdefault(out, index) != index:
+                if not out:
+                    empty_output = True
+                elif producer.setdefault(out, index) != index:
                     twice.add(out)
             if ir_node.subgraphs:
                 inner = _subgraph_reads(list.__getitem__(proto_nodes, index))
@@ -381,12 +390,18 @@ class GraphEdit:
                 reads = tuple(name for name in dict.fromkeys([*ir_node.inputs, *inner]) if name)
             else:
                 inner = ()
-                reads = tuple(dict.fromkeys(name for name in ir_node.inputs if name))
+                first = dict.fromkeys(ir_node.inputs)  # each name once, in order; no empty name
+                if "" in first:
+                    del first[""]
+                reads = tuple(first)
             for name in reads:
                 consumers[name].append(index)
-            used.update(reads)
-            used.update(outputs)
             io.append((reads, outputs, bool(inner)))
+        # every name read or written (what _index adds per node): the index's keys, once for all
+        used.update(consumers)
+        used.update(producer)
+        if empty_output:
+            used.add("")
         # node names, for unique_name: an IR node's id is its proto name where that is set (a duplicate name's
         # first node keeps it); the other ids are names made up for nameless nodes, which reserving does not hurt
         used.update(ir_node.id for ir_node in ir_nodes)

@@ -92,6 +92,7 @@ class FixOutcome(Generic[M]):
 class FixResult(FixOutcome[onnx.ModelProto]):
     # the input's op counts, taken before the fixes when `original` is the edited model itself (keep_original=False)
     counted_before: Counter[str] | None = None
+    counted_after: Counter[str] | None = None  # the fixed model's, from its IR when the engine had it at the end
     snapshots: bool = True  # False: nobody verifies `safe_only`, so it is not copied before the inexact fixes
 
     @staticmethod
@@ -101,6 +102,16 @@ class FixResult(FixOutcome[onnx.ModelProto]):
     @property
     def ops_before(self) -> Counter[str]:
         return self.counted_before if self.counted_before is not None else self.op_counts(self.original)
+
+    @property
+    def ops_after(self) -> Counter[str]:
+        return self.counted_after if self.counted_after is not None else self.op_counts(self.fixed)
+
+
+def _ir_op_counts(model: Model) -> Counter[str]:
+    """FixResult.op_counts of the proto `model` was converted from, read from the IR (its main graph's nodes, in
+    order, with their op_type): ten times cheaper than reading 100k NodeProtos."""
+    return Counter(node.op for node in model.graph.nodes)
 
 
 def fix_model(
@@ -142,7 +153,8 @@ def _fix_model(
         result = FixResult(proto, work, work)
     else:
         work = proto
-        result = FixResult(proto, work, work, counted_before=FixResult.op_counts(proto), snapshots=False)
+        before = _ir_op_counts(box[0]) if box else FixResult.op_counts(proto)
+        result = FixResult(proto, work, work, counted_before=before, snapshots=False)
     state = _run(work, path, base, settings, {"safe"}, result, (box.pop(), None) if box else None, exact_only=True)
     passes = all_passes()
     inexact = state is not None and any(
@@ -153,6 +165,8 @@ def _fix_model(
         state = _run(work, path, base, settings, {"safe", "unsafe"} if unsafe else {"safe"}, result, state)
     if to_fp16:
         _to_fp16(work, path, base, settings, result, state[0] if state else None)
+    elif state is not None:  # the IR of `work` as it is written
+        result.counted_after = _ir_op_counts(state[0])
     return result
 
 

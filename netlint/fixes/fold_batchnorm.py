@@ -17,6 +17,8 @@ its external data file is missing, parameter shapes that do not match the output
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import onnx
 from onnx import helper
@@ -86,7 +88,7 @@ class FoldBatchnorm(FixPass):
 
 def _guard(ctx: FixContext, bn: onnx.NodeProto, conv: onnx.NodeProto) -> str | None:
     edit = ctx.edit
-    attrs = {a.name: helper.get_attribute_value(a) for a in bn.attribute}
+    attrs = _attributes(bn, ("training_mode", "is_test"))
     if attrs.get("training_mode", 0) or attrs.get("is_test", 1) == 0:
         return "the BatchNormalization runs in training mode"
     if len(bn.input) < 5 or any(out and (edit.uses(out) or out in edit.outputs) for out in bn.output[1:]):
@@ -99,12 +101,18 @@ def _guard(ctx: FixContext, bn: onnx.NodeProto, conv: onnx.NodeProto) -> str | N
     return weights_problem(edit, conv)
 
 
+def _attributes(node: onnx.NodeProto, names: tuple[str, ...]) -> dict[str, Any]:
+    """The node's attributes of these names, decoded (a conv's kernel_shape, pads, strides and dilations are not
+    needed: decoding them was a tenth of planning a fold)."""
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute if a.name in names}
+
+
 def _fold(
     conv: onnx.NodeProto, bn: onnx.NodeProto, values: dict[str, np.ndarray], w_shape: tuple[int, ...]
 ) -> tuple[np.ndarray, np.ndarray, bool] | str:
     """The folded weights and bias, and whether a Gemm's beta becomes 1. `w_shape` is the weights' shape; their
     array may be smaller where it broadcasts to it (a uniform weight's one value): the result broadcasts alike."""
-    attrs = {a.name: helper.get_attribute_value(a) for a in conv.attribute}
+    attrs = _attributes(conv, ("group", "transB", "beta"))
     eps = next((helper.get_attribute_value(a) for a in bn.attribute if a.name == "epsilon"), 1e-5)
     w = np.asarray(values[conv.input[1]])
     if not np.issubdtype(w.dtype, np.floating):

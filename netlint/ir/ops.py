@@ -57,10 +57,12 @@ FUSED_ACTIVATIONS = {
 
 def clip_bounds(graph: Graph, node: Node) -> tuple[float | None, float | None] | None:
     """A Clip's (min, max), from attributes (opset < 11, TFLite) or constant inputs; None if not constant.
-    Remembered per node (several rules and the composite matcher ask it of every Clip)."""
+    Remembered per pair of bound names, which decide it (several rules and the composite matcher ask it of every
+    Clip, and exporters give thousands of Clips the same two bound initializers)."""
     if "min" in node.attrs or "max" in node.attrs:
         return node.attrs.get("min"), node.attrs.get("max")
-    key = ("clip_bounds", node.id)
+    inputs = node.inputs
+    key = ("clip_bounds", inputs[1] if len(inputs) > 1 else "", inputs[2] if len(inputs) > 2 else "")
     memo = graph.memo
     if key in memo:
         return memo[key]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Callable
+from itertools import chain
+from operator import attrgetter
 
 from netlint.engine import ModelReport
 from netlint.rule import Finding, Impact
@@ -27,27 +29,35 @@ def render_text(reports: list[ModelReport], colour: bool = False) -> str:
         skipped_model = report.format is None and not report.errors  # a Git LFS pointer with --skip-lfs-pointers
         skipped_models += skipped_model
         shown = paint(path, "path")
-        heads: dict[tuple[str, str], str] = {}  # (code, severity) -> "CODE [severity]", painted
-        # (help, id of the fix) -> its help line ("" for none): often repeated. By id: a FixRef's hash is Python code,
-        # and the findings (so their fixes, and their ids) live until the report is rendered.
-        hints: dict[tuple[str | None, int], str] = {}
+        # (code, severity, help, id of the fix) -> the text after the node ("CODE [severity]", painted) and the help
+        # line ("" for none): repeated by most findings of a rule. By id: a FixRef's hash is Python code, and the
+        # findings (so their fixes, and their ids) live until the report is rendered.
+        parts: dict[tuple[str, str, str | None, int], tuple[str, str]] = {}
         add = lines.append
-        for finding in ranked(report.findings):
-            severity = finding.severity
-            severities[severity] += 1
-            node = finding.nodes[0] if finding.nodes else "-"
+        findings = report.findings
+        severities.update(map(_severity, findings))  # counted in C
+        # safe() needs nothing when every message and node id of the report is printable ASCII (one scan in C)
+        checked = _printable_ascii(
+            "".join(map(_message, findings)) + "".join(chain.from_iterable(map(_nodes, findings)))
+        )
+        for finding in ranked(findings):
+            nodes = finding.nodes
+            node = nodes[0] if nodes else "-"
             message = finding.message
-            if not node.isprintable():  # safe() inline: most strings are printable, and these are most strings
-                node = safe(node)
-            if not message.isprintable():
-                message = safe(message)
-            head = heads.get((finding.code, severity))
-            if head is None:
-                head = heads[(finding.code, severity)] = f"{paint(finding.code, severity)} [{severity}]"
+            if not checked:  # safe() inline: most strings are printable, and these are most strings
+                if not node.isprintable():
+                    node = safe(node)
+                if not message.isprintable():
+                    message = safe(message)
+            key = (finding.code, finding.severity, finding.help, id(finding.fix))
+            part = parts.get(key)
+            if part is None:
+                part = parts[key] = (
+                    f"{paint(finding.code, finding.severity)} [{finding.severity}]",
+                    _hint_line(finding, paint),
+                )
+            head, hint = part
             add(f"{shown}:{node}: {head} {message}")
-            hint = hints.get((finding.help, id(finding.fix)))
-            if hint is None:
-                hint = hints[(finding.help, id(finding.fix))] = _hint_line(finding, paint)
             if hint:
                 add(hint)
             if finding.impact is not None:
@@ -79,6 +89,19 @@ def render_text(reports: list[ModelReport], colour: bool = False) -> str:
     return "\n".join(lines) + "\n"
 
 
+_severity, _message, _nodes = attrgetter("severity"), attrgetter("message"), attrgetter("nodes")
+_ASCII_CONTROLS = bytes(range(0x20)) + b"\x7f"  # the ASCII characters str.isprintable() refuses
+
+
+def _printable_ascii(text: str) -> bool:
+    """Whether `text` is ASCII without control characters, so str.isprintable() holds for every part of it: one
+    pass in C over a report's strings, where checking each string costs twice as much. False: check each."""
+    if not text.isascii():  # known without a scan: str keeps whether it is ASCII
+        return False
+    raw = text.encode("ascii")
+    return len(raw.translate(None, _ASCII_CONTROLS)) == len(raw)
+
+
 def _hint_line(finding: Finding, paint: Callable[[str, str], str]) -> str:
     """The `  help: ...` line of a finding (its help and fix), or "" when it has neither."""
     hint = safe(finding.help) if finding.help else ""
@@ -91,6 +114,8 @@ def ranked(findings: list[Finding]) -> list[Finding]:
     """Priced findings first, the largest predicted saving first; then the others in the rules' order. A summary
     (HW001's partition summary, whose saving is its rule's other findings' together) is not ranked by it: it would
     outrank every finding it sums up; it stays with the unranked ones."""
+    if all(f.impact is None for f in findings):  # nothing priced (a target without a cost model): as they are
+        return findings
     summary = summaries(findings)
     priced = [f for f in findings if f.impact is not None and id(f) not in summary]
     priced.sort(key=lambda f: -f.impact.saving_ms)  # type: ignore[union-attr]

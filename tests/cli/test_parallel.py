@@ -186,6 +186,37 @@ def test_the_collector_pause_stays_in_this_process(monkeypatch, folder):
     assert gc.isenabled()
 
 
+def test_workers_are_forked_with_no_young_objects_to_scan():
+    """What this process built with the collector paused (the engine's imports) goes to the oldest generation
+    before the fork: otherwise each worker's first collection scans it all and copies every page it touches. Objects
+    someone else froze stay frozen."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        kept = [[index] for index in range(20_000)]  # young, tracked objects
+        assert gc.get_count()[0] > len(kept) // 2  # (frees of older objects count down)
+        forking = netlint.batch._Forking(True)
+        forking.__enter__()
+        try:
+            assert gc.get_count()[0] < 100
+        finally:
+            forking.__exit__(None, None, None)
+        gc.freeze()
+        try:
+            frozen = gc.get_freeze_count()
+            kept.extend([index] for index in range(1000))
+            again = netlint.batch._Forking(True)
+            again.__enter__()
+            again.__exit__(None, None, None)
+            assert gc.get_freeze_count() == frozen
+        finally:
+            gc.unfreeze()
+    finally:
+        if was:
+            gc.enable()
+    assert len(kept) == 21_000
+
+
 def test_models_go_to_workers_in_chunks_largest_first(folder):
     """Each model in exactly one task; bigger models first; several small models share a task, up to MAX_CHUNK;
     a model of more than its share of the bytes travels alone."""

@@ -14,8 +14,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 from netlint.config import FileConfig, Overrides, settings_for
 from netlint.fixes.edit import GraphEdit, _check_tensor
-from netlint.fixes.engine import FixError, fix_model
+from netlint.fixes.engine import FixError, FixResult, fix_model
 from netlint.fixes.registry import Plan
+from netlint.io.onnx_io import model_from_proto
 from netlint.testing import GraphBuilder
 
 
@@ -163,3 +164,21 @@ def test_fixing_without_keeping_the_original_gives_the_same_model():
     assert edited.fixed.SerializeToString() == kept.fixed.SerializeToString()
     assert edited.ops_before == kept.ops_before and edited.ops_before["BatchNormalization"] == 2
     assert edited.ops_after == kept.ops_after and edited.ops_after["BatchNormalization"] == 0
+
+
+def test_op_counts_read_from_the_ir_match_the_protos():
+    """fix_model counts ops from the IRs it has (the input's, the final round's) instead of 100k NodeProtos: the
+    counts, and their order (the summary lists them so), must be the protos' own."""
+    b = GraphBuilder(seed=5)
+    x = b.input("x", [1, 4, 6, 6])
+    y = b.relu(b.batchnorm(b.conv(x, 4, name="c1"), name="bn1"), name="r1")
+    b.output(b.sigmoid(b.batchnorm(b.conv(y, 4, name="c2"), name="bn2"), name="s2"))
+    model = b.build()
+    before = list(FixResult.op_counts(model).items())
+    settings = settings_for(FileConfig(), Overrides(select=["FU006"]))
+    ir = model_from_proto(model, "m.onnx", Path("."))
+    result = fix_model(model, "m.onnx", Path("."), settings, model=ir, keep_original=False)
+    assert result.counted_before is not None and result.counted_after is not None  # both from an IR
+    assert list(result.ops_before.items()) == before and result.ops_before["BatchNormalization"] == 2
+    assert list(result.ops_after.items()) == list(FixResult.op_counts(result.fixed).items())
+    assert result.ops_after["BatchNormalization"] == 0 and result.ops_after["Conv"] == 2

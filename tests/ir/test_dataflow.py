@@ -312,6 +312,24 @@ def test_clip_kind_through_cast_of_constant() -> None:
     assert activation_kind(graph, clip) == "Relu6"
 
 
+def test_clips_sharing_bound_constants_and_clips_with_their_own_each_get_their_kind() -> None:
+    """Bounds are remembered per pair of bound names: Clips that share the two initializers share the answer, and a
+    Clip reading the same min with another max, or the names swapped, gets its own."""
+    b = GraphBuilder()
+    x = b.input("x", [1, 4, 8, 8])
+    zero, six, one = b.scalar(0.0, "zero"), b.scalar(6.0, "six"), b.scalar(1.0, "one")
+    first = b.node("Clip", [x, zero, six], name="first")
+    second = b.node("Clip", [first, zero, six], name="second")
+    third = b.node("Clip", [second, zero, one], name="third")
+    fourth = b.node("Clip", [third, six, zero], name="fourth")
+    fifth = b.node("Clip", [fourth, zero], name="fifth")
+    b.output(fifth)
+    graph = load(b.build(check=False)).graph
+    kinds = [activation_kind(graph, graph.node(name)) for name in ("first", "second", "third", "fourth", "fifth")]
+    assert kinds == ["Relu6", "Relu6", "Relu0To1", "Clip", "Relu"]
+    assert clip_bounds(graph, graph.node("fourth")) == (6.0, 0.0)
+
+
 def test_clip_with_runtime_bounds_is_clip() -> None:
     def bounds(b: GraphBuilder) -> list[str]:
         return [b.input("lo", []), b.scalar(6.0, "hi")]

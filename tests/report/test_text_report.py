@@ -38,3 +38,34 @@ def test_without_a_basis_the_impact_line_is_unchanged() -> None:
 def test_a_basis_cannot_smuggle_terminal_escapes() -> None:
     (line,) = _impact_lines(_report(Impact("ort-cpu", 1.0, 1.0, basis="node \x1b[31mred")))
     assert "\x1b" not in line and "\\x1b[31mred" in line
+
+
+def test_printable_ascii_agrees_with_isprintable_on_every_ascii_character() -> None:
+    """The one-pass check the renderer uses for a whole report says yes only where str.isprintable() would."""
+    from netlint.report.text import _printable_ascii
+
+    for code in range(128):
+        assert _printable_ascii(f"ok {chr(code)} ok") == chr(code).isprintable(), code
+    assert not _printable_ascii("café")  # not ASCII: each string is checked on its own
+
+
+def _lines_of(message: str, node: str) -> list[str]:
+    findings = [
+        Finding("XX001", "rule", "warning", "plain message", ["plain"], []),
+        Finding("XX002", "rule", "warning", message, [node], []),
+    ]
+    return render_text([ModelReport("m.onnx", "onnx", "generic", findings=findings)]).splitlines()
+
+
+def test_control_characters_are_escaped_wherever_they_are_in_a_report() -> None:
+    """A report is scanned at once; one unprintable string anywhere sends every string through safe()."""
+    for message, node, shown in [
+        ("evil \x1b[2J", "n", "m.onnx:n: XX002 [warning] evil \\x1b[2J"),
+        ("fine", "n\x07", "m.onnx:n\\x07: XX002 [warning] fine"),
+        ("café \x1b]0;x", "n", "m.onnx:n: XX002 [warning] café \\x1b]0;x"),
+        ("café ok", "nœud", "m.onnx:nœud: XX002 [warning] café ok"),
+        ("evil \u202e", "n", "m.onnx:n: XX002 [warning] evil \\u202e"),
+    ]:
+        lines = _lines_of(message, node)
+        assert lines[0] == "m.onnx:plain: XX001 [warning] plain message"
+        assert lines[1] == shown

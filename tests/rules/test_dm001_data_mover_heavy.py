@@ -410,3 +410,25 @@ def test_time_share_threshold_uses_max_share() -> None:
     assert lint_model(load(model), settings).findings == []
     settings.rule_options = {"DM001": {"max-share": share - 0.01}}
     assert len(lint_model(load(model), settings).findings) == 1
+
+
+def test_every_name_sized_still_checks_that_count_keeping_ops_keep_the_count() -> None:
+    """When every name the nodes touch has its own size, `_tally` skips the per-name test but still checks each
+    element-preserving op: a Relu whose declared output holds fewer elements than its input sends DM001 to the
+    union-find sizing (None from the own-size pass), and the same graph with consistent shapes does not."""
+    from netlint.rules.dm001_data_mover_heavy import _Sizer, _tally, static_values
+
+    b = GraphBuilder()
+    x = b.input("x", [1, 8, 8, 8])
+    y = b.relu(b.conv(x, 8, name="conv"), name="relu")
+    b.output(b.node("Transpose", [y], name="t", perm=[0, 2, 3, 1]))
+    model = b.build()
+
+    def own_pass(shrink: bool) -> object:
+        graph = load(model).graph
+        if shrink:
+            graph.values[y].shape = (1, 8, 4, 8)
+        return _tally(graph, static_values(graph), _Sizer(graph, own_sizes=True), check_own_sizes=True, limit=0.25)
+
+    assert own_pass(shrink=False) is not None
+    assert own_pass(shrink=True) is None
