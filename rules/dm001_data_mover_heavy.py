@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import weakref
 from collections.abc import Callable, Iterator
 from functools import cache
 from typing import TYPE_CHECKING, ClassVar
@@ -60,38 +59,17 @@ SAME_COUNT = frozenset(
         *ACTIVATION_OPS,
     }
 )
-SHAPE_OPS = frozenset({"Shape", "Size"})
 TOP = 5
-
-
-_STATIC: weakref.WeakKeyDictionary[Graph, frozenset[str]] = weakref.WeakKeyDictionary()
 
 
 def static_values(graph: Graph) -> frozenset[str]:
     """Values known before the model runs: constants, Shape/Size outputs, and whatever is computed from those only
     (the Shape -> Gather -> Unsqueeze -> Concat arithmetic of dynamic-shape exports, constant folding). One pass in
-    node order, which ONNX (topologically sorted) and TFLite (execution order) both guarantee; computed once per
-    graph (DM001 and DM003 both ask)."""
-    known = _STATIC.get(graph)
-    if known is not None:
-        return known
-    from netlint.cost.sizes import const_names  # not at the top: `netlint rules` does not need the cost model
+    node order, which ONNX (topologically sorted) and TFLite (execution order) both guarantee, shared with the cost
+    model's (netlint.cost.sizes.static_names) and computed once per graph (DM001 and DM003 both ask)."""
+    from netlint.cost.sizes import static_names  # not at the top: `netlint rules` does not need the cost model
 
-    const = const_names(graph)  # the size index's, or (once the cost model has released it) without sizing
-    static: set[str] = set()
-    for node in graph.nodes:
-        op = node.op
-        if op not in SHAPE_OPS and op != "Constant":
-            computed = True
-            for name in node.inputs:
-                if name and name not in static and name not in const:
-                    computed = False
-                    break
-            if not computed:
-                continue
-        static.update(out for out in node.outputs if out)
-    known = _STATIC[graph] = frozenset(static)
-    return known
+    return static_names(graph)[0]
 
 
 def _sizes(graph: Graph) -> TensorSizes:
@@ -149,7 +127,7 @@ class _Sizer:
         if own_sizes is None:
             own_sizes = _own_sizes_suffice(graph, index)
         if own_sizes:
-            self.bytes = index.nbytes.get  # every name the nodes touch is in it
+            self.bytes = index.nbytes  # every name the nodes touch is in it (_tally reads the index directly)
             return
         self.axes = dynamic_axes(graph)
         self.counts = _Classes()
@@ -197,21 +175,22 @@ def _own_sizes_suffice(graph: Graph, index: TensorSizes) -> bool:
     """Whether the union-find would give every value its own size: every name the nodes read or write has one (a
     static shape and a sized dtype), and each element-preserving op's input and output agree on the element count
     (and, unless it converts, on the dtype), so no class holds two different facts."""
-    values, nbytes, numel = graph.values, index.nbytes, index.numel
-    return all(_own_sized(node, values, nbytes, numel) for node in graph.nodes)
+    values, kind, numels = graph.values, index.kind, index.numels
+    return all(_own_sized(node, values, kind, numels) for node in graph.nodes)
 
 
-def _own_sized(node: Node, values: dict[str, Value], nbytes: dict[str, int], numel: dict[str, int]) -> bool:
-    """`_own_sizes_suffice` for one node: its names have their own sizes, and it keeps the count (and dtype)."""
+def _own_sized(node: Node, values: dict[str, Value], kind: dict[str, int], numels: list[int]) -> bool:
+    """`_own_sizes_suffice` for one node: its names have their own sizes (a kind in the size index), and it keeps the
+    count (and dtype)."""
     for name in node.inputs:
-        if name and name not in nbytes:
+        if name and name not in kind:
             return False
     for name in node.outputs:
-        if name and name not in nbytes:
+        if name and name not in kind:
             return False
     if node.op in SAME_COUNT and node.inputs and node.inputs[0] and node.outputs and node.outputs[0]:
         source, result = node.inputs[0], node.outputs[0]
-        if numel[source] != numel[result]:
+        if numels[kind[source]] != numels[kind[result]]:
             return False
         if node.op not in PASS_THROUGH_OPS and values[source].dtype != values[result].dtype:
             return False
@@ -231,8 +210,8 @@ def _tally(
     is known to be at most `limit` (the total only grows): the total returned is then partial, and the share still at
     most `limit`. On most models that is after a few nodes; every node is still checked."""
     index = _sizes(graph)
-    values, nbytes, numel = graph.values, index.nbytes, index.numel
-    sized = nbytes.__contains__
+    values, kind, numels = graph.values, index.kind, index.numels
+    sized = kind.__contains__
     movers: list[tuple[int, Node]] = []
     total = moved = 0
     unsized: list[Node] = []
@@ -250,9 +229,9 @@ def _tally(
     # only checks the count-keeping ops
     all_sized = (
         check_own_sizes
-        and "" not in nbytes
-        and nbytes.keys() >= graph.consumer_index().keys()
-        and nbytes.keys() >= graph.producer_index().keys()
+        and "" not in kind
+        and kind.keys() >= graph.consumer_index().keys()
+        and kind.keys() >= graph.producer_index().keys()
     )
     for node in graph.nodes:
         if all_sized:
@@ -260,18 +239,18 @@ def _tally(
                 inputs, outputs = node.inputs, node.outputs
                 if inputs and outputs and inputs[0] and outputs[0]:
                     source, result = inputs[0], outputs[0]
-                    if numel[source] != numel[result] or (
+                    if numels[kind[source]] != numels[kind[result]] or (
                         node.op not in PASS_THROUGH_OPS and values[source].dtype != values[result].dtype
                     ):
                         return None
         elif check_own_sizes:  # _own_sized, with its common case (every name sized) inline
             inputs, outputs = node.inputs, node.outputs
             if not (all(map(sized, inputs)) and all(map(sized, outputs))):  # an unsized name, or an omitted one ("")
-                if not _own_sized(node, values, nbytes, numel):
+                if not _own_sized(node, values, kind, numels):
                     return None
             elif node.op in SAME_COUNT and inputs and outputs:
                 source, result = inputs[0], outputs[0]
-                if numel[source] != numel[result] or (
+                if numels[kind[source]] != numels[kind[result]] or (
                     node.op not in PASS_THROUGH_OPS and values[source].dtype != values[result].dtype
                 ):
                     return None

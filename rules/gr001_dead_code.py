@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from itertools import filterfalse
 
 from netlint._lazy import numpy as np  # loaded on first use: a run served by the cache needs no numpy
 from netlint.ir import ConstantUnavailable, Graph, Node
@@ -93,8 +94,8 @@ class DeadCode(Rule):
         if id(graph) in self._dead_bodies:
             self._dead_bodies.update(id(body) for node in graph.nodes for body in node.subgraphs.values())
             return
-        live = _live_nodes(graph)
-        if len(live) == len(graph.nodes):  # no dead code (most graphs): no pass to split the nodes
+        live = None if _all_live(graph) else _live_nodes(graph)
+        if live is None or len(live) == len(graph.nodes):  # no dead code (most graphs): no pass to split the nodes
             dead, alive = [], graph.nodes
         else:
             dead = [node for node in graph.nodes if node not in live]
@@ -168,6 +169,26 @@ class DeadCode(Rule):
             unused,
             "delete them from the file",
         )
+
+
+def _all_live(graph: Graph) -> bool:
+    """Whether every node is live, in the usual case that each reaches a graph output: true when every node is a
+    root or has an output that some node reads or the graph exports, and no value has two writers. Following
+    readers from any node then ends (the loaders reject cycles, netlint.io.structure) at a root or a node writing a
+    graph output, both live, and the walk marks each writer of a live node's input. One pass, touching each node
+    once (most nodes have one output, and it is read: one dictionary test); False sends the graph to `_live_nodes`."""
+    read = graph.consumer_index()
+    exported = graph.is_graph_output
+    written = 0
+    for node in graph.nodes:
+        outputs = node.outputs
+        written += len(outputs)
+        if outputs and outputs[0] in read:
+            continue
+        if not _is_root(node) and not any(out and (out in read or exported(out)) for out in outputs):
+            return False
+    writers = len(graph.producer_index())
+    return written == writers or sum(1 for node in graph.nodes for out in node.outputs if out) == writers
 
 
 def _live_nodes(graph: Graph) -> set[Node]:
@@ -290,15 +311,16 @@ def _removable(graph: Graph, node: Node, rule: Rule, ctx: Context) -> bool:
 def _unused_constants(graph: Graph) -> list[str]:
     """Constants nothing reads, writes or exports (the cheapest test first: most constants have a reader)."""
     read, written = graph.consumer_index(), graph.producer_index()
-    if not graph.values.keys() - read.keys() - written.keys():  # every value is read or written: one set difference
+    # the values nothing reads or writes, in graph order: two filters at C speed, no set of every name
+    candidates = list(filterfalse(written.__contains__, filterfalse(read.__contains__, graph.values)))
+    if not candidates:
         return []
+    values = graph.values
     boundary = {*graph.input_initializers, *graph.inputs}
     return [
         name
-        for name, value in graph.values.items()
-        if value.data is not None  # Value.is_const, without the property call per value
-        and name not in read
-        and name not in written
+        for name in candidates
+        if values[name].data is not None  # Value.is_const, without the property call per value
         and not graph.is_graph_output(name)
         and name not in boundary
     ]

@@ -30,11 +30,11 @@ Conventions (they are what the numbers mean; change them here and nowhere else):
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass, field, replace
 from functools import cache
 
-from netlint.cost.sizes import TensorSizes, itemsize_of, tensor_sizes
+from netlint.cost.sizes import TensorSizes, itemsize_of, static_names, tensor_sizes
 from netlint.ir import Graph, Node, Value
 from netlint.ir.ops import ACTIVATION_OPS
 
@@ -253,19 +253,20 @@ class CostContext:
 
     graph: Graph
     dims: Mapping[str, int] = field(default_factory=dict)
-    static: set[str] = field(default_factory=set)
+    static: frozenset[str] = frozenset()  # shape arithmetic (see build_context)
     markers: set[str] = field(default_factory=set)  # ids of Q/DQ nodes that are QDQ markers
     counts: dict[str, int] = field(default_factory=dict)  # element counts of shapeless outputs of same-count ops
     qdq: bool = True  # the graph has Quantize/DequantizeLinear nodes (else storage dtypes are the values' own)
     assumed: list[str] = field(default_factory=list)  # filled while one node is costed
     # memos (a tensor is read by its producer and every consumer: compute its shape, dtype and size once)
     sizes: TensorSizes = field(init=False, repr=False)  # the graph's shared size index (netlint.cost.sizes)
-    const: frozenset[str] = field(init=False, repr=False)  # sizes.const: the names Graph.is_const is true for
-    _static_nbytes: dict[str, int] = field(default_factory=dict, repr=False)  # without QDQ: sizes.nbytes
+    const: Set[str] = field(init=False, repr=False)  # sizes.const: the names Graph.is_const is true for
+    _own_nbytes: bool = field(default=False, repr=False)  # without QDQ: a kinded name's size is sizes.sizes[kind]
     _shapes: dict[str, tuple[tuple[int, ...], tuple[str, ...]]] = field(default_factory=dict, repr=False)
     _dtypes: dict[str, str | None] = field(default_factory=dict, repr=False)
     _nbytes: dict[str, tuple[int, tuple[str, ...]]] = field(default_factory=dict, repr=False)
-    _numels: dict[str, int] = field(default_factory=dict, repr=False)  # values with fully static shapes
+    _numels: list[int] = field(default_factory=list, repr=False)  # sizes.numels: element count per kind
+    _sizes: list[int] = field(default_factory=list, repr=False)  # sizes.sizes: bytes per kind
     # node_cost's memo: a node's signature (see _signature) -> its OpCost, shared by every node with that signature
     _memo: dict[tuple, OpCost] = field(default_factory=dict, repr=False)
     _kinds: dict[str, int] = field(default_factory=dict, repr=False)  # sizes.kind
@@ -276,8 +277,9 @@ class CostContext:
     def __post_init__(self) -> None:
         self.sizes = tensor_sizes(self.graph)
         self.const = self.sizes.const
-        self._numels = self.sizes.numel  # shared, read only
-        self._kinds = self.sizes.kind
+        self._kinds = self.sizes.kind  # shared, read only
+        self._numels = self.sizes.numels
+        self._sizes = self.sizes.sizes
 
     # --- shapes and sizes ------------------------------------------------------------------------------------------
     def value(self, name: str) -> Value:
@@ -311,9 +313,9 @@ class CostContext:
         return tuple(dims)
 
     def numel(self, name: str) -> int:
-        known = self._numels.get(name)
-        if known is not None:
-            return known
+        kind = self._kinds.get(name)
+        if kind is not None:
+            return self._numels[kind]
         if name in self.counts and self.value(name).shape is None:
             return self.counts[name]
         return math.prod(self.shape(name))
@@ -328,9 +330,10 @@ class CostContext:
         return size
 
     def nbytes(self, name: str) -> int:
-        size = self._static_nbytes.get(name)
-        if size is not None:
-            return size
+        if self._own_nbytes:
+            kind = self._kinds.get(name)
+            if kind is not None:
+                return self._sizes[kind]
         known = self._nbytes.get(name)
         if known is not None:
             if known[1]:
@@ -382,22 +385,13 @@ class CostContext:
 def build_context(graph: Graph, dims: Mapping[str, int] | None = None) -> CostContext:
     """One pass in node order (topological in ONNX, execution order in TFLite): shape arithmetic and QDQ markers."""
     ctx = CostContext(graph, dict(dims or {}))
-    static, const, markers = ctx.static, ctx.const, ctx.markers
+    markers = ctx.markers
+    # shape arithmetic: a Shape/Size or Constant output, or what a node computes from those and constants only (a
+    # node without inputs does not count); found with DM001's in one pass (netlint.cost.sizes.static_names)
+    static = ctx.static = static_names(graph)[1]
     qdq = False
     for node in graph.nodes:
         op = node.op
-        if op in SHAPE_OPS or op == "Constant":
-            static.update(out for out in node.outputs if out)
-            continue
-        computed = False  # every input is a constant or shape arithmetic
-        for name in node.inputs:
-            if name:
-                if name not in static and name not in const:
-                    computed = False
-                    break
-                computed = True
-        if computed:
-            static.update(out for out in node.outputs if out)
         if op in QDQ_OPS:
             qdq = True
             if op == "DequantizeLinear" and len(node.inputs) > 1 and node.inputs[0]:
@@ -411,7 +405,7 @@ def build_context(graph: Graph, dims: Mapping[str, int] | None = None) -> CostCo
     ctx.qdq = qdq
     ctx._unkinded = ctx.sizes.derived_const.union(static)
     if not qdq:  # with QDQ a tensor's storage width may differ from its own dtype's: sized per name
-        ctx._static_nbytes = ctx.sizes.nbytes
+        ctx._own_nbytes = True
     return ctx
 
 

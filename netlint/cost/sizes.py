@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import weakref
+from collections.abc import Set
 from functools import cache
 
 import numpy as np
@@ -19,27 +20,31 @@ from netlint.ir import Graph
 from netlint.ir.graph import PASS_THROUGH_OPS
 
 _INDEX: weakref.WeakKeyDictionary[Graph, TensorSizes] = weakref.WeakKeyDictionary()
+_STATIC: weakref.WeakKeyDictionary[Graph, tuple[frozenset[str], frozenset[str]]] = weakref.WeakKeyDictionary()
+SHAPE_OPS = frozenset({"Shape", "Size"})
 
 
 class TensorSizes:
-    """`numel`: element count of every value of the graph whose shape is fully static (non-negative ints);
-    `nbytes`: its size in bytes at the value's own dtype, where the dtype is known and has a size. `const`: the names
-    the graph's nodes can read for which Graph.is_const is true (the cost model and DM001 ask it for every input of
-    every node: a set lookup instead of a call)."""
+    """`kind`: for every value of the graph whose shape is fully static (non-negative ints) and whose dtype has a
+    size, a small int standing for its (shape, dtype, layout, whether it holds data); `numels[kind]` and
+    `sizes[kind]` are its element count and its size in bytes at its own dtype. One name-keyed map, the sizes per
+    kind: a model has few kinds, and a map entry per name is what building the index costs (215k names in a 100k-node
+    graph). The cost model's memo key (netlint.cost.ops._signature) is made of the kinds. `const`: the names the
+    graph's nodes can read for which Graph.is_const is true (the cost model and DM001 ask it for every input of every
+    node: a set lookup instead of a call)."""
 
-    __slots__ = ("const", "derived_const", "graph", "kind", "nbytes", "numel")
+    __slots__ = ("const", "derived_const", "graph", "kind", "numels", "sizes")
 
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
-        self.numel: dict[str, int] = {}
-        self.nbytes: dict[str, int] = {}
-        # `kind`: for each name in `nbytes`, a small int standing for its (shape, dtype, layout, whether it holds
-        # data): the cost model's memo key (netlint.cost.ops._signature) is made of these
         self.kind: dict[str, int] = {}
-        numels, sizes, kinds = self.numel, self.nbytes, self.kind
+        # per kind; kind 0 stands for nothing
+        self.numels: list[int] = [0]
+        self.sizes: list[int] = [0]
+        kinds, numels, sizes = self.kind, self.numels, self.sizes
         const: set[str] = set()
-        # a model has few distinct (shape, dtype, layout, data) kinds: size each once, share the int objects (memory)
-        by_type: dict[tuple, tuple[int | None, int | None, int]] = {}
+        # (shape, dtype, layout, data) -> its kind, or 0 when the shape is not static or the dtype has no size
+        by_type: dict[tuple, int] = {}
         for name, value in graph.values.items():
             data = value.data is not None
             if data:
@@ -49,25 +54,41 @@ class TensorSizes:
                 continue
             key = (shape, value.dtype, value.layout, data)
             try:
-                known = by_type[key]
+                kind = by_type[key]
             except KeyError:
-                known = by_type[key] = (*_sized(shape, value.dtype), len(by_type) + 1)
-            except TypeError:  # a shape given as a list
-                known = (*_sized(shape, value.dtype), 0)
-            count, size, kind = known
-            if count is not None:
-                numels[name] = count
-                if size is not None:
-                    sizes[name] = size
-                    if kind:
-                        kinds[name] = kind
+                kind = by_type[key] = _new_kind(shape, value.dtype, numels, sizes)
+            except TypeError:  # a shape given as a list: a kind of its own (the memo key then names this value)
+                kind = _new_kind(shape, value.dtype, numels, sizes)
+            if kind:
+                kinds[name] = kind
         derived = _derived_const(graph, const)  # constants without data of their own (their kind says nothing of it)
-        self.const = frozenset(const)
+        self.const: Set[str] = const  # read only (not copied into a frozenset: 100k names on a 100k-node graph)
         self.derived_const = frozenset(derived)
 
     def is_const(self, name: str) -> bool:
         """Graph.is_const(name) for the names the graph's nodes read and write."""
         return name in self.const
+
+    def numel(self, name: str) -> int | None:
+        """The element count of `name` if it is in the index (a static shape and a sized dtype), else None."""
+        kind = self.kind.get(name)
+        return None if kind is None else self.numels[kind]
+
+    def nbytes(self, name: str) -> int | None:
+        """The size in bytes of `name` at its own dtype if it is in the index, else None."""
+        kind = self.kind.get(name)
+        return None if kind is None else self.sizes[kind]
+
+
+def _new_kind(shape: tuple, dtype: str | None, numels: list[int], sizes: list[int]) -> int:
+    """A new kind for a (shape, dtype) with a static element count and a sized dtype (appended to `numels` and
+    `sizes`), else 0."""
+    count, size = _sized(shape, dtype)
+    if count is None or size is None:
+        return 0
+    numels.append(count)
+    sizes.append(size)
+    return len(sizes) - 1
 
 
 def _derived_const(graph: Graph, const: set[str]) -> list[str]:
@@ -88,7 +109,7 @@ def _derived_const(graph: Graph, const: set[str]) -> list[str]:
     return derived
 
 
-def const_names(graph: Graph) -> frozenset[str]:
+def const_names(graph: Graph) -> Set[str]:
     """`TensorSizes.const` of `graph`: from its index while it is built, else computed alone, without sizing
     anything (DM003 asks after the cost model has released the index; rebuilding it took a tenth of the lint on a
     100k-node graph)."""
@@ -97,7 +118,46 @@ def const_names(graph: Graph) -> frozenset[str]:
         return index.const
     const = {name for name, value in graph.values.items() if value.data is not None}
     _derived_const(graph, const)
-    return frozenset(const)
+    return const
+
+
+def static_names(graph: Graph) -> tuple[frozenset[str], frozenset[str]]:
+    """The values known before the model runs, as DM001 and the cost model each define them: Shape/Size and
+    Constant outputs, and the outputs of a node all of whose inputs are constants or such values. DM001 counts a node
+    without inputs (RandomNormal, ...) among those, the cost model (netlint.cost.ops.build_context) does not, so the
+    second set is the first less what such nodes make and what is computed from it. One pass in node order (ONNX:
+    topological; TFLite: execution order) serves both, memoised per graph (DM001, DM003 and the cost model ask)."""
+    known = _STATIC.get(graph)
+    if known is not None:
+        return known
+    const = const_names(graph)  # the size index's, or (once the cost model has released it) without sizing
+    static: set[str] = set()
+    sourced: set[str] = set()  # in `static` for DM001 only: from a node without inputs (usually none)
+    for node in graph.nodes:
+        op = node.op
+        if op not in SHAPE_OPS and op != "Constant":
+            known = True  # every input is a constant or known before the run
+            reads = False  # some input is named (not an omitted optional one)
+            for name in node.inputs:
+                if name:
+                    if name not in static and name not in const:
+                        known = False
+                        break
+                    reads = True
+            if not known:
+                continue
+            if not reads or (sourced and not all(name in const or name not in sourced for name in node.inputs)):
+                for out in node.outputs:  # known for DM001 only (unless an earlier writer made it known for both)
+                    if out and out not in static:
+                        static.add(out)
+                        sourced.add(out)
+                continue
+        static.update(out for out in node.outputs if out)
+        if sourced:
+            sourced.difference_update(node.outputs)
+    frozen = frozenset(static)
+    known = _STATIC[graph] = (frozen, frozenset(static - sourced) if sourced else frozen)
+    return known
 
 
 def _sized(shape: tuple, dtype: str | None) -> tuple[int | None, int | None]:

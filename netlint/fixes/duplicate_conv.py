@@ -53,8 +53,8 @@ class DuplicateConv(FixPass):
         def apply() -> None:
             twin = type(conv)()
             twin.CopyFrom(conv)
-            twin.name = unique_node_name(edit, f"{conv.name or out}/dup")
-            twin.output[0] = edit.unique_name(f"{out}/dup")
+            # the twin is not in the graph yet: naming it changes no node, so both names come from one reindex
+            twin.name, twin.output[0] = edit.unique_names(f"{conv.name or out}/dup", f"{out}/dup")
             edit.insert_before(min(members), twin)
             for index in members:
                 node = edit.node(index)

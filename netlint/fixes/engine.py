@@ -308,7 +308,7 @@ def _run(
         _check(proto, this_round, base, edit)
         result.applied.extend(this_round)
         reuse = reusable_nodes(edit, old_nodes)
-        old_nodes = None  # type: ignore[assignment]
+        old_nodes, edit = None, None  # type: ignore[assignment]  # the round's index is freed before the next IR
         model = _convert(proto, path, base, reuse)
         reuse = None
     else:

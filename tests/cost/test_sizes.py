@@ -35,10 +35,14 @@ def _graph_with_const_chains() -> object:
 def test_index_sizes_static_values_and_skips_dynamic_ones() -> None:
     graph = load(_graph_with_const_chains()).graph
     sizes = tensor_sizes(graph)
-    assert sizes.numel["y"] == 4 * 8 * 8
-    assert sizes.nbytes["y"] == 4 * 8 * 8 * 4
-    assert sizes.nbytes["w"] == 16 * 4
-    assert "x" not in sizes.numel and "x" not in sizes.nbytes  # a named batch dimension: not static
+    assert sizes.numel("y") == 4 * 8 * 8
+    assert sizes.nbytes("y") == 4 * 8 * 8 * 4
+    assert sizes.nbytes("w") == 16 * 4
+    assert sizes.numel("x") is None and sizes.nbytes("x") is None  # a named batch dimension: not static
+    assert "x" not in sizes.kind
+    # one kind per (shape, dtype, layout, holds data): y and the conv's output share theirs, the weight has its own
+    assert sizes.kind["y"] == sizes.kind["conv_out"] != sizes.kind["w"]
+    assert sizes.numels[sizes.kind["w"]] == 16
     assert tensor_sizes(graph) is sizes  # memoised on the graph (DM001 builds it, the cost model reuses it)
     cost_model(graph, "generic")
     assert tensor_sizes(graph) is not sizes  # ...and releases it: the report is built next, without its memory
@@ -122,3 +126,46 @@ def test_dm001_shared_sizes_agree_on_light_models(light_dir, monkeypatch) -> Non
         names = {n for node in graph.nodes for n in (*node.inputs, *node.outputs) if n}
         assert module._own_sizes_suffice(graph, tensor_sizes(graph))  # type: ignore[attr-defined]
         assert {n: sizer.bytes(n) for n in names} == {n: union.bytes(n) for n in names}
+
+
+def _known_before_run(graph: object, const: frozenset[str], sourceless_count: bool) -> set[str]:
+    """Each definition on its own, as DM001 (`sourceless_count`: a node without inputs counts) and the cost model
+    had it before the two shared one pass."""
+    static: set[str] = set()
+    for node in graph.nodes:
+        named = [name for name in node.inputs if name]
+        if node.op in ("Shape", "Size", "Constant") or (
+            (sourceless_count or named) and all(name in static or name in const for name in named)
+        ):
+            static.update(out for out in node.outputs if out)
+    return static
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_static_names_are_both_definitions_in_one_pass(seed: int) -> None:
+    """static_names: DM001's set counts what nodes without inputs (RandomNormal) make, and what is computed from it;
+    the cost model's does not. Random graphs mixing Shape, constants, input-less nodes and omitted inputs."""
+    import random
+
+    from netlint.cost.sizes import static_names
+    from netlint.ir import Graph, Node
+    from netlint.ir.graph import ConstData, Value
+
+    rng = random.Random(seed)
+    values = {"x": Value("x"), "c": Value("c", data=ConstData(lambda: np.ones(1)))}
+    names = ["x", "c"]
+    nodes: list[Node] = []
+    for index in range(30):
+        op = rng.choice(["Add", "Relu", "Shape", "RandomNormal", "Concat"])
+        reads = [] if op == "RandomNormal" else rng.sample(names, k=1 if op in ("Relu", "Shape") else 2)
+        if op == "Concat" and rng.random() < 0.3:
+            reads.append("")  # an omitted input
+        nodes.append(Node(f"n{index}", op, reads, [f"v{index}"]))
+        values[f"v{index}"] = Value(f"v{index}")
+        names.append(f"v{index}")
+    graph = Graph("g", nodes, values, ["x"], names[-3:])
+    dm001, cost = static_names(graph)
+    const = tensor_sizes(graph).const
+    assert dm001 == _known_before_run(graph, const, sourceless_count=True)
+    assert cost == _known_before_run(graph, const, sourceless_count=False)
+    assert static_names(graph)[0] is dm001  # memoised per graph

@@ -484,6 +484,30 @@ def test_the_one_pass_liveness_agrees_with_the_walk(seed: int) -> None:
             assert fast is not None  # a sorted graph takes the one pass
 
 
+@pytest.mark.parametrize("seed", range(30))
+def test_the_all_live_test_agrees_with_the_walk(seed: int) -> None:
+    """_all_live (the one-test-per-node path) says True exactly when the walk finds every node live, unless two
+    nodes write one value (then it says False and the walk decides)."""
+    import sys
+
+    import netlint.rule
+    from netlint.ir import Graph
+
+    netlint.rule.all_rules()
+    rule = sys.modules["netlint.rules.gr001_dead_code"]
+    for shuffle, duplicate in ((False, False), (True, False), (False, True)):
+        sampled = _random_graph(seed, shuffle, duplicate)
+        read = sampled.consumer_index()
+        unread = [out for node in sampled.nodes for out in node.outputs if out and out not in read]
+        # the sampled outputs leave dead nodes; exporting every unread value (but one, on odd seeds) leaves none
+        exported = unread[:-1] if seed % 2 and len(unread) > 1 else unread
+        for graph in (sampled, Graph("g", sampled.nodes, {}, ["x"], exported)):
+            every_node_live = len(rule._live_by_walk(graph)) == len(graph.nodes)
+            assert rule._all_live(graph) == (every_node_live and not duplicate)
+        if not duplicate and exported == unread:
+            assert rule._all_live(Graph("g", sampled.nodes, {}, ["x"], exported))
+
+
 def test_a_node_listed_before_its_producer_is_not_called_dead() -> None:
     """Out of file order (ONNX requires topological order, but a file may break it), the walk decides."""
     b, x = _start()
