@@ -375,19 +375,30 @@ def _has_tuple(value: Any) -> bool:
 
 
 def _table_class(hint: Any) -> tuple[type, bool] | None:
-    """(the class, whether null is allowed) when `hint` is a frozen dataclass of strings only (or Literals of
-    strings), or it or null."""
+    """(the class, whether null is allowed) when `hint` is a frozen dataclass of strings only, or it or null."""
     arms = typing.get_args(hint) if typing.get_origin(hint) in (Union, types.UnionType) else (hint,)
     inner = [arm for arm in arms if arm is not type(None)]
-    if len(inner) != 1 or not _is_dataclass_type(inner[0]):
+    if len(inner) != 1 or not _is_dataclass_type(inner[0]) or not _strings_only(inner[0]):
         return None
-    cls = inner[0]
+    return inner[0], len(inner) != len(arms)
+
+
+@cache
+def _strings_only(cls: type) -> bool:
+    """Whether `cls` is a frozen dataclass whose fields (those __init__ takes, at least one) are all str or Literals
+    of strings: its values are immutable and equal when their strings are, so they can be shared (FixRef, Skip,
+    FindingKey)."""
     params = getattr(cls, "__dataclass_params__", None)
     fields = [field for field in dataclasses.fields(cls) if field.init]
     hints = typing.get_type_hints(cls, localns=_TYPES)
-    if params is None or not params.frozen or not fields or not all(_is_string(hints[field.name]) for field in fields):
-        return None
-    return cls, len(inner) != len(arms)
+    return params is not None and params.frozen and bool(fields) and all(_is_string(hints[f.name]) for f in fields)
+
+
+def _keyword_only(cls: type) -> list[tuple[int, str]]:
+    """(position among the fields __init__ takes, name) of those it takes by keyword only."""
+    names = [field.name for field in dataclasses.fields(cls) if field.init]
+    fields = {field.name: field for field in dataclasses.fields(cls)}
+    return [(index, name) for index, name in enumerate(names) if fields[name].kw_only is True]
 
 
 def _is_string(hint: Any) -> bool:
@@ -580,11 +591,8 @@ def _dataclass_converter(cls: type) -> Callable[[Any], Any]:
     def build(value: Any) -> Any:
         if not plan:
             plan.extend(_plan(cls))
-            fields = {field.name: field for field in dataclasses.fields(cls)}
-            keyword_only.extend((i, name) for i, (name, _, _) in enumerate(plan) if fields[name].kw_only is True)
-            params = getattr(cls, "__dataclass_params__", None)
-            strings = all((kind == _EXACT and arg is str) or kind == _ONE_OF for _, kind, arg in plan)
-            sharing.append(bool(plan) and params is not None and params.frozen and strings)
+            keyword_only.extend(_keyword_only(cls))
+            sharing.append(_strings_only(cls))
         if sharing[0] and type(value) is list and _STR.issuperset(map(type, value)):
             hit = shared.get(tuple(value))
             if hit is not None:
@@ -640,9 +648,7 @@ def _rows_converter(cls: type) -> Callable[[Any], list[Any]]:
     def build(value: Any) -> list[Any]:
         if not checks:
             checks.extend(_column_checks(cls))
-            fields = {field.name: field for field in dataclasses.fields(cls)}
-            names = [field.name for field in dataclasses.fields(cls) if field.init]
-            keyword_only.extend((i, name) for i, name in enumerate(names) if fields[name].kw_only is True)
+            keyword_only.extend(_keyword_only(cls))
         if type(value) is not list or len(value) != len(checks) + 1 or type(value[0]) is not int or value[0] < 0:
             raise TypeError(f"{cls.__name__}: expected the count and {len(checks)} columns")
         count = value[0]

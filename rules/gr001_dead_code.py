@@ -187,6 +187,12 @@ def _all_live(graph: Graph) -> bool:
             continue
         if not _is_root(node) and not any(out and (out in read or exported(out)) for out in outputs):
             return False
+    return _one_writer_each(graph, written)
+
+
+def _one_writer_each(graph: Graph, written: int) -> bool:
+    """Whether no value has two writers, given the count of the nodes' outputs (`written`): it equals the count of
+    written values, or does once omitted outputs ("") are left out."""
     writers = len(graph.producer_index())
     return written == writers or sum(1 for node in graph.nodes for out in node.outputs if out) == writers
 
@@ -225,8 +231,7 @@ def _live_in_order(graph: Graph) -> set[Node] | None:
                 needed.discard("")
         else:
             dead.append(node)
-    writers = len(graph.producer_index())
-    if written != writers and sum(1 for node in graph.nodes for out in node.outputs if out) != writers:
+    if not _one_writer_each(graph, written):
         return None
     if any(not needed.isdisjoint(node.outputs) for node in dead):
         return None

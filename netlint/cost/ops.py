@@ -504,34 +504,8 @@ def _attrs_key(ctx: CostContext, node: Node) -> tuple | None:
 
 
 def signatures(ctx: CostContext, nodes: list[Node]) -> list[tuple | None]:
-    """`_signature` of each node: the memo keys cost_model looks up before costing a node. Its common case (every
-    name kinded, no subgraph, frozen attributes already known) inline, with the lookups bound once: this runs for
-    every node of the graph; any other node goes through `_signature` itself."""
-    if ctx.qdq:
-        return [None] * len(nodes)
-    kind = ctx._kinds.get
-    disjoint = ctx._unkinded.isdisjoint
-    frozen = ctx._frozen_attrs.get
-    reads: dict[str, tuple[str, ...]] = {}
-    found: list[tuple | None] = []
-    append = found.append
-    for node in nodes:
-        names = node.inputs
-        inputs = tuple(map(kind, names))
-        outputs = tuple(map(kind, node.outputs))
-        if None in inputs or None in outputs or node.subgraphs or not disjoint(names):
-            append(_signature(ctx, node))
-            continue
-        op = node.op
-        read = reads.get(op)
-        if read is None:
-            read = reads[op] = _attrs_read(op)
-        attrs: tuple | None = ()
-        if read:
-            known = frozen((op, id(node.attrs)))
-            attrs = known[0] if known is not None else _attrs_key(ctx, node)
-        append(None if attrs is None else (op, node.source_op, node.fused_activation, attrs, inputs, outputs))
-    return found
+    """`_signature` of each node: the memo keys cost_model looks up before costing a node."""
+    return [_signature(ctx, node) for node in nodes]
 
 
 @cache

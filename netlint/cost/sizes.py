@@ -136,15 +136,15 @@ def static_names(graph: Graph) -> tuple[frozenset[str], frozenset[str]]:
     for node in graph.nodes:
         op = node.op
         if op not in SHAPE_OPS and op != "Constant":
-            known = True  # every input is a constant or known before the run
+            computed = True  # every input is a constant or known before the run
             reads = False  # some input is named (not an omitted optional one)
             for name in node.inputs:
                 if name:
                     if name not in static and name not in const:
-                        known = False
+                        computed = False
                         break
                     reads = True
-            if not known:
+            if not computed:
                 continue
             if not reads or (sourced and not all(name in const or name not in sourced for name in node.inputs)):
                 for out in node.outputs:  # known for DM001 only (unless an earlier writer made it known for both)
