@@ -149,6 +149,14 @@ def _add_fix_parser(commands: argparse._SubParsersAction) -> None:
         action="store_true",
         help="also apply fixes the target's cost model predicts to slow it down (skipped by default, with the reason)",
     )
+    fix.add_argument(
+        "-j",
+        "--jobs",
+        type=_jobs,
+        metavar="N",
+        help="with N > 1, lint an ONNX graph of 50000 nodes or more on two cores in each fix round (default: the CPU"
+        " count; 1: in this process only)",
+    )
     add_rule_selection(fix, only="only fix findings of these rules", ignore="do not fix findings of these rules")
     add_target_options(fix)
     add_config_options(fix)
@@ -268,7 +276,8 @@ def add_scaling_options(parser: argparse.ArgumentParser) -> None:
         "--jobs",
         type=_jobs,
         metavar="N",
-        help="lint up to N models at once in worker processes (default: the CPU count; 1: all in this process)",
+        help="lint up to N models at once in worker processes, and a graph of 50000 nodes or more on two cores"
+        " (default: the CPU count; 1: all in this process)",
     )
     parser.add_argument("--no-cache", action="store_true", help="neither read nor write the content cache")
     parser.add_argument(

@@ -2,10 +2,15 @@
 
 A rule that asks for weights stored in a missing external file gets a Skip recorded for that node (not an error);
 a rule that crashes becomes one error line for that model, and the other rules still run.
+
+With `cores` > 1 a graph of SPLIT_MIN_NODES nodes or more is linted on two cores (netlint.forked): a forked copy of
+this process runs the pattern rules on the second half of the nodes and every whole-graph rule, while this one runs
+the first half and computes the cost model; the results are joined in the order one process gives them.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +27,14 @@ from netlint.suppression import suppress
 from netlint.targets import Target
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from netlint.ir import Node
     from netlint.report.baseline import FindingKey
+
+# A graph this large is linted on two cores when the caller allows it: below, the rules take less time than what
+# sharing them costs (a fork, and pickling the second half's findings back). docs/performance.md has the figures.
+SPLIT_MIN_NODES = 50_000
 
 
 @dataclass
@@ -58,17 +70,18 @@ class ModelReport:
     cost: CostSummary | None = None
 
 
-def lint_file(path: Path, settings: Settings) -> ModelReport:
-    """Load and lint one file; a file that cannot be read gives a report with one error and no findings.
+def lint_file(path: Path, settings: Settings, *, cores: int = 1) -> ModelReport:
+    """Load and lint one file; a file that cannot be read gives a report with one error and no findings. `cores`:
+    how many cores a large graph may be linted on (see the module's docstring); the report is the same.
 
     The cyclic garbage collector is paused meanwhile: the IR is a few objects per node and holds no garbage, but
     every collection would rescan all of it (a sixth of the time on a 100k-node graph). Once the report is made the
     IR is freed by reference counting, collection resumes, and the report goes to the oldest generation."""
     with paused(promote=True):
-        return _lint_file(path, settings)
+        return _lint_file(path, settings, cores)
 
 
-def _lint_file(path: Path, settings: Settings) -> ModelReport:
+def _lint_file(path: Path, settings: Settings, cores: int) -> ModelReport:
     try:
         model = load_model(path)
     except LfsPointerError as exc:
@@ -80,10 +93,12 @@ def _lint_file(path: Path, settings: Settings) -> ModelReport:
         return ModelReport(
             str(path), None, settings.target.name, settings.target.precision, settings.target.chip, errors=[str(exc)]
         )
-    return lint_model(model, settings)
+    return lint_model(model, settings, cores=cores)
 
 
-def lint_model(model: Model, settings: Settings) -> ModelReport:
+def lint_model(model: Model, settings: Settings, *, cores: int = 1) -> ModelReport:
+    """Every selected rule over every graph of `model`, then suppressions, severities and the cost model. `cores`:
+    how many cores a large graph may be linted on (see the module's docstring); the report is the same."""
     target = settings.target
     report = ModelReport(model.path, model.format, target.name, target.precision, target.chip, notes=list(model.notes))
     ctx = Context(settings.target, options=settings.rule_options)
@@ -97,12 +112,11 @@ def lint_model(model: Model, settings: Settings) -> ModelReport:
         else:
             scanners.append(rule)
     for graph in model.graphs():
-        report.findings.extend(_run_patterns(graph, by_anchor, ctx, report))
-        for rule in scanners:
-            try:
-                report.findings.extend(rule.scan(graph, ctx))
-            except Exception as exc:
-                report.errors.append(_internal_error(rule, graph.name, exc))
+        if cores > 1 and len(graph.nodes) >= SPLIT_MIN_NODES and _can_fork():
+            meanwhile = (lambda: _warm_cost(model.graph, target)) if graph is model.graph else None
+            report.findings.extend(_lint_graph_split(graph, by_anchor, scanners, ctx, report, meanwhile))
+        else:
+            report.findings.extend(_lint_graph(graph, graph.nodes, by_anchor, scanners, ctx, report))
     # per-node-ignores and `netlint: ignore` markers, then NL100 for the ones that suppressed nothing: after every rule
     report.findings = [
         _with_severity(_priced_by_runtime(finding, settings.target), settings)
@@ -115,6 +129,82 @@ def lint_model(model: Model, settings: Settings) -> ModelReport:
 
         report.keys = finding_keys(model, report.findings)
     return report
+
+
+def _run_scanners(graph: Graph, scanners: list[Rule], ctx: Context, report: ModelReport) -> list[Finding]:
+    """The whole-graph rules over `graph`, in rule order."""
+    found: list[Finding] = []
+    for rule in scanners:
+        try:
+            found.extend(rule.scan(graph, ctx))
+        except Exception as exc:
+            report.errors.append(_internal_error(rule, graph.name, exc))
+    return found
+
+
+def _lint_graph_split(
+    graph: Graph,
+    by_anchor: dict[str, list[Rule]],
+    scanners: list[Rule],
+    ctx: Context,
+    report: ModelReport,
+    meanwhile: Callable[[], None] | None,
+) -> list[Finding]:
+    """What `_lint_graph` gives, on two cores: a forked copy of this process takes the second half of the nodes and
+    the whole-graph rules, this process the first half and then `meanwhile` (the cost model, which the report needs
+    next). Findings, skips and errors are joined in the order one process makes them; if the copy fails, its share
+    is done here."""
+    from netlint.forked import forked
+
+    nodes = graph.nodes
+    half = len(nodes) // 2
+
+    def second_share() -> tuple[list[Finding], list[Skip], list[str]]:
+        skips, errors = len(ctx.skipped), len(report.errors)
+        found = _lint_graph(graph, nodes[half:], by_anchor, scanners, ctx, report)
+        return found, ctx.skipped[skips:], report.errors[errors:]
+
+    with forked(second_share) as copy:
+        found = _run_patterns(graph, nodes[:half], by_anchor, ctx, report)
+        if meanwhile is not None:
+            meanwhile()
+        theirs = copy.result()
+    if theirs is None:  # the copy failed (or could not start): its share is done here, in the same order
+        found.extend(second_share()[0])
+        return found
+    found.extend(theirs[0])
+    ctx.skipped.extend(theirs[1])
+    report.errors.extend(theirs[2])
+    return found
+
+
+def _lint_graph(
+    graph: Graph,
+    nodes: Sequence[Node],
+    by_anchor: dict[str, list[Rule]],
+    scanners: list[Rule],
+    ctx: Context,
+    report: ModelReport,
+) -> list[Finding]:
+    """The pattern rules over `nodes` (the graph's, or the second half of them), then the whole-graph rules."""
+    found = _run_patterns(graph, nodes, by_anchor, ctx, report)
+    found.extend(_run_scanners(graph, scanners, ctx, report))
+    return found
+
+
+def _can_fork() -> bool:
+    from netlint.forked import can_fork  # not at the top: most runs never split a graph
+
+    return can_fork()
+
+
+def _warm_cost(graph: Graph, target: Target) -> None:
+    """Compute the cost model now (netlint.cost.impact memoises it per graph), while a forked copy lints; a failure
+    is left for `_add_cost` to report when it asks again."""
+    from netlint.cost.impact import model_cost
+
+    with contextlib.suppress(Exception):  # reported by _add_cost, which asks again
+        model_cost(graph, target)
 
 
 def _add_cost(model: Model, report: ModelReport, target: Target) -> None:
@@ -130,8 +220,11 @@ def _add_cost(model: Model, report: ModelReport, target: Target) -> None:
         report.notes.append(f"cost model failed: {type(exc).__name__}: {' '.join(str(exc).split())[:160]}")
 
 
-def _run_patterns(graph: Graph, by_anchor: dict[str, list[Rule]], ctx: Context, report: ModelReport) -> list[Finding]:
-    """Each node against the rules anchored on its op type, in file order then rule order. The per-op plans hold
+def _run_patterns(
+    graph: Graph, nodes: Sequence[Node], by_anchor: dict[str, list[Rule]], ctx: Context, report: ModelReport
+) -> list[Finding]:
+    """Each of `nodes` (the graph's, or a share of them) against the rules anchored on its op type, in file order
+    then rule order. The per-op plans hold
     bound methods, and an anchor-only pattern (the op type decides) skips `Op.match`: this loop runs a quarter of a
     million times on a 100k-node graph."""
     plans: dict[str, list[tuple[Rule, Any, str | None, Any, Any]]] = {}
@@ -150,7 +243,7 @@ def _run_patterns(graph: Graph, by_anchor: dict[str, list[Rule]], ctx: Context, 
     add = found.append
     get_plan = plans.get
     new_match = object.__new__  # Match(node, {name: node}) without its __init__ frame: 0.1 µs each, 225k times
-    for node in graph.nodes:
+    for node in nodes:
         plan = get_plan(node.op)
         if plan is None:
             continue

@@ -163,19 +163,18 @@ class UnfusableActivation(Rule):
     def help(self, graph: Graph, match: Match, ctx: Context) -> str:
         acts: list[_Activation] = match.data["activations"]  # type: ignore[assignment]
         fusable: frozenset[str] = match.data["fusable"]  # type: ignore[assignment]
-        options = [kind for kind in ("Relu6", "Relu", "LeakyRelu", "HardSwish") if kind in fusable][:2]
-        instead = " or ".join(options) if options else "an activation the target fuses"
-        return f"replace {acts[0].kind} with {instead}, then retrain or fine-tune and measure accuracy"
+        return f"replace {acts[0].kind} with {_instead(fusable)}, then retrain or fine-tune and measure accuracy"
 
     def tensors(self, graph: Graph, match: Match) -> list[str]:
-        return [out for out in match.anchor.outputs[:1] if out]
+        output = match.anchor.output  # the conv's first output, if it has one
+        return [output] if output else []
 
     def data(self, graph: Graph, match: Match, ctx: Context) -> dict[str, Any]:
         """What substitute-activation reads: the kinds the target fuses, and each unfusable activation."""
         acts: list[_Activation] = match.data["activations"]  # type: ignore[assignment]
         fusable: frozenset[str] = match.data["fusable"]  # type: ignore[assignment]
         return {
-            "fusable": _listing(fusable).split(", ") if fusable else [],
+            "fusable": list(_listed(fusable)),
             "activations": [{"node": act.node.id, "kind": act.kind, "fused": act.fused} for act in acts],
         }
 
@@ -230,6 +229,19 @@ def _unfusable(
 def _listing(kinds: frozenset[str]) -> str:
     ordered = sorted(kinds, key=lambda kind: (ORDER.index(kind) if kind in ORDER else len(ORDER), kind))
     return ", ".join(ordered) if ordered else "no activation"
+
+
+@cache
+def _listed(kinds: frozenset[str]) -> tuple[str, ...]:
+    """The kinds in `_listing`'s order, as `data` gives them (a tuple: each finding copies it into its own list)."""
+    return tuple(_listing(kinds).split(", ")) if kinds else ()
+
+
+@cache
+def _instead(fusable: frozenset[str]) -> str:
+    """What `help` suggests instead: up to two of the kinds the target fuses, the most useful first."""
+    options = [kind for kind in ("Relu6", "Relu", "LeakyRelu", "HardSwish") if kind in fusable][:2]
+    return " or ".join(options) if options else "an activation the target fuses"
 
 
 def _where_it_fuses(target: Target, kind: str) -> str | None:

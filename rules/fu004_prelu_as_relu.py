@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from netlint._lazy import numpy as np  # loaded on first use: a run served by the cache needs no numpy
 from netlint.ir import Graph
-from netlint.ir.ops import range_kind
+from netlint.ir.ops import range_kind, slope_range
 from netlint.pattern import Any, Match, Op
 from netlint.rule import Context, FixRef, Option, Rule, Severity, register
 
@@ -66,17 +65,16 @@ class PreluAsRelu(Rule):
         if not graph.is_const(slope_name):
             ctx.skip(self, match.anchor, f"slope '{slope_name}' is computed at run time, not a constant")
             return "slope is not constant"
-        values = graph.const(slope_name)
-        if values is None:  # constant, but not computed here (e.g. QuantizeLinear -> DequantizeLinear of a float)
+        extremes = slope_range(graph, slope_name)  # shared with FU003's and FU002's prelu_kind
+        if extremes is None:  # constant, but not computed here (e.g. QuantizeLinear -> DequantizeLinear of a float)
             ctx.skip(self, match.anchor, f"slope '{slope_name}' is constant but its values cannot be computed")
             return "slope values not computable"
-        slopes = np.asarray(values, dtype=np.float64).reshape(-1)
-        if slopes.size == 0:
+        low, high, count = extremes
+        if count == 0:
             return "no slope values"
-        low, high = float(slopes.min()), float(slopes.max())
         kind = range_kind(low, high, float(ctx.option(self, "atol")))  # slope_kind, from the extremes it needs anyway
         kind = "varying" if kind == "PRelu" else kind
-        match.data.update(kind=kind, count=slopes.size, low=low, high=high)
+        match.data.update(kind=kind, count=count, low=low, high=high)
         return None
 
     def message(self, graph: Graph, match: Match, ctx: Context) -> str:

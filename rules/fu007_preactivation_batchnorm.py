@@ -182,7 +182,7 @@ class PreactivationBatchnorm(Rule):
 def _affine_data(graph: Graph, node: Node) -> str | None:
     """The data input of an inference-mode, per-channel affine node, or None if `node` is not one. Remembered per
     node: the chain walks ask it again of the nodes around each candidate."""
-    key = ("FU007.affine_data", node.id)
+    key = ("FU007.affine_data", node)  # the node itself: hashing it does not read its id string (see graph.memo)
     memo = graph.memo
     data = memo.get(key, memo)  # the memo itself marks "not computed yet" (None is an answer)
     if data is memo:

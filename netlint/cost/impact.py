@@ -105,7 +105,7 @@ def price_findings(graph: Graph, findings: Iterable[Finding], target: Target, co
         else:
             saving = _saving_us(graph, finding, target, memo, cost.layout_facts)
             if saving is not None and finding.fix is not None and finding.fix.name in TARGET_SIMULATIONS:
-                basis = TARGET_SIMULATIONS[finding.fix.name](target)[1]
+                basis = _target_simulation(finding.fix.name, target, memo)[1]
         if saving is not None:
             finding.impact = Impact(label, total / 1000, (total - saving) / 1000, basis)
 
@@ -136,10 +136,13 @@ def _saving_us(
     fix = finding.fix.name if finding.fix is not None else None
     simulate = SIMULATIONS.get(fix or "")
     if fix in TARGET_SIMULATIONS:
-        simulate = TARGET_SIMULATIONS[fix](target)[0]  # type: ignore[index]
+        simulate = _target_simulation(fix, target, memo)[0]  # type: ignore[arg-type]
     if fix is None or simulate is None:
         return None
-    if target.applies_fix(fix):
+    applies = memo.get(("applies", fix))
+    if applies is None:
+        applies = memo[("applies", fix)] = target.applies_fix(fix)
+    if applies:
         return 0.0  # the runtime does it on load: the model it runs is already fixed
     nodes = [graph.node(node_id) for node_id in finding.nodes]
     if not nodes or any(node is None for node in nodes):
@@ -166,6 +169,17 @@ def _saving_us(
     if shortcut is not None:
         memo[shortcut] = memo[key]
     return memo[key]
+
+
+def _target_simulation(
+    fix: str, target: Target, memo: dict[Any, Any]
+) -> tuple[Callable[[Graph, list[Node], list[str]], Edited], str]:
+    """TARGET_SIMULATIONS[fix](target), once per pricing run (the memo lives as long as the target)."""
+    key = ("target simulation", fix)
+    found = memo.get(key)
+    if found is None:
+        found = memo[key] = TARGET_SIMULATIONS[fix](target)
+    return found
 
 
 # Simulations whose rewrite depends only on what the neighbourhood's signature holds (ops, attributes, wiring, shapes)
@@ -256,11 +270,19 @@ def _read_outside(graph: Graph, around: list[Node]) -> set[str]:
     """Outputs of the neighbourhood that a node outside it (or the graph's caller) reads: the small graph's outputs."""
     kept = {node.id for node in around}
     consumers = graph.consumer_index()
+    is_output = graph.is_graph_output
     found: set[str] = set()
     for node in around:
         for out in node.outputs:
-            if out and (graph.is_graph_output(out) or any(c.id not in kept for c in consumers.get(out, ()))):
+            if not out:
+                continue
+            if is_output(out):
                 found.add(out)
+                continue
+            for reader in consumers.get(out, ()):
+                if reader.id not in kept:
+                    found.add(out)
+                    break
     return found
 
 
@@ -271,16 +293,20 @@ def _neighbourhood(graph: Graph, nodes: list[Node]) -> list[Node]:
     for node in nodes:
         for name in node.inputs:
             producer = producers.get(name) if name else None
-            if producer is not None and not graph.is_const(name):
-                chosen.setdefault(producer.id, producer)
+            if producer is not None and producer.id not in chosen and not graph.is_const(name):
+                chosen[producer.id] = producer
         for out in node.outputs:
             for reader in consumers.get(out, ()) if out else ():
-                chosen.setdefault(reader.id, reader)
-    order = {node.id: index for index, node in enumerate(nodes)}
+                if reader.id not in chosen:
+                    chosen[reader.id] = reader
     if len(chosen) == len(nodes):
         return list(chosen.values())
     position = _positions(graph)
-    return sorted(chosen.values(), key=lambda node: (position.get(node.id, len(position)), order.get(node.id, 0)))
+    try:  # graph order (positions are distinct: no ties)
+        return [chosen[node_id] for node_id in sorted(chosen, key=position.__getitem__)]
+    except KeyError:  # a node the graph's list does not hold: after the others, in the finding's order
+        order = {node.id: index for index, node in enumerate(nodes)}
+        return sorted(chosen.values(), key=lambda node: (position.get(node.id, len(position)), order.get(node.id, 0)))
 
 
 _POSITIONS: weakref.WeakKeyDictionary[Graph, dict[str, int]] = weakref.WeakKeyDictionary()
@@ -441,7 +467,7 @@ class _Kinds:
         self.kinds: dict[tuple, int] = {}
 
     def of(self, node: Node, new_values: dict[str, Value]) -> int:
-        fresh = _reads_new(node, new_values)
+        fresh = bool(new_values) and _reads_new(node, new_values)
         known = self.nodes.get(id(node))
         if known is not None and known[0] is node and not fresh:
             return known[1]
@@ -449,15 +475,24 @@ class _Kinds:
         if attrs is None or attrs[0] is not node.attrs:  # the table itself is kept, so its id is not reused
             attrs = self.attrs[id(node.attrs)] = (node.attrs, _attrs_key(node.attrs))
         if fresh:
-            about = lambda name: self.about(name, new_values)  # noqa: E731
-            tensors = (tuple(map(about, node.inputs)), tuple(map(about, node.outputs)))
-        else:
-            abouts = self.abouts if self.abouts is not None else self._describe_all()
-            tensors = tuple(
-                tuple([abouts[name] if name in abouts else self.about(name) for name in names])
-                for names in (node.inputs, node.outputs)
+            new = lambda name: self.about(name, new_values)  # noqa: E731
+            description = (
+                node.op,
+                node.fused_activation,
+                attrs[1],
+                tuple(map(new, node.inputs)),
+                tuple(map(new, node.outputs)),
             )
-        description = (node.op, node.fused_activation, attrs[1], *tensors)
+        else:
+            described = (self.abouts if self.abouts is not None else self._describe_all()).get
+            about = self.about  # for a name without a description yet (falsy: None for "", () for an unknown name)
+            description = (
+                node.op,
+                node.fused_activation,
+                attrs[1],
+                tuple([described(name) or about(name) for name in node.inputs]),
+                tuple([described(name) or about(name) for name in node.outputs]),
+            )
         kinds = self.kinds
         kind = kinds.setdefault(description, len(kinds))
         if not fresh and self.graph.node(node.id) is node:  # the model's own nodes only: copies are short-lived

@@ -676,7 +676,7 @@ def _partition(
         result.partitions = 1 if any(_placed(entry) for entry in entries) else 0
         return []
     side: dict[str, str] = {}  # node id -> "npu" | "cpu"
-    parent: dict[str, str] = {}
+    parent: dict[str, str] = {}  # union-find over the accelerator nodes (a node points at its first producer's root)
 
     def find(item: str) -> str:
         root = item
@@ -687,29 +687,49 @@ def _partition(
         return root
 
     crossing: dict[tuple[str, str], None] = {}
+    placed_npu: list[str] = []  # the accelerator nodes that run (the partitions are their classes)
     producer_of = graph.producer_index().get
     for entry in entries:  # graph order: producers first (topological in ONNX, execution order in TFLite)
         node = entry.node
         cost = entry.cost
         if cost is not None and cost.op_class == FREE and not cost.note.startswith("QDQ marker"):
             continue  # constants and shape arithmetic: folded before anything runs
-        producers = [(name, producer_of(name)) for name in node.inputs if name]
-        if not _placed(entry) or (entry.fused_into is not None and not entry.fallback):
-            first = next((p for _, p in producers if p is not None and p.id in side), None)
+        node_id = node.id
+        placed = _placed(entry)
+        if not placed or (entry.fused_into is not None and not entry.fallback):
+            first = None
+            for name in node.inputs:
+                producer = producer_of(name) if name else None
+                if producer is not None and producer.id in side:
+                    first = producer
+                    break
             if first is None:
                 continue
-            side[node.id] = side[first.id]
+            mine = side[node_id] = side[first.id]
         else:
-            side[node.id] = "cpu" if entry.fallback else "npu"
-        parent[node.id] = node.id
-        for name, producer in producers:
-            if producer is None or producer.id not in side:
+            mine = side[node_id] = "cpu" if entry.fallback else "npu"
+        if placed and mine == "npu":
+            placed_npu.append(node_id)
+        parent[node_id] = node_id
+        root = None  # the node's class, once joined to a producer's
+        for name in node.inputs:
+            producer = producer_of(name) if name else None
+            if producer is None:
                 continue
-            if side[producer.id] != side[node.id]:
-                crossing[(name, side[node.id])] = None
-            elif side[node.id] == "npu":
-                parent[find(producer.id)] = find(node.id)
-    roots = {find(entry.id) for entry in entries if side.get(entry.id) == "npu" and _placed(entry)}
+            theirs = side.get(producer.id)
+            if theirs is None:
+                continue
+            if theirs != mine:
+                crossing[(name, mine)] = None
+            elif mine == "npu":
+                other = parent[producer.id]
+                if parent[other] != other:  # the producer's class has been merged into another since
+                    other = find(other)
+                if root is None:
+                    parent[node_id] = root = other
+                elif other != root:
+                    parent[other] = root
+    roots = {find(node_id) for node_id in placed_npu}
     result.partitions = len(roots)
     result.transfers = len(crossing)
     return [name for name, _ in crossing]
@@ -779,9 +799,15 @@ def _byte_scale(target: Target, ctx: CostContext, node: Node, numeric: tuple[str
         dtype = ctx.storage_dtype(node.outputs[0])
     except UnknownCost:
         return 1.0
+    return _dtype_scale(dtype, numeric)  # type: ignore[arg-type]
+
+
+@cache  # a few dtypes and one precision per run, asked for every kernel
+def _dtype_scale(dtype: str | None, numeric: tuple[str, int]) -> float:
+    """`_byte_scale` of a tensor stored in `dtype` on a target computing in `numeric`."""
     if dtype is None or not dtype.startswith(("float", "bfloat")):
         return 1.0
-    return min(1.0, numeric[1] / _bits(dtype))  # type: ignore[index]
+    return min(1.0, numeric[1] / _bits(dtype))
 
 
 @cache

@@ -68,6 +68,7 @@ def _run_fix(args: argparse.Namespace) -> int:
         model=loaded.pop(),
         to_fp16=to_fp16,
         keep_original=args.verify is not False or report is not None,  # else neither the input nor a snapshot is read
+        cores=_cores(args),
     )
     records: list[dict[str, Any]] = []
     lines = _verify(result, path, args.verify, records)
@@ -87,6 +88,13 @@ def _run_fix(args: argparse.Namespace) -> int:
     if getattr(args, "exit_non_zero_on_fix", False) and result.applied:
         return EXIT_FINDINGS  # like ruff: the model was changed (or, with --diff, would be)
     return EXIT_CLEAN
+
+
+def _cores(args: argparse.Namespace) -> int:
+    """-j: how many cores each lint of a large graph may use (default: the CPU count, as `check`)."""
+    from netlint.batch import default_jobs
+
+    return getattr(args, "jobs", None) or default_jobs()
 
 
 def _write_report(

@@ -12,6 +12,7 @@ it was.
 
 from __future__ import annotations
 
+import sys
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -189,7 +190,8 @@ class GraphEdit:
                         label = other.name or other.op_type
                         raise InvariantError(f"node '{label}' reads '{out}' before a node writes it")
         nodes = [list.__getitem__(self.nodes, p) for p in changed]
-        produced = {out for node in nodes for out in node.output[:] if out}
+        io = self._io  # current for every changed node (commit re-indexed them): cheaper than their proto fields
+        produced = {out for p in changed for out in io[p][1] if out}  # type: ignore[index]
         # The new initializers are checked here (the checker's test of a tensor's data against its type and dims,
         # for raw data; onnx.checker.check_tensor for the rest) and enter the probe as typed inputs: their bytes
         # (the folded weights: 46 MB on a 100k-node model) would cost more to serialize than the nodes to check.
@@ -206,9 +208,10 @@ class GraphEdit:
         graph.node.extend(nodes)
         declared: set[str] = set()
         types: dict[tuple[int, ...], onnx.TypeProto] = {}  # (elem_type, *dims) -> its TypeProto, built once
-        for node in nodes:
-            for name in node.input[:]:
-                if name and name not in produced and name not in declared:
+        add = graph.input.add
+        for p in changed:
+            for name in io[p][0]:  # type: ignore[index]  # the node's inputs in order, each once, none empty
+                if name not in produced and name not in declared:
                     declared.add(name)
                     tensor = new.get(name)
                     # a value the probe does not define: float of rank 0 (types are not checked without inference)
@@ -220,9 +223,7 @@ class GraphEdit:
                         kind.tensor_type.shape.SetInParent()
                         for dim in key[1:]:
                             kind.tensor_type.shape.dim.add().dim_value = dim
-                    info = graph.input.add()
-                    info.name = name
-                    info.type.CopyFrom(kind)
+                    add(name=name, type=kind)
         return probe
 
     def untouched(self, count: int) -> list[int] | None:
@@ -253,13 +254,19 @@ class GraphEdit:
         for position, anchor in self._before.items():
             inserted[anchor].append(position)
         nodes, before = self.nodes, self._before
-        order = [p for index in range(len(nodes)) if index not in before for p in [*inserted.get(index, ()), index]]
         rank = [-1] * len(nodes)
-        index = 0
-        for p in order:
-            if list.__getitem__(nodes, p) is not None:
-                rank[p] = index
-                index += 1
+        slot = 0
+        get = list.__getitem__
+        for index in range(len(nodes)):  # _in_order's order, without a list per position
+            if index in before:
+                continue
+            for p in inserted.get(index, ()):
+                if get(nodes, p) is not None:
+                    rank[p] = slot
+                    slot += 1
+            if get(nodes, index) is not None:
+                rank[index] = slot
+                slot += 1
         self._ranks = rank
         return rank
 
@@ -294,36 +301,37 @@ class GraphEdit:
                 self._scan_value_info = True
                 self._full_reindex()
                 return
-            signature = signatures[index] if old is not None and node is not None else None
-            # re-read since it was indexed with no body: the same raw inputs, outputs and attribute count (a pass that
-            # gives a node a body adds an attribute) mean its entries are current
-            if (
-                signature is not None
-                and signature[0] == tuple(node.input[:])  # type: ignore[union-attr]
-                and signature[1] == len(node.attribute)  # type: ignore[union-attr]
-                and tuple(node.output[:]) == old[1]  # type: ignore[index,union-attr]
-            ):
-                continue
-            if node is not None and node.attribute and _subgraph_reads(node):
-                self._scan_value_info = True
-                self._full_reindex()
-                return
-            if (
-                signature is None
-                and old is not None
-                and node is not None
-                and tuple(node.output[:]) == old[1]
-                and tuple(dict.fromkeys(name for name in node.input[:] if name)) == old[0]
-            ):
-                signatures[index] = (tuple(node.input[:]), len(node.attribute))
-                continue  # handed out but not (or no longer) changed: its entries are current
+            if node is not None:  # each field read once (protobuf fields cost several times a tuple's)
+                raw, count = tuple(node.input), len(node.attribute)
+                signature = signatures[index] if old is not None else None
+                # re-read since it was indexed with no body: the same raw inputs, outputs and attribute count (a pass
+                # that gives a node a body adds an attribute) mean its entries are current
+                if (
+                    signature is not None
+                    and signature[0] == raw
+                    and signature[1] == count
+                    and tuple(node.output) == old[1]  # type: ignore[index]
+                ):
+                    continue
+                if count and _subgraph_reads(node):
+                    self._scan_value_info = True
+                    self._full_reindex()
+                    return
+                if (
+                    signature is None
+                    and old is not None
+                    and tuple(node.output) == old[1]
+                    and tuple(dict.fromkeys(name for name in raw if name)) == old[0]
+                ):
+                    signatures[index] = (raw, count)
+                    continue  # handed out but not (or no longer) changed: its entries are current
             if old is not None:
                 self._unindex(index, old)
             self._changed.setdefault(index, old[1] if old is not None else ())
-            current.append((index, node))
-        for index, node in current:
+            current.append((index, node, (raw, count) if node is not None else None))
+        for index, node, known in current:
             if node is not None:
-                self._index(index, node)
+                self._index(index, node, known)
 
     def _full_reindex(self, ir_nodes: list[Node] | None = None) -> None:
         """Index every node. `ir_nodes` (the IR's nodes, position for position the proto's, with the same input and
@@ -415,23 +423,43 @@ class GraphEdit:
             self._sig.append(None)
         self._sig[index] = None
 
-    def _index(self, index: int, node: onnx.NodeProto) -> None:
-        outputs = tuple(node.output[:])
+    def _index(self, index: int, node: onnx.NodeProto, known: tuple[tuple[str, ...], int] | None = None) -> None:
+        """Add a node's entries. `known`: its raw inputs and attribute count, read by reindex, which found it has no
+        body (each protobuf field is read once)."""
+        outputs = tuple(node.output)
+        producer, twice = self.producer, self._twice
         for out in outputs:
-            if out and self.producer.setdefault(out, index) != index:
-                self._twice.add(out)
-        inner = _subgraph_reads(node) if node.attribute else []  # most nodes have no attribute, none a body
-        self.captured.update(inner)
-        reads = tuple(name for name in dict.fromkeys([*node.input[:], *inner]) if name)
+            if out and producer.setdefault(out, index) != index:
+                twice.add(out)
+        if known is not None:
+            (raw, count), inner = known, []
+        else:
+            raw, count = tuple(node.input), len(node.attribute)
+            inner = _subgraph_reads(node) if count else []  # most nodes have no attribute, none a body
+        if inner:
+            self.captured.update(inner)
+            reads = tuple(name for name in dict.fromkeys([*raw, *inner]) if name)
+        else:
+            first = dict.fromkeys(raw)  # each name once, in order; no empty name
+            first.pop("", None)
+            reads = tuple(first)
+        consumers = self.consumers
         for name in reads:
-            self.consumers[name].append(index)
-        self._used.update(reads)
-        self._used.update(outputs)
-        if node.name:
-            self._used.add(node.name)  # unique_name serves node names too
-        self._set_io(index, (reads, outputs, bool(inner)))
-        if not inner:
-            self._sig[index] = (tuple(node.input[:]), len(node.attribute))
+            consumers[name].append(index)
+        used = self._used
+        used.update(reads)
+        used.update(outputs)
+        name = node.name
+        if name:
+            used.add(name)  # unique_name serves node names too
+        io, sig = self._io, self._sig
+        if index < len(io) and index < len(sig):
+            io[index] = (reads, outputs, bool(inner))
+            sig[index] = None if inner else (raw, count)
+        else:
+            self._set_io(index, (reads, outputs, bool(inner)))
+            if not inner:
+                sig[index] = (raw, count)
 
     def _unindex(self, index: int, old: tuple[tuple[str, ...], tuple[str, ...], bool]) -> None:
         """Take a node's entries (as indexed then) out of the index."""
@@ -503,7 +531,7 @@ class GraphEdit:
 
     def _store_initializer(self, name: str, array: np.ndarray) -> None:
         """Add a new initializer under `name`, a name unique_name(s) gave."""
-        tensor = numpy_helper.from_array(np.ascontiguousarray(array).reshape(np.shape(array)), name)  # keeps 0-d
+        tensor = _from_array(np.ascontiguousarray(array).reshape(np.shape(array)), name)  # keeps 0-d
         self._new_initializers.append(tensor)
         if self.model.ir_version < 4:  # before IR 4, every initializer must also be a graph input
             self.graph.input.append(onnx.helper.make_tensor_value_info(name, tensor.data_type, list(tensor.dims)))
@@ -646,29 +674,47 @@ class GraphEdit:
             self._changed = {}
             return
 
-        def defined(name: str) -> bool:
-            return name in self.producer or name in self.initializers or name in self.inputs
-
+        producer, initializers, inputs, captured = self.producer, self.initializers, self.inputs, self.captured
+        nodes, io = self.nodes, self._io
         for index, old_outputs in self._changed.items():
-            node = list.__getitem__(self.nodes, index) if index < len(self.nodes) else None
+            node = list.__getitem__(nodes, index) if index < len(nodes) else None
             if node is not None:
-                for out in node.output[:]:
-                    twice = out in self._twice and len(self._producers_of(out)) > 1
-                    constant = out in self.initializers or out in self.inputs
-                    if out and (twice or constant or self.producer.get(out) != index):
+                # its index entry, current (reindex just ran; a change to a node with a body re-indexes all and checks
+                # everything): the outputs as written, the inputs each once in order without empty names
+                reads, outputs, _ = io[index]  # type: ignore[misc]
+                for out in outputs:
+                    if not out:
+                        continue
+                    if (
+                        (out in self._twice and len(self._producers_of(out)) > 1)
+                        or out in initializers
+                        or out in inputs
+                        or producer.get(out) != index
+                    ):
                         raise InvariantError(f"value '{out}' is defined twice")
-                for name in node.input[:]:
-                    if name and not defined(name) and name not in self.captured:
+                for name in reads:
+                    if (
+                        name not in producer
+                        and name not in initializers
+                        and name not in inputs
+                        and name not in captured
+                    ):
                         label = node.name or node.op_type
                         raise InvariantError(f"node '{label}' reads '{name}', which nothing defines")
             for out in old_outputs:
-                readers = self.consumers.get(out, []) if out else []
-                if readers and not defined(out) and out not in self.captured:
-                    reader = list.__getitem__(self.nodes, readers[0])
+                readers = self.consumers.get(out) if out else None
+                if (
+                    readers
+                    and out not in producer
+                    and out not in initializers
+                    and out not in inputs
+                    and out not in captured
+                ):
+                    reader = list.__getitem__(nodes, readers[0])
                     raise InvariantError(f"node '{reader.name or reader.op_type}' reads '{out}', which nothing defines")
         self._changed = {}
         for name in self.outputs:
-            if not defined(name):
+            if name not in producer and name not in initializers and name not in inputs:
                 raise InvariantError(f"graph output '{name}' is no longer produced")
 
     def _check_everything(self) -> None:
@@ -709,24 +755,51 @@ class GraphEdit:
 _BODIES = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
 
 
-_RAW_SIZES = {
-    kind: np.dtype(helper.tensor_dtype_to_np_dtype(kind)).itemsize
-    for kind in (
-        onnx.TensorProto.FLOAT,
-        onnx.TensorProto.DOUBLE,
-        onnx.TensorProto.FLOAT16,
-        onnx.TensorProto.BFLOAT16,
-        onnx.TensorProto.INT8,
-        onnx.TensorProto.UINT8,
-        onnx.TensorProto.INT16,
-        onnx.TensorProto.UINT16,
-        onnx.TensorProto.INT32,
-        onnx.TensorProto.UINT32,
-        onnx.TensorProto.INT64,
-        onnx.TensorProto.UINT64,
-        onnx.TensorProto.BOOL,
-    )
-}
+# the fixed-size types whose raw_data holds count * itemsize bytes
+_RAW_KINDS = (
+    onnx.TensorProto.FLOAT,
+    onnx.TensorProto.DOUBLE,
+    onnx.TensorProto.FLOAT16,
+    onnx.TensorProto.BFLOAT16,
+    onnx.TensorProto.INT8,
+    onnx.TensorProto.UINT8,
+    onnx.TensorProto.INT16,
+    onnx.TensorProto.UINT16,
+    onnx.TensorProto.INT32,
+    onnx.TensorProto.UINT32,
+    onnx.TensorProto.INT64,
+    onnx.TensorProto.UINT64,
+    onnx.TensorProto.BOOL,
+)
+_RAW_SIZES = {kind: np.dtype(helper.tensor_dtype_to_np_dtype(kind)).itemsize for kind in _RAW_KINDS}
+
+
+# numpy dtype -> TensorProto data type for the types whose raw_data is the array's bytes as they are (native byte
+# order on a little-endian host): numpy_helper.from_array's own result for them, without its per-call dtype lookups
+# and checks (a fifth of storing a folded conv's weights and bias).
+_RAW_TYPES: dict[np.dtype, int] = (
+    {  # bfloat16 is left to from_array: numpy has no such dtype of its own
+        np.dtype(helper.tensor_dtype_to_np_dtype(kind)): kind
+        for kind in _RAW_KINDS
+        if kind != onnx.TensorProto.BFLOAT16
+    }
+    if sys.byteorder == "little"
+    else {}
+)
+
+
+def _from_array(array: np.ndarray, name: str) -> onnx.TensorProto:
+    """numpy_helper.from_array(array, name) for a C-contiguous array."""
+    kind = _RAW_TYPES.get(array.dtype)
+    if kind is None or array.dtype.byteorder == ">":
+        return numpy_helper.from_array(array, name)
+    tensor = onnx.TensorProto()
+    tensor.dims.extend(array.shape)
+    if name:
+        tensor.name = name
+    tensor.raw_data = array.tobytes()
+    tensor.data_type = kind
+    return tensor
 
 
 def _check_tensor(tensor: onnx.TensorProto) -> None:

@@ -124,6 +124,7 @@ def fix_model(
     model: Model | None = None,
     to_fp16: bool = False,
     keep_original: bool = True,
+    cores: int = 1,
 ) -> FixResult:
     """Fix a copy of `proto` (which is left as it was); with `keep_original=False`, `proto` itself (the caller
     needs neither the input model nor the model before the inexact fixes: no verification, no report), which spares
@@ -131,11 +132,12 @@ def fix_model(
     the input's op counts are kept. `model` is the IR of `proto` if the caller built it already
     (the first round lints it instead of converting the proto again). The exact fixes run to their fixpoint first
     (`safe_only` is that model, what the exact verification checks); then the inexact ones (unsafe with
-    --unsafe-fixes, and safe passes that are not exact, like keep-fp32); then `to_fp16` converts the model."""
+    --unsafe-fixes, and safe passes that are not exact, like keep-fp32); then `to_fp16` converts the model.
+    `cores`: how many cores each lint of a large graph may use (netlint.engine.lint_model)."""
     box = [model] if model is not None else []
     model = None  # no frame may hold the first IR: the round that changes the proto frees it (peak memory)
     with paused():  # as in netlint.engine.lint_file: the IRs hold no garbage, and each collection rescans all of them
-        return _fix_model(proto, path, base, settings, unsafe, box, to_fp16, keep_original)
+        return _fix_model(proto, path, base, settings, unsafe, box, to_fp16, keep_original, cores)
 
 
 def _fix_model(
@@ -147,6 +149,7 @@ def _fix_model(
     box: list[Model],
     to_fp16: bool,
     keep_original: bool = True,
+    cores: int = 1,
 ) -> FixResult:
     if keep_original:
         work = copy.deepcopy(proto)
@@ -155,14 +158,18 @@ def _fix_model(
         work = proto
         before = _ir_op_counts(box[0]) if box else FixResult.op_counts(proto)
         result = FixResult(proto, work, work, counted_before=before, snapshots=False)
-    state = _run(work, path, base, settings, {"safe"}, result, (box.pop(), None) if box else None, exact_only=True)
+    # the first IR is handed over, never held here: the round that changes the proto frees it (peak memory)
+    state = _run(
+        work, path, base, settings, {"safe"}, result, (box.pop(), None) if box else None, exact_only=True, cores=cores
+    )
     passes = all_passes()
     inexact = state is not None and any(
         f.fix is not None and f.fix.name in passes and not getattr(passes[f.fix.name], "exact", True)
         for f in state[1].findings
     )
     if unsafe or inexact:
-        state = _run(work, path, base, settings, {"safe", "unsafe"} if unsafe else {"safe"}, result, state)
+        allowed = {"safe", "unsafe"} if unsafe else {"safe"}
+        state = _run(work, path, base, settings, allowed, result, state, cores=cores)
     if to_fp16:
         _to_fp16(work, path, base, settings, result, state[0] if state else None)
     elif state is not None:  # the IR of `work` as it is written
@@ -235,6 +242,7 @@ def _run(
     result: FixResult,
     state: tuple[Model, ModelReport | None] | None = None,
     exact_only: bool = False,
+    cores: int = 1,
 ) -> tuple[Model, ModelReport] | None:
     """Rounds to a fixpoint; returns the IR and report of the final proto when the last round left it unchanged (so
     the next run can start from them), else None. `exact_only` leaves the passes that are not exact for later."""
@@ -247,7 +255,7 @@ def _run(
         skipped = {}  # the last round's reasons are the final ones: it planned every finding that remains
         if model is None:
             model = _convert(proto, path, base)
-        report = report or lint_model(model, settings)
+        report = report or lint_model(model, settings, cores=cores)
         if report.errors:
             raise FixError(f"linting the fixed graph failed: {report.errors[0]}")
         result.remaining = report.findings
@@ -312,7 +320,7 @@ def _run(
         model = _convert(proto, path, base, reuse)
         reuse = None
     else:
-        result.remaining = lint_model(model or _convert(proto, path, base), settings).findings
+        result.remaining = lint_model(model or _convert(proto, path, base), settings, cores=cores).findings
         result.notes.append(f"stopped after {MAX_ROUNDS} rounds of fixes; run `netlint fix` again to continue")
     result.skipped = list(skipped.values())
     return None if model is None or report is None else (model, report)

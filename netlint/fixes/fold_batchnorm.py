@@ -55,15 +55,17 @@ class FoldBatchnorm(FixPass):
         reason = _guard(ctx, bn, conv)
         if reason:
             return reason
-        uniform = uniform_constant(ctx.graph, conv.input[1])  # a light model's weights: never materialised
+        conv_inputs = conv.input[:]  # read once: protobuf fields cost more than a list's items
+        weight = conv_inputs[1]
+        uniform = uniform_constant(ctx.graph, weight)  # a light model's weights: never materialised
         try:
-            values = {name: ctx.graph.const(name) for name in [*conv.input[2:], *bn.input[1:5]] if name}
-            values[conv.input[1]] = uniform.compact() if uniform is not None else ctx.graph.const(conv.input[1])
+            values = {name: ctx.graph.const(name) for name in [*conv_inputs[2:], *bn.input[1:5]] if name}
+            values[weight] = uniform.compact() if uniform is not None else ctx.graph.const(weight)
         except ConstantUnavailable as exc:
             return f"needs weight values: {exc}"
         if any(value is None for value in values.values()):
             return "a weight or BatchNormalization parameter is not a constant"
-        shape = uniform.dims if uniform is not None else np.shape(values[conv.input[1]])
+        shape = uniform.dims if uniform is not None else np.shape(values[weight])
         folded = _fold(conv, bn, values, shape)
         if isinstance(folded, str):
             return folded
@@ -82,7 +84,7 @@ class FoldBatchnorm(FixPass):
             edit.prune([*old, *bn.input[1:]])
 
         # The conv's data input is only read, so two folds into convs that share it do not overlap.
-        touched = node_names(bn) | set(conv.input[1:]) | set(conv.output)
+        touched = node_names(bn) | set(conv_inputs[1:]) | set(conv.output)
         return Plan(touched, f"folded {label(bn)} into {label(conv)}", apply)
 
 

@@ -422,7 +422,8 @@ def _convert_graph(
     # Subgraphs need their parent graph object for outer-scope lookups, so the graph's indexes are set after its nodes.
     ir_graph = Graph(graph.name, nodes, values, inputs, [o.name for o in graph.output], parent)
     ir_graph.input_initializers = frozenset(i.name for i in graph.input if i.name in initializers)
-    ops: dict[tuple[str, str], tuple[str, str]] = {}  # (op_type, domain) -> (op, source_op), shared str objects
+    # op_type (default domain) or (op_type, domain) -> (op, source_op), shared str objects
+    ops: dict[str | tuple[str, str], tuple[str, str]] = {}
     graph_attr, graphs_attr = AttributeProto.GRAPH, AttributeProto.GRAPHS
     uncached = _UNCACHED_ATTRS
     # Attribute tables are read-only and shared (see _attributes); a node without attributes or subgraphs gets these.
@@ -441,15 +442,18 @@ def _convert_graph(
     append = nodes.append
     for index, proto_node in enumerate(graph.node):
         op_type, domain = proto_node.op_type, proto_node.domain
-        op = ops.get((op_type, domain))
+        op = ops.get(op_type if not domain else (op_type, domain))  # no key tuple for the default domain
         if op is None:
-            op = ops[(op_type, domain)] = (op_type, op_type if not domain else f"{domain}.{op_type}")
+            op = ops[op_type if not domain else (op_type, domain)] = (
+                op_type,
+                op_type if not domain else f"{domain}.{op_type}",
+            )
         node_name = proto_node.name or f"{op_type}_{index}"
         node_id = f"{prefix}{node_name}" if prefix else node_name
         if node_id in by_id:
             node_id = _unique_id(node_name, by_id, prefix)
-        old = reuse[index] if reuse is not None else None
-        if old is not None and old.id == node_id:  # unchanged since it was built (a fix round's commit)
+        if reuse is not None and (old := reuse[index]) is not None and old.id == node_id:
+            # unchanged since it was built (a fix round's commit)
             node, outputs, node_inputs, subgraphs = old, old.outputs, old.inputs, old.subgraphs
         else:
             attributes = proto_node.attribute
@@ -500,13 +504,12 @@ def _convert_graph(
             reads = dict.fromkeys([*node_inputs, *_captured(node)])
         elif count > 1 and (node_inputs[0] == node_inputs[1] if count == 2 else len(set(node_inputs)) < count):
             reads = dict.fromkeys(node_inputs)  # a node reading one value twice consumes it once
-        for name in reads:
-            if name:
-                readers = readers_of(name)
-                if readers is None:
-                    consumers[name] = [node]
-                else:
-                    readers.append(node)
+        for name in reads:  # "" (an omitted optional input) too: its entry is dropped after the loop
+            readers = readers_of(name)
+            if readers is None:
+                consumers[name] = [node]
+            else:
+                readers.append(node)
         if op_type == "Constant" and outputs:
             _constant_node_value(proto_node, values.setdefault(outputs[0], Value(outputs[0], layout=NCHW)))
         for name in outputs:
@@ -523,6 +526,7 @@ def _convert_graph(
             named = [name for name in outputs if name]
             if len(set(named)) != len(named):
                 duplicate = f"invalid graph: node '{node_id}' writes one tensor twice"
+    consumers.pop("", None)
     ir_graph.set_indexes(producer, consumers, by_id)
     facts[ir_graph] = GraphFacts(duplicate, out_of_order, declared, initializers)
     return ir_graph

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from netlint.ir.graph import ConstantUnavailable, Graph, Node
+from netlint.ir.ops import clip_bounds
 
 
 @dataclass(frozen=True, eq=False)
@@ -146,8 +147,6 @@ def _mish(graph: Graph, node: Node) -> Composite | None:
 
 def _hard_swish_from_clip(graph: Graph, clip: Node) -> Composite | None:
     """x * relu6(x + 3) / 6, in any order of the Mul and the division by 6."""
-    from netlint.ir.ops import clip_bounds
-
     add = _producer(graph, clip.inputs[0], "Add") if clip.inputs else None
     if add is None:  # most Clips (a conv's Relu6): decided before reading the bounds' constants
         return None

@@ -188,14 +188,15 @@ class Graph:
         self._producer = producer
         self._consumers = consumers
         self._by_id = by_id
-        self._composites: dict[str, Composite] | None = None
+        self._composites: dict[Node, Composite] | None = None
         self._nx: nx.DiGraph | None = None
         self._origins: dict[str, Value | Node | None] = {}  # memo of _const_origin's walks through pass-through ops
-        self._activations: dict[str, str | None] = {}  # memo of `activation`
+        self._activations: dict[Node, str | None] = {}  # memo of `activation`, by node (see `_composite_index`)
         self._uses: dict[str, tuple[tuple[Node, ...], bool]] = {}  # memo of `uses`: several rules ask it of every conv
         self._activation_uses: dict[str, tuple[Node, ...]] = {}  # memo of `activation_uses`
         # What rules and helpers derive from the structure and would otherwise recompute per node, keyed by
-        # (what, node id or value name): valid until the next reindex.
+        # (what, node or value name): valid until the next reindex. A node keys by identity, which unlike its id
+        # string costs no memory read to hash (on a 100k-node graph most of a memo's cost is cache misses).
         self.memo: dict[tuple[Any, ...], Any] = {}
 
     # --- plain structure -------------------------------------------------------------------------------------------
@@ -427,12 +428,12 @@ class Graph:
         composites = self._composites if self._composites is not None else self._composite_index()
         if len(consumers) == 1:  # one reader: its own representative unless inside a composite
             consumer = consumers[0]
-            composite = composites.get(consumer.id)
+            composite = composites.get(consumer)
             known = ((composite.output_node if composite is not None else consumer),), reaches_output
         else:
             found: dict[str, Node] = {}
             for consumer in consumers:
-                composite = composites.get(consumer.id)
+                composite = composites.get(consumer)
                 representative = composite.output_node if composite is not None else consumer
                 found.setdefault(representative.id, representative)
             known = tuple(found.values()), reaches_output
@@ -454,7 +455,7 @@ class Graph:
                 continue
             if source is None:
                 source = self.source(name)
-            composite = self._composites.get(node.id) if self._composites is not None else self.composite(node)
+            composite = self._composites.get(node) if self._composites is not None else self.composite(node)
             data = composite.input if composite is not None else (node.inputs[0] if node.inputs else "")
             if self.source(data) == source:
                 found.append(node)
@@ -466,31 +467,33 @@ class Graph:
         composites = self._composites
         if composites is None:
             composites = self._composite_index()
-        return composites.get(node.id)
+        return composites.get(node)
 
-    def _composite_index(self) -> dict[str, Composite]:
+    def _composite_index(self) -> dict[Node, Composite]:
+        """Each member node of a composite activation -> its composite. Keyed by the node itself (nodes hash by
+        identity): a lookup then never reads the node's id string, which on a large graph is a cache miss per query."""
         from netlint.ir.composites import find_composites
 
-        composites: dict[str, Composite] = {}
+        composites: dict[Node, Composite] = {}
         self._composites = composites
         for composite in find_composites(self):
             for member in composite.nodes:
-                composites.setdefault(member.id, composite)
+                composites.setdefault(member, composite)
         return composites
 
     def activation(self, node: Node) -> str | None:
         """The activation `node` computes (see netlint.ir.ops.activation_kind); a composite's inner nodes are None.
         Remembered per node: several rules ask it of every node (it reads Clip bounds and the composite index)."""
-        known = self._activations.get(node.id, _UNKNOWN)
+        known = self._activations.get(node, _UNKNOWN)
         if known is not _UNKNOWN:
             return known  # type: ignore[return-value]
         composites = self._composites
-        composite = (composites if composites is not None else self._composite_index()).get(node.id)
+        composite = (composites if composites is not None else self._composite_index()).get(node)
         if composite is not None:
             kind = composite.kind if node is composite.output_node else None
         else:
             kind = _activation_kind()(self, node)
-        self._activations[node.id] = kind
+        self._activations[node] = kind
         return kind
 
     # --- algorithms that pay for a networkx view ---------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from netlint._lazy import numpy as np  # loaded on first use: a run served by the cache needs no numpy
@@ -127,19 +128,37 @@ def range_kind(low: float, high: float, atol: float) -> str:
     return "PRelu"
 
 
+def slope_range(graph: Graph, name: str) -> tuple[float, float, int] | None:
+    """(min, max, count) of the constant `name`'s values as float64 (NaN, NaN for none), or None when they cannot be
+    computed here. Remembered per graph: FU003, FU004 and FU002 all judge the same PRelu slopes (see `range_kind`).
+    Raises ConstantUnavailable (not remembered) when the values are in a missing external file."""
+    key = ("slope_range", name)
+    memo = graph.memo
+    known = memo.get(key, memo)  # the memo itself marks "not computed yet" (None is an answer)
+    if known is not memo:
+        return known  # type: ignore[no-any-return]
+    values = graph.const(name)
+    found: tuple[float, float, int] | None = None
+    if values is not None:
+        slopes = np.asarray(values, dtype=np.float64).reshape(-1)
+        found = (float(slopes.min()), float(slopes.max()), slopes.size) if slopes.size else (math.nan, math.nan, 0)
+    memo[key] = found
+    return found
+
+
 def prelu_kind(graph: Graph, node: Node, atol: float) -> str | None:
     """What a PRelu node computes (see `slope_kind`), None for the identity, "PRelu" when its slopes are computed at
     run time. Raises ConstantUnavailable when the slopes are in a missing external file."""
-    key = ("prelu_kind", node.id, atol)  # FU003 and FU004 both ask it of every PRelu
+    key = ("prelu_kind", node, atol)  # FU003 and FU002 both ask it of every PRelu they meet
     memo = graph.memo
     if key in memo:
         return memo[key]
     slope = node.inputs[1] if len(node.inputs) > 1 else ""
-    values = graph.const(slope) if slope and graph.is_const(slope) else None
-    if values is None:
+    extremes = slope_range(graph, slope) if slope and graph.is_const(slope) else None
+    if extremes is None or not extremes[2]:
         kind: str | None = "PRelu"
     else:
-        kind = slope_kind(values, atol)
+        kind = range_kind(extremes[0], extremes[1], atol)
         kind = None if kind == "Identity" else kind
     memo[key] = kind
     return kind

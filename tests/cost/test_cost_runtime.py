@@ -187,6 +187,20 @@ def test_supported_graph_is_one_partition_and_cpu_targets_have_no_fallback() -> 
     assert generic.partitions == 0 and generic.fallback_nodes == []
 
 
+def test_branches_split_by_the_cpu_and_joined_by_an_add_are_one_partition() -> None:
+    """x -> conv1 -> Erf (CPU) -> conv2 and x -> conv3 meet at an Add: conv2 and conv3 start apart (their
+    producers are the CPU op and the graph input) and the Add joins them; conv1 stays a partition of its own."""
+    b = GraphBuilder()
+    x = b.input("x", SHAPE)
+    split = b.conv(b.node("Erf", [b.conv(x, 8, name="conv1")], name="erf"), 8, name="conv2")
+    joined = b.node("Add", [split, b.conv(x, 8, name="conv3")], name="add")
+    b.output(b.conv(joined, 8, name="conv4"))
+    result = cost_model(load(b.build()), "ethos-u55")
+    assert result.fallback_nodes == ["erf"]
+    assert result.partitions == 2
+    assert result.transfers == 2  # conv1's result to the CPU, the Erf's result back
+
+
 def test_unsupported_activation_does_not_fuse_into_the_accelerator_kernel() -> None:
     b = GraphBuilder()
     x = b.input("x", SHAPE)

@@ -9,6 +9,7 @@ import onnx
 import pytest
 from conftest import run_fix
 
+from netlint.config import FileConfig, Overrides, settings_for
 from netlint.fixes.engine import FixError
 from netlint.fixes.registry import Plan, all_passes
 from netlint.rule import all_rules
@@ -234,3 +235,53 @@ def test_a_preactivation_fold_keeps_constant_of_shape_weights_a_constant_of_shap
     assert producers[conv.input[1]].op_type == "ConstantOfShape"
     assert max(len(t.raw_data) or 4 * len(t.float_data) for t in result.fixed.graph.initializer) < 64
     np.testing.assert_allclose(outputs(result.fixed)["y"], outputs(model)["y"], rtol=1e-4, atol=1e-5)
+
+
+def test_the_first_ir_is_freed_before_the_fixed_model_is_converted(light_dir, monkeypatch) -> None:
+    """fix_model is handed the input's IR (`check`-style validation built it) and must not hold it once the first
+    round has changed the model: two IRs of a 100k-node graph at once cost ~100 MB of peak memory."""
+    import weakref
+
+    from netlint.fixes import engine as fix_engine
+    from netlint.testing import load as load_ir
+
+    path = light_dir / "light_resnet50.onnx"
+    proto = onnx.load(path)
+    handed = [load_ir(path)]
+    first = weakref.ref(handed[0].graph)
+    alive_at_conversion: list[bool] = []
+    convert = fix_engine._convert
+
+    def watching(*args, **kwargs):
+        alive_at_conversion.append(first() is not None)
+        return convert(*args, **kwargs)
+
+    monkeypatch.setattr(fix_engine, "_convert", watching)
+    settings = settings_for(FileConfig(), Overrides())
+    result = fix_engine.fix_model(proto, str(path), path.parent, settings, model=handed.pop(), keep_original=False)
+    assert result.applied and alive_at_conversion, "the first round must change the model"
+    assert alive_at_conversion == [False] * len(alive_at_conversion)
+
+
+@pytest.mark.parametrize(
+    "dtype", ["float32", "float64", "float16", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "bool"]
+)
+@pytest.mark.parametrize("shape", [(), (0,), (3,), (2, 3, 1, 4)])
+def test_stored_weights_serialize_as_numpy_helper_writes_them(dtype: str, shape: tuple[int, ...]) -> None:
+    """GraphEdit writes folded weights with its own from_array: the bytes must be onnx's, for every type it takes
+    itself and for arrays that are not C-contiguous; a big-endian array is left to onnx (which refuses it)."""
+    from onnx import numpy_helper
+
+    from netlint.fixes.edit import _from_array
+
+    array = (np.arange(int(np.prod(shape)), dtype=np.float64).reshape(shape) * 1.5).astype(dtype)
+    for variant, name in ((array, "w"), (array.T, "w_t"), (array, "")):
+        assert (
+            _from_array(variant, name).SerializeToString() == numpy_helper.from_array(variant, name).SerializeToString()
+        )
+    swapped = array.astype(array.dtype.newbyteorder(">"))
+    if swapped.dtype.byteorder == ">":  # one-byte types have no byte order
+        with pytest.raises(ValueError):
+            numpy_helper.from_array(swapped, "w")
+        with pytest.raises(ValueError):
+            _from_array(swapped, "w")

@@ -3,6 +3,7 @@ through pass-through nodes, constants through DequantizeLinear, and what activat
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from netlint.io import load_model
 from netlint.ir import PASS_THROUGH_OPS
-from netlint.ir.ops import activation_kind, clip_bounds
+from netlint.ir.ops import activation_kind, clip_bounds, prelu_kind, slope_range
 from netlint.testing import GraphBuilder, findings_of, load
 
 
@@ -369,3 +370,40 @@ def test_activation_kind_of_other_nodes() -> None:
     assert activation_kind(graph, graph.node("sig")) == "Sigmoid"
     assert activation_kind(graph, graph.node("leaky")) == "LeakyRelu"
     assert activation_kind(graph, graph.node("add")) is None
+
+
+@pytest.mark.parametrize(
+    ("slopes", "kind", "fu004_says"),
+    [
+        ([0.25, -0.5, 0.25, 0.1], "PRelu", "varying from -0.5 to 0.25"),
+        ([0.0, 0.0, 0.0, 0.0], "Relu", "all ≈ 0"),
+        ([1.0] * 4, None, "all ≈ 1"),
+        ([0.2] * 4, "LeakyRelu", "all equal to 0.2"),
+    ],
+)
+def test_slope_range_is_what_prelu_kind_and_fu004_judge(slopes: list[float], kind: str | None, fu004_says: str) -> None:
+    """FU002/FU003 (prelu_kind) and FU004 read one remembered (min, max, count) of a PRelu's slopes: they agree."""
+    b = GraphBuilder()
+    x = b.input("x", [1, 4, 8, 8])
+    b.output(b.prelu(b.conv(x, 4, name="conv"), slopes, name="prelu"))
+    model = b.build()
+    graph = load(model).graph
+    prelu = graph.node("prelu")
+    values = np.asarray(slopes, dtype=np.float32).astype(np.float64)
+    assert slope_range(graph, prelu.inputs[1]) == (values.min(), values.max(), 4)
+    assert prelu_kind(graph, prelu, 1e-6) == kind
+    (finding,) = findings_of(model, select=["FU004"])
+    assert fu004_says in finding.message
+
+
+def test_slope_range_of_no_values_and_of_values_not_computable_here() -> None:
+    b = GraphBuilder()
+    x = b.input("x", [1, 4, 8, 8])
+    empty = b.const("empty", np.zeros(0, np.float32))
+    shape = b.const("shape", np.array([4], np.int64))
+    b.output(b.node("Shape", [x], name="s"), b.node("Add", [empty, empty], name="e"))
+    graph = load(b.build(check=False)).graph
+    low, high, count = slope_range(graph, empty)
+    assert count == 0 and math.isnan(low) and math.isnan(high)
+    assert slope_range(graph, shape) == (4.0, 4.0, 1)
+    assert slope_range(graph, graph.node("s").outputs[0]) is None  # computed at run time
