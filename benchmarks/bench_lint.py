@@ -11,7 +11,8 @@ Models: the onnx wheel's light models, the corpus (../shared/corpus, when presen
 transformer stacks of 1k, 10k and 100k nodes (benchmarks/generate.py, in a temp folder), and a model with 1.5 GB of
 external weights that no rule reads (a sparse file unless --dense). Also: start-up (netlint's imports on top of
 `import onnx`, `netlint --version`), which heavy optional modules a run imports, onnx-doctor and polygraphy when
-installed, and an in-process scaling measurement (lint_model time at 10k vs 100k nodes -> exponent).
+installed, and an in-process scaling measurement (lint_model time at 10k vs 100k nodes -> exponent). Graphs of 50k
+nodes or more are also timed with `-j 1` against `-j 2` (one graph linted on one core, or split over two).
 
     python benchmarks/bench_lint.py              # everything (~10 minutes on 2 cores)
     python benchmarks/bench_lint.py --quick      # smoke run (~1 minute)
@@ -141,8 +142,15 @@ def netlint_cmd(path: Path) -> list[str]:
     return [PY, "-m", "netlint", "check", "--no-cache", "--exit-zero", "-q", str(path)]
 
 
-def paired(name: str, a: list[str], b: list[str], rounds: int, nodes: int | None = None) -> Pair:
-    """A B A B ...: one warm-up of each (page cache, .pyc), then `rounds` timed pairs."""
+def paired(
+    name: str,
+    a: list[str],
+    b: list[str],
+    rounds: int,
+    nodes: int | None = None,
+    labels: tuple[str, str] = ("floor", "netlint"),
+) -> Pair:
+    """A B A B ...: one warm-up of each (page cache, .pyc), then `rounds` timed pairs (A is the pair's `floor`)."""
     pair = Pair(name, nodes=nodes)
     run(a)
     run(b)
@@ -158,7 +166,7 @@ def paired(name: str, a: list[str], b: list[str], rounds: int, nodes: int | None
         pair.exit_codes.add(code)
     pair.loadavg = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(
-        f"  {name:<44} floor {pair.floor:6.3f}s  netlint {pair.netlint:6.3f}s  x{pair.ratio:5.2f}  "
+        f"  {name:<44} {labels[0]} {pair.floor:6.3f}s  {labels[1]} {pair.netlint:6.3f}s  x{pair.ratio:5.2f}  "
         f"rss {pair.floor_rss_mib:5.0f} / {pair.netlint_rss_mib:5.0f} MiB  "
         f"cpu {statistics.median(pair.floor_cpu_s):5.2f} / {statistics.median(pair.netlint_cpu_s):5.2f} s  "
         f"load {pair.loadavg:.1f}",
@@ -437,6 +445,19 @@ def main(argv: list[str] | None = None) -> int:
                 models.append(big)
         print("models (floor | netlint, medians):")
         results["models"] = [paired(m.name, floor_cmd(m), netlint_cmd(m), rounds, node_count(m)).row() for m in models]
+        print("one large graph, -j 1 | -j 2 (netlint.engine.SPLIT_MIN_NODES: two cores from 50k nodes):")
+        results["split"] = [
+            paired(
+                m.name,
+                [*netlint_cmd(m), "-j", "1"],
+                [*netlint_cmd(m), "-j", "2"],
+                rounds,
+                node_count(m),
+                ("-j 1", "-j 2"),
+            ).row()
+            for m in models
+            if (node_count(m) or 0) >= 50_000
+        ]
         tools = other_linters()
         results["other_linters"] = {"installed": tools, "pairs": other_linter_pairs(tools, models[:3], rounds)}
         print("in-process scaling:")
