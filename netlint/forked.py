@@ -61,6 +61,7 @@ class Forked(Generic[T]):
                 self._read = -1
                 data = pipe.read()
             _, status = os.waitpid(self.pid, 0)
+            self.pid = 0  # reaped: close() must not touch a pid the system may give to another process
         finally:
             self.close()
         if not data or os.waitstatus_to_exitcode(status) != 0:
