@@ -444,7 +444,8 @@ def main(argv: list[str] | None = None) -> int:
             if big is not None:
                 models.append(big)
         print("models (floor | netlint, medians):")
-        results["models"] = [paired(m.name, floor_cmd(m), netlint_cmd(m), rounds, node_count(m)).row() for m in models]
+        counts = {m: node_count(m) for m in models}
+        results["models"] = [paired(m.name, floor_cmd(m), netlint_cmd(m), rounds, counts[m]).row() for m in models]
         print("one large graph, -j 1 | -j 2 (netlint.engine.SPLIT_MIN_NODES: two cores from 50k nodes):")
         results["split"] = [
             paired(
@@ -452,11 +453,11 @@ def main(argv: list[str] | None = None) -> int:
                 [*netlint_cmd(m), "-j", "1"],
                 [*netlint_cmd(m), "-j", "2"],
                 rounds,
-                node_count(m),
+                counts[m],
                 ("-j 1", "-j 2"),
             ).row()
             for m in models
-            if (node_count(m) or 0) >= 50_000
+            if (counts[m] or 0) >= 50_000
         ]
         tools = other_linters()
         results["other_linters"] = {"installed": tools, "pairs": other_linter_pairs(tools, models[:3], rounds)}

@@ -349,12 +349,12 @@ def _pool(workers: int, settings: list[Settings]) -> tuple[ProcessPoolExecutor, 
     return executor, method == "fork"
 
 
-class _Forking:
-    """Around the submit that forks the workers: this process's objects promoted to the oldest generation (the
-    workers' collector then leaves them alone), SIGINT blocked (they inherit the mask, and ignore SIGINT before
-    unblocking it; an interrupt in that moment is delivered to this process once unblocked), and Python 3.12's
-    warning about forking a process with threads silenced: the only other thread is numpy's OpenBLAS, which is
-    fork-safe (start_method)."""
+class Forking:
+    """Around a fork of this process (the submit that forks the pool's workers, netlint.forked's copy): this
+    process's objects promoted to the oldest generation (the children's collector then leaves them alone), SIGINT
+    blocked (they inherit the mask, and ignore SIGINT before unblocking it; an interrupt in that moment is delivered
+    to this process once unblocked), and Python 3.12's warning about forking a process with threads silenced: the
+    only other thread is numpy's OpenBLAS, which is fork-safe (start_method)."""
 
     def __init__(self, active: bool) -> None:
         self.active = active
@@ -482,7 +482,7 @@ def _round(run: _Run, indices: list[int], workers: int) -> tuple[list[int], list
                 lost.extend(chunk)
 
     try:
-        with _Forking(forked):  # the first submit forks the workers
+        with Forking(forked):  # the first submit forks the workers
             refill()
         while inflight:
             done, _ = wait(list(inflight), return_when=FIRST_COMPLETED)

@@ -224,9 +224,8 @@ def _run_patterns(
     graph: Graph, nodes: Sequence[Node], by_anchor: dict[str, list[Rule]], ctx: Context, report: ModelReport
 ) -> list[Finding]:
     """Each of `nodes` (the graph's, or a share of them) against the rules anchored on its op type, in file order
-    then rule order. The per-op plans hold
-    bound methods, and an anchor-only pattern (the op type decides) skips `Op.match`: this loop runs a quarter of a
-    million times on a 100k-node graph."""
+    then rule order. The per-op plans hold bound methods, and an anchor-only pattern (the op type decides) skips
+    `Op.match`: this loop runs a quarter of a million times on a 100k-node graph."""
     plans: dict[str, list[tuple[Rule, Any, str | None, Any, Any]]] = {}
     for op, rules in by_anchor.items():
         plan = []

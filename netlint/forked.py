@@ -36,19 +36,18 @@ class Forked(Generic[T]):
     def __init__(self, work: Callable[[], T]) -> None:
         self.pid = 0
         self._read = -1
+        from netlint.batch import Forking
+
         read, write = os.pipe()
-        # SIGINT is blocked across the fork, so that the copy ignores it before it can arrive (as netlint.batch does)
-        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-        try:
-            pid = os.fork()
-        except OSError:  # no process or memory to spare: the caller does the work itself
-            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-            os.close(read)
-            os.close(write)
-            return
-        if pid == 0:  # the copy
-            _run_and_exit(work, read, write, blocked)
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        with Forking(True):  # as for the pool's workers: SIGINT blocked across the fork, the copy ignores it first
+            try:
+                pid = os.fork()
+            except OSError:  # no process or memory to spare: the caller does the work itself
+                os.close(read)
+                os.close(write)
+                return
+            if pid == 0:  # the copy
+                _run_and_exit(work, read, write)
         os.close(write)
         self.pid, self._read = pid, read
 
@@ -95,13 +94,13 @@ def forked(work: Callable[[], T]) -> Iterator[Forked[T]]:
         copy.close()
 
 
-def _run_and_exit(work: Callable[[], T], read: int, write: int, blocked: set[signal.Signals]) -> None:
+def _run_and_exit(work: Callable[[], T], read: int, write: int) -> None:
     """In the copy: run `work`, write its pickled result, exit 0; exit 1 on any failure. Never returns. Ctrl-C is
     for the parent (the terminal sends it to both): the copy ignores it and the parent stops it."""
     code = 1
     try:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # then unblocked, as netlint.batch's workers do
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         os.close(read)
         data = pickle.dumps(work(), protocol=pickle.HIGHEST_PROTOCOL)
         with os.fdopen(write, "wb") as pipe:

@@ -302,11 +302,8 @@ def _neighbourhood(graph: Graph, nodes: list[Node]) -> list[Node]:
     if len(chosen) == len(nodes):
         return list(chosen.values())
     position = _positions(graph)
-    try:  # graph order (positions are distinct: no ties)
-        return [chosen[node_id] for node_id in sorted(chosen, key=position.__getitem__)]
-    except KeyError:  # a node the graph's list does not hold: after the others, in the finding's order
-        order = {node.id: index for index, node in enumerate(nodes)}
-        return sorted(chosen.values(), key=lambda node: (position.get(node.id, len(position)), order.get(node.id, 0)))
+    order = {node.id: index for index, node in enumerate(nodes)}
+    return sorted(chosen.values(), key=lambda node: (position.get(node.id, len(position)), order.get(node.id, 0)))
 
 
 _POSITIONS: weakref.WeakKeyDictionary[Graph, dict[str, int]] = weakref.WeakKeyDictionary()
@@ -476,23 +473,13 @@ class _Kinds:
             attrs = self.attrs[id(node.attrs)] = (node.attrs, _attrs_key(node.attrs))
         if fresh:
             new = lambda name: self.about(name, new_values)  # noqa: E731
-            description = (
-                node.op,
-                node.fused_activation,
-                attrs[1],
-                tuple(map(new, node.inputs)),
-                tuple(map(new, node.outputs)),
-            )
+            inputs, outputs = tuple(map(new, node.inputs)), tuple(map(new, node.outputs))
         else:
             described = (self.abouts if self.abouts is not None else self._describe_all()).get
             about = self.about  # for a name without a description yet (falsy: None for "", () for an unknown name)
-            description = (
-                node.op,
-                node.fused_activation,
-                attrs[1],
-                tuple([described(name) or about(name) for name in node.inputs]),
-                tuple([described(name) or about(name) for name in node.outputs]),
-            )
+            inputs = tuple([described(name) or about(name) for name in node.inputs])
+            outputs = tuple([described(name) or about(name) for name in node.outputs])
+        description = (node.op, node.fused_activation, attrs[1], inputs, outputs)
         kinds = self.kinds
         kind = kinds.setdefault(description, len(kinds))
         if not fresh and self.graph.node(node.id) is node:  # the model's own nodes only: copies are short-lived

@@ -452,14 +452,9 @@ class GraphEdit:
         name = node.name
         if name:
             used.add(name)  # unique_name serves node names too
-        io, sig = self._io, self._sig
-        if index < len(io) and index < len(sig):
-            io[index] = (reads, outputs, bool(inner))
-            sig[index] = None if inner else (raw, count)
-        else:
-            self._set_io(index, (reads, outputs, bool(inner)))
-            if not inner:
-                sig[index] = (raw, count)
+        self._set_io(index, (reads, outputs, bool(inner)))
+        if not inner:
+            self._sig[index] = (raw, count)
 
     def _unindex(self, index: int, old: tuple[tuple[str, ...], tuple[str, ...], bool]) -> None:
         """Take a node's entries (as indexed then) out of the index."""
@@ -676,6 +671,10 @@ class GraphEdit:
 
         producer, initializers, inputs, captured = self.producer, self.initializers, self.inputs, self.captured
         nodes, io = self.nodes, self._io
+
+        def defined(name: str) -> bool:
+            return name in producer or name in initializers or name in inputs
+
         for index, old_outputs in self._changed.items():
             node = list.__getitem__(nodes, index) if index < len(nodes) else None
             if node is not None:
@@ -685,36 +684,21 @@ class GraphEdit:
                 for out in outputs:
                     if not out:
                         continue
-                    if (
-                        (out in self._twice and len(self._producers_of(out)) > 1)
-                        or out in initializers
-                        or out in inputs
-                        or producer.get(out) != index
-                    ):
+                    twice = out in self._twice and len(self._producers_of(out)) > 1
+                    if twice or out in initializers or out in inputs or producer.get(out) != index:
                         raise InvariantError(f"value '{out}' is defined twice")
                 for name in reads:
-                    if (
-                        name not in producer
-                        and name not in initializers
-                        and name not in inputs
-                        and name not in captured
-                    ):
+                    if not defined(name) and name not in captured:
                         label = node.name or node.op_type
                         raise InvariantError(f"node '{label}' reads '{name}', which nothing defines")
             for out in old_outputs:
                 readers = self.consumers.get(out) if out else None
-                if (
-                    readers
-                    and out not in producer
-                    and out not in initializers
-                    and out not in inputs
-                    and out not in captured
-                ):
+                if readers and not defined(out) and out not in captured:
                     reader = list.__getitem__(nodes, readers[0])
                     raise InvariantError(f"node '{reader.name or reader.op_type}' reads '{out}', which nothing defines")
         self._changed = {}
         for name in self.outputs:
-            if name not in producer and name not in initializers and name not in inputs:
+            if not defined(name):
                 raise InvariantError(f"graph output '{name}' is no longer produced")
 
     def _check_everything(self) -> None:

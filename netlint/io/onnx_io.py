@@ -442,12 +442,10 @@ def _convert_graph(
     append = nodes.append
     for index, proto_node in enumerate(graph.node):
         op_type, domain = proto_node.op_type, proto_node.domain
-        op = ops.get(op_type if not domain else (op_type, domain))  # no key tuple for the default domain
+        key = op_type if not domain else (op_type, domain)  # no key tuple for the default domain
+        op = ops.get(key)
         if op is None:
-            op = ops[op_type if not domain else (op_type, domain)] = (
-                op_type,
-                op_type if not domain else f"{domain}.{op_type}",
-            )
+            op = ops[key] = (op_type, op_type if not domain else f"{domain}.{op_type}")
         node_name = proto_node.name or f"{op_type}_{index}"
         node_id = f"{prefix}{node_name}" if prefix else node_name
         if node_id in by_id:

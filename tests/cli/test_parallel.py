@@ -197,7 +197,7 @@ def test_workers_are_forked_with_no_young_objects_to_scan():
     try:
         kept = [[index] for index in range(20_000)]  # young, tracked objects
         assert gc.get_count()[0] > len(kept) // 2  # (frees of older objects count down)
-        forking = netlint.batch._Forking(True)
+        forking = netlint.batch.Forking(True)
         forking.__enter__()
         try:
             assert gc.get_count()[0] < 100
@@ -207,7 +207,7 @@ def test_workers_are_forked_with_no_young_objects_to_scan():
         try:
             frozen = gc.get_freeze_count()
             kept.extend([index] for index in range(1000))
-            again = netlint.batch._Forking(True)
+            again = netlint.batch.Forking(True)
             again.__enter__()
             again.__exit__(None, None, None)
             assert gc.get_freeze_count() == frozen
