@@ -44,12 +44,14 @@ from netlint import __version__
 from netlint.engine import CostSummary, ModelReport
 from netlint.report.baseline import FindingKey
 from netlint.rule import Finding, FixRef, Impact, Skip
+from netlint.source import Frame, Source
 
 if typing.TYPE_CHECKING:
     from netlint.config import Settings
 
-# Bump when the entry layout changes (2: dataclasses as lists of their fields; 3: lists of dataclasses by columns).
-CACHE_FORMAT = 3
+# Bump when the entry layout changes (2: dataclasses as lists of their fields; 3: lists of dataclasses by columns;
+# 4: findings' sources).
+CACHE_FORMAT = 4
 DEFAULT_DIR = ".netlint_cache"
 CACHEDIR_TAG = (
     "Signature: 8a477f597d28d172789f06886806bc55\n"
@@ -64,6 +66,8 @@ _TYPES = {  # for resolving annotations written under TYPE_CHECKING or as string
     "FixRef": FixRef,
     "Impact": Impact,
     "Skip": Skip,
+    "Source": Source,
+    "Frame": Frame,
 }
 
 

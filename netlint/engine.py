@@ -20,7 +20,8 @@ from netlint.collector import paused
 from netlint.config import Settings
 from netlint.errors import ModelLoadError
 from netlint.io import LFS_SKIPPED, LfsPointerError, load_model
-from netlint.ir import ConstantUnavailable, Graph, Model
+from netlint.io.provenance import sources_for
+from netlint.ir import ConstantUnavailable, Graph, Model, Node
 from netlint.pattern import Match
 from netlint.rule import Context, Finding, Rule, Skip
 from netlint.suppression import suppress
@@ -29,7 +30,6 @@ from netlint.targets import Target
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from netlint.ir import Node
     from netlint.report.baseline import FindingKey
 
 # A graph this large is linted on two cores when the caller allows it: below, the rules take less time than what
@@ -123,6 +123,7 @@ def lint_model(model: Model, settings: Settings, *, cores: int = 1) -> ModelRepo
         for finding in suppress(model, report.findings, settings)
     ]
     report.skipped = ctx.skipped
+    _add_sources(model, report, rules)
     _add_cost(model, report, target)
     if settings.fingerprints:  # fingerprints need the graph, which reporters never see
         from netlint.report.baseline import finding_keys  # not at the top: the reporters import this module
@@ -196,6 +197,47 @@ def _can_fork() -> bool:
     from netlint.forked import can_fork  # not at the top: most runs never split a graph
 
     return can_fork()
+
+
+def _add_sources(model: Model, report: ModelReport, rules: list[Rule]) -> None:
+    """Each finding's source (netlint.io.provenance): where the model's code created the node its advice is about
+    (`Rule.advice_node`), with the other nodes' sources; read for the findings' nodes only. A source the export
+    records in a form netlint cannot read is left out, with a note, never a failed report."""
+    if not report.findings:
+        return
+    by_code = {rule.code: rule for rule in rules}
+    graphs = list(model.graphs())
+
+    def node_of(node_id: str | None) -> Node | None:
+        for graph in graphs:
+            node = graph.node(node_id) if node_id is not None else None
+            if node is not None:
+                return node
+        return None
+
+    pairs: list[tuple[Node, list[Node]]] = []
+    placed: list[Finding] = []
+    for finding in report.findings:
+        rule = by_code.get(finding.code)
+        try:
+            advice = rule.advice_node(finding) if rule is not None else (finding.nodes[0] if finding.nodes else None)
+        except Exception:  # a rule pack's hook that fails: the anchor, as by default
+            advice = finding.nodes[0] if finding.nodes else None
+        node = node_of(advice)
+        if node is None:
+            continue
+        others = [other for node_id in finding.nodes if node_id != advice and (other := node_of(node_id))]
+        pairs.append((node, others))
+        placed.append(finding)
+    try:
+        sources = sources_for(model, pairs)
+    except Exception as exc:
+        report.notes.append(f"sources not read: {type(exc).__name__}: {' '.join(str(exc).split())[:160]}")
+        return
+    for finding, (source, related) in zip(placed, sources, strict=True):
+        finding.source = source
+        if related:
+            finding.other_sources = related
 
 
 def _warm_cost(graph: Graph, target: Target) -> None:

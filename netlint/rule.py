@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from netlint.ir import Graph, Node
 from netlint.pattern import Match, Op
+from netlint.source import Source
 
 if TYPE_CHECKING:
     from netlint.targets import Target
@@ -80,6 +81,8 @@ class Finding:
     help: str | None = None
     data: dict[str, Any] = field(default_factory=dict)  # facts the fix pass reads (never parsed from `message`)
     impact: Impact | None = None  # set by the cost model when the target has one
+    source: Source | None = None  # where the model's code created the node the advice is about (netlint.io.provenance)
+    other_sources: list[Source] | None = None  # the other nodes' distinct sources, when the finding has a source
 
 
 @dataclass(frozen=True)
@@ -146,6 +149,12 @@ class Rule:
 
     def tensors(self, graph: Graph, match: Match) -> list[str]:
         return [out for out in match.anchor.outputs if out]
+
+    def advice_node(self, finding: Finding) -> str | None:
+        """The id of the node the finding's advice is about: its source (where the model's code created it) is the
+        finding's source, and the other nodes' are listed with it. The anchor unless the rule says otherwise (FU003:
+        the activation, not the conv it follows)."""
+        return finding.nodes[0] if finding.nodes else None
 
     def scan(self, graph: Graph, ctx: Context) -> Iterator[Finding]:
         """Whole-graph rules override this; pattern rules are driven by the engine's anchor index instead."""

@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 from netlint.ir import Graph, Node
 from netlint.ir.ops import CONV_OPS, prelu_kind
 from netlint.pattern import Match, Op
-from netlint.rule import Context, FixRef, Rule, register
+from netlint.rule import Context, Finding, FixRef, Rule, register
 from netlint.targets import Target
 
 # A conv's output scaled or shifted by a constant (MatMul + bias Add is how torch exports a Linear on 3-D input) still
@@ -168,6 +168,11 @@ class UnfusableActivation(Rule):
     def tensors(self, graph: Graph, match: Match) -> list[str]:
         output = match.anchor.output  # the conv's first output, if it has one
         return [output] if output else []
+
+    def advice_node(self, finding: Finding) -> str | None:
+        """The activation to replace (the conv itself when the activation is fused into it)."""
+        acts = finding.data.get("activations")
+        return acts[0]["node"] if acts else super().advice_node(finding)
 
     def data(self, graph: Graph, match: Match, ctx: Context) -> dict[str, Any]:
         """What substitute-activation reads: the kinds the target fuses, and each unfusable activation."""

@@ -22,6 +22,7 @@ from netlint.config import FileConfig, Overrides, settings_for
 from netlint.engine import CostSummary, ModelReport, lint_file
 from netlint.report.baseline import FindingKey
 from netlint.rule import Finding, FixRef, Impact, Skip
+from netlint.source import Frame, Source
 from netlint.testing import GraphBuilder
 
 MODEL = "facenet_mtcnn_pnet.onnx"
@@ -40,6 +41,8 @@ def full_report() -> ModelReport:
         "use Relu",
         {"slopes": [0.25, 0.3], "pair": (1, "a"), "nested": {"ok": True, "none": None}, "f32": np.float32(0.5)},
         Impact("qualcomm-htp (a8, chip 8450)", 1.25, 0.75, "how the advised change was priced"),
+        _source("p"),
+        [_source("conv")],
     )
     cost = CostSummary(
         "qualcomm-htp (a8, chip 8450)",
@@ -68,10 +71,29 @@ def full_report() -> ModelReport:
     )
 
 
+def _source(node: str) -> Source:
+    frames = [Frame("/home/me/proj/net.py", 62, "forward", "x = self.stem(x)"), Frame("/lib/torch/act.py", 9, "f")]
+    return Source(
+        node,
+        "stem.act",
+        "torch.nn.SiLU",
+        "net.Block",
+        "stem_act_1",
+        "/home/me/proj/net.py",
+        13,
+        "Block.forward",
+        "return self.act(x)",
+        frames,
+        "net.py",
+    )
+
+
 def test_the_sample_sets_every_field():
     """Fails when a field is added to a report dataclass: add it to full_report so the round-trip covers it."""
     report = full_report()
-    for instance in (report, report.findings[0], report.cost, report.findings[0].impact, report.findings[0].fix):
+    finding = report.findings[0]
+    frame = finding.source.frames[0]
+    for instance in (report, finding, report.cost, finding.impact, finding.fix, finding.source, frame):
         for field in dataclasses.fields(instance):
             value = getattr(instance, field.name)
             default = field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default
@@ -87,6 +109,8 @@ def test_report_round_trips_exactly_through_json():
     assert finding.impact.saving_ms == pytest.approx(0.5)
     assert isinstance(finding.data["pair"], tuple) and isinstance(finding.data["slopes"], list)
     assert isinstance(rebuilt.skipped[0], Skip) and isinstance(rebuilt.keys[0], FindingKey)
+    assert isinstance(finding.source, Source) and isinstance(finding.source.frames[1], Frame)
+    assert finding.source.frames[1].code is None and finding.other_sources == [_source("conv")]
     assert isinstance(rebuilt.cost, CostSummary) and rebuilt.cost.by_op_type == report.cost.by_op_type
     assert type(rebuilt.cost.by_op_type["Conv"]["count"]) is int  # printed as stored: 3, not 3.0
 
