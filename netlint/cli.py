@@ -76,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="exit 1 only for findings at or above this severity (default: warning)",
     )
     check.add_argument("--statistics", action="store_true", help="print the number of findings per rule instead")
+    add_source_options(check)
     add_impact_option(check)
     check.add_argument(
         "--max-latency-ms",
@@ -219,7 +220,24 @@ def _add_report_parser(commands: argparse._SubParsersAction) -> None:
     report.add_argument("--skip-lfs-pointers", action="store_true", help=SKIP_LFS_HELP)
     report.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     add_impact_option(report)
+    add_source_options(report)
     add_scaling_options(report)
+
+
+def add_source_options(parser: argparse.ArgumentParser) -> None:
+    """--group and --show-source: how findings with a source in the model's code are shown."""
+    parser.add_argument(
+        "--group",
+        choices=("module", "none"),
+        help="module: the findings of one rule created by one line of model code (or one module path, up to its "
+        "indices) are one entry with every instance listed; none: one entry per finding (default: module in text "
+        "and html when findings have sources; json always lists every finding and the groups)",
+    )
+    parser.add_argument(
+        "--show-source",
+        action="store_true",
+        help="print the line of model code that created each finding's node under it (text output)",
+    )
 
 
 def add_target_options(
@@ -425,6 +443,7 @@ def _check(args: argparse.Namespace) -> int:
     from netlint.io import find_models
     from netlint.report import render_text, to_json
     from netlint.report.baseline import apply_baseline, read_baseline
+    from netlint.sources import resolve_sources
 
     overrides = overrides_from(args)
     fixed_config = read_config_file(Path(args.config)) if args.config else FileConfig() if args.isolated else None
@@ -469,6 +488,7 @@ def _check(args: argparse.Namespace) -> int:
     if cache is not None and cache.warning:
         print(f"netlint: warning: {safe(cache.warning)}", file=sys.stderr)
 
+    resolve_sources(reports, selected)  # the repository's files and the markers in them: after the cache
     if args.write_baseline:
         return _write_baseline(Path(args.write_baseline), reports)
     if args.min_impact is not None:
@@ -484,13 +504,13 @@ def _check(args: argparse.Namespace) -> int:
     elif args.format == "html":
         from netlint.report.html import render_html_reports
 
-        text = render_html_reports(reports, targets)
+        text = render_html_reports(reports, targets, group=args.group != "none")
     elif args.format != "text":
-        text = _render_ci(args.format, reports, selected)
+        text = _render_ci(args.format, reports, selected, group=args.group != "none")
     else:
         to_terminal = args.output is None and sys.stdout.isatty()
         colour = args.color == "always" or (args.color == "auto" and to_terminal and not os.environ.get("NO_COLOR"))
-        text = render_text(reports, colour=colour)
+        text = render_text(reports, colour=colour, group=args.group != "none", show_source=args.show_source)
     if args.output:
         write_atomically(Path(args.output), text)
     else:
@@ -569,7 +589,7 @@ def _drop_small_impacts(reports: list, min_ms: float) -> None:
         report.findings = [f for f, kept in zip(report.findings, keep, strict=True) if kept]
 
 
-def _render_ci(fmt: str, reports: list, selected: list[list]) -> str:
+def _render_ci(fmt: str, reports: list, selected: list[list], group: bool = True) -> str:
     """The formats CI services read: SARIF, GitHub workflow commands, GitLab code quality, JUnit XML."""
     if fmt == "sarif":
         from netlint.report.sarif import to_sarif
@@ -578,7 +598,7 @@ def _render_ci(fmt: str, reports: list, selected: list[list]) -> str:
     if fmt == "github":
         from netlint.report.github import to_github
 
-        return to_github(reports)
+        return to_github(reports, group=group)
     if fmt == "gitlab":
         from netlint.report.gitlab import to_gitlab
 

@@ -166,7 +166,7 @@ def suppress(model: Model, findings: list[Finding], settings: Settings) -> list[
     # (a bare `netlint: ignore` that suppresses nothing must not hide that it does)
     unused: list[Finding] = []
     for suppression in suppressions:
-        items = _unused_items(suppression, selected)
+        items = unused_items(suppression, selected)
         if suppression.problem is None and not items:
             continue
         anchor = _anchor(suppression, node_ids, model.graph.name)
@@ -199,7 +199,7 @@ def _filter(findings: Iterable[Finding], suppressions: list[Suppression]) -> lis
     return kept
 
 
-def _unused_items(suppression: Suppression, selected: set[str]) -> list[Item]:
+def unused_items(suppression: Suppression, selected: set[str]) -> list[Item]:
     """Items that suppressed nothing and name a selected rule, or name no rule at all. An item for rules that did
     not run is not unused (the run did not look); an item naming only NL100 is never reported by NL100."""
     return [

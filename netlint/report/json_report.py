@@ -11,9 +11,12 @@ from typing import Any
 
 from netlint import __version__
 from netlint.engine import CostSummary, ModelReport
+from netlint.report.grouping import group_findings
 from netlint.rule import Finding, FixRef, Impact
+from netlint.source import Source
 
-SCHEMA_VERSION = "1.2"  # 1.1: model.precision and model.chip; 1.2: finding.impact and model.cost
+# 1.1: model.precision and model.chip; 1.2: finding.impact and model.cost; 1.3: finding.source and model.groups
+SCHEMA_VERSION = "1.3"
 
 
 def finding_json(finding: Finding) -> dict[str, Any]:
@@ -27,7 +30,64 @@ def finding_json(finding: Finding) -> dict[str, Any]:
         "fix": {"name": finding.fix.name, "applicability": finding.fix.applicability} if finding.fix else None,
         "help": finding.help,
         "impact": impact_json(finding.impact),
+        "source": source_json(finding.source, finding.other_sources),
     }
+
+
+def source_json(
+    source: Source | None, others: list[Source] | None = None, frames: bool = True
+) -> dict[str, Any] | None:
+    """Where the model's code created the node the finding's advice is about (None when the export does not say):
+    module path and class, the creating frame (file as recorded, `path` in the repository when found), the whole
+    stack in `frames`, and the finding's other nodes' sources in `related` (without their frames)."""
+    if source is None:
+        return None
+    found: dict[str, Any] = {
+        "node": source.node,
+        "module": source.module,
+        "module_class": source.module_class,
+        "owner_class": source.owner_class,
+        "layer": source.layer,
+        "file": source.file,
+        "path": source.path,
+        "line": source.line,
+        "function": source.function,
+        "code": source.code,
+    }
+    if frames:
+        found["frames"] = [
+            {"file": frame.file, "line": frame.line, "function": frame.function, "code": frame.code}
+            for frame in source.frames
+        ]
+        found["related"] = [source_json(other, frames=False) for other in others or ()]
+    return found
+
+
+def groups_json(findings: list[Finding]) -> list[dict[str, Any]]:
+    """The findings of one rule and severity whose sources share a creating line (or module / layer pattern): what
+    `--group module` shows as one entry (netlint.report.grouping); `findings` are indices into the model's list."""
+    groups = []
+    for group in group_findings(findings):
+        impact = group.impact()
+        source = group.first.source
+        by_line = group.key[0] == "line" and source is not None
+        groups.append(
+            {
+                "code": group.code,
+                "severity": group.severity,
+                "by": group.key[0],  # line, module or layer
+                "where": group.where,
+                "path": source.path if by_line else None,  # type: ignore[union-attr]
+                "file": source.file if by_line else None,  # type: ignore[union-attr]
+                "line": source.line if by_line else None,  # type: ignore[union-attr]
+                "owner_class": source.owner_class if by_line else None,  # type: ignore[union-attr]
+                "pattern": None if by_line else group.key[1],  # the module / layer path, indices as *
+                "count": len(group.findings),
+                "findings": group.indices,
+                "saving_ms": round(impact.saving_ms, 6) if impact is not None else None,
+            }
+        )
+    return groups
 
 
 def impact_json(impact: Impact | None) -> dict[str, Any] | None:
@@ -80,6 +140,7 @@ def _model_json(report: ModelReport, findings: list[Any]) -> dict[str, Any]:
         "skipped": [asdict(skip) for skip in report.skipped],
         "notes": report.notes,
         "cost": cost_json(report.cost),
+        "groups": groups_json(report.findings),
     }
 
 
@@ -101,6 +162,7 @@ def _finding_text(finding: Finding, newline: str) -> str:
     enc = encode_basestring  # raises TypeError for anything but a str (a str subclass json writes the same)
     inner = newline + "  "
     nodes, tensors, impact = finding.nodes, finding.tensors, finding.impact
+    source, others = finding.source, finding.other_sources
     if type(nodes) not in _LISTS or type(tensors) not in _LISTS:
         raise TypeError("a list field that is not a list is left to json")
     deeper = inner + "  "
@@ -110,7 +172,8 @@ def _finding_text(finding: Finding, newline: str) -> str:
         f'{inner}"nodes": {f"[{deeper}{between.join(map(enc, nodes))}{inner}]" if nodes else "[]"},'
         f'{inner}"tensors": {f"[{deeper}{between.join(map(enc, tensors))}{inner}]" if tensors else "[]"},'
         f"{_tail(finding.fix, finding.help, inner)}"
-        f'{inner}"impact": {"null" if impact is None else _indented(impact_json(impact), inner)}{newline}}}'
+        f'{inner}"impact": {"null" if impact is None else _indented(impact_json(impact), inner)},'
+        f'{inner}"source": {"null" if source is None else _indented(source_json(source, others), inner)}{newline}}}'
     )
 
 

@@ -25,8 +25,23 @@ FACENET = "facenet_mtcnn_pnet.onnx"
 MOBILENET = "tv_mobilenet_v2_bn_unfolded_noweights.onnx"
 
 TOP_KEYS = {"netlint_version", "schema_version", "models"}
-MODEL_KEYS = {"path", "format", "target", "precision", "chip", "findings", "errors", "skipped", "notes", "cost"}
-FINDING_KEYS = {"code", "name", "severity", "message", "nodes", "tensors", "fix", "help", "impact"}
+MODEL_KEYS = {
+    "path",
+    "format",
+    "target",
+    "precision",
+    "chip",
+    "findings",
+    "errors",
+    "skipped",
+    "notes",
+    "cost",
+    "groups",
+}
+FINDING_KEYS = {"code", "name", "severity", "message", "nodes", "tensors", "fix", "help", "impact", "source"}
+SOURCE_KEYS = {"node", "module", "module_class", "owner_class", "layer", "file", "path", "line", "function", "code"}
+GROUP_KEYS = {"code", "severity", "by", "where", "path", "file", "line", "owner_class", "pattern", "count"}
+GROUP_KEYS |= {"findings", "saving_ms"}
 SKIP_KEYS = {"code", "node", "reason"}
 SEVERITIES = {"error", "warning", "info"}
 FINDING_LINE = re.compile(
@@ -93,6 +108,17 @@ def assert_valid_document(document: dict) -> None:
             if finding["fix"] is not None:
                 assert set(finding["fix"]) == {"name", "applicability"}
                 assert finding["fix"]["applicability"] in ("safe", "unsafe", "manual")
+            source = finding["source"]
+            if source is not None:
+                assert set(source) == SOURCE_KEYS | {"frames", "related"}
+                assert all(set(frame) == {"file", "line", "function", "code"} for frame in source["frames"])
+                assert all(set(other) == SOURCE_KEYS for other in source["related"])
+        grouped = [index for group in model["groups"] for index in group["findings"]]
+        assert len(grouped) == len(set(grouped)) and set(grouped) <= set(range(len(model["findings"])))
+        for group in model["groups"]:
+            assert set(group) == GROUP_KEYS and group["count"] == len(group["findings"]) >= 1
+            assert group["by"] in ("line", "module", "layer")
+            assert {model["findings"][index]["code"] for index in group["findings"]} == {group["code"]}
 
 
 # --- JSON ------------------------------------------------------------------------------------------------------------
@@ -201,16 +227,19 @@ def test_text_finding_lines_each_followed_by_help(check, tmp_path, facenet):
     lines = result.stdout.splitlines()
     findings = [i for i, line in enumerate(lines) if FINDING_LINE.match(line)]
     assert len(findings) == 4
+    # a finding whose node names its module (TorchScript scopes) says so first: the first three, not second.onnx's
+    sources = [i + 1 for i in findings if lines[i + 1].startswith("  --> ")]
+    assert [lines[i] for i in sources] == ["  --> module prelu1", "  --> module prelu2", "  --> module prelu3"]
     for i in findings:
-        assert lines[i + 1].startswith("  help: ")
+        assert lines[i + 1 + (i + 1 in sources)].startswith("  help: ")
     assert lines[findings[0]].startswith(f"{FACENET}:/prelu1/PRelu: FU004 [info] PRelu '/prelu1/PRelu' has 10 slopes")
-    assert lines[findings[0] + 1] == (
+    assert lines[findings[0] + 2] == (
         "  help: consider Relu and retrain; measure accuracy before and after (fix: prelu-to-relu, unsafe)"
     )
     assert lines[findings[-1]].startswith("second.onnx:prelu: FU004 [info] ")
     assert lines[-1] == "Found 4 findings (4 info) in 2 models."
-    # every line is a finding, its help, or the summary
-    assert len(lines) == 2 * len(findings) + 1
+    # every line is a finding, its source, its help, or the summary
+    assert len(lines) == 2 * len(findings) + len(sources) + 1
 
 
 def test_text_summary_counts_severities(check, tmp_path, facenet):

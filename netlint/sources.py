@@ -1,0 +1,136 @@
+"""Findings' sources placed in the repository, and suppressions written in the model's code.
+
+Runs on the reports after linting (and after the cache: what it reads is the repository, not the model):
+- each source's file, as the export recorded it on the exporting machine, is matched against the repository's files
+  (netlint.repo) and `Source.path` set to the match;
+- a `# netlint: ignore[CODE, ...]` comment (the markers of netlint.suppression) on the line of model code that
+  created a finding's node suppresses that finding, in every export made from that code;
+- NL100 (unused-suppression) reports such a comment that suppressed nothing, in the files the findings' sources
+  name (a file no finding points into is not read: its markers may be meant for models this run did not check).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from netlint.repo import RepoFiles, repository_root
+from netlint.report.baseline import FindingKey, keys_of
+from netlint.rule import Finding, Rule, all_rules
+from netlint.source import Source
+from netlint.suppression import UNUSED_CODE, Suppression, parse_markers, printable, unused_items
+
+if TYPE_CHECKING:
+    from netlint.engine import ModelReport
+
+MAX_SOURCE_BYTES = 4 << 20  # a Python file larger than this is not read for markers
+
+
+def resolve_sources(
+    reports: Sequence[ModelReport], selected: Sequence[Sequence[type[Rule]]], root: Path | None = None
+) -> None:
+    """Set `Source.path` on the findings' sources whose file is in the repository at `root` (default: the one
+    holding the working folder), then apply the markers on the creating lines (see the module's docstring).
+    `selected`: the rules that ran on each report (NL100 reports only for reports it ran on)."""
+    if not any(f.source is not None and f.source.file for report in reports for f in report.findings):
+        return  # no file to look up: the repository is not even listed
+    files = RepoFiles(root if root is not None else repository_root())
+    for report in reports:
+        for finding in report.findings:
+            if finding.source is not None:
+                finding.source = _placed(finding.source, files)
+            if finding.other_sources:
+                finding.other_sources = [_placed(source, files) for source in finding.other_sources]
+    _SourceMarkers(files.root).apply(reports, selected)
+
+
+def _placed(source: Source, files: RepoFiles) -> Source:
+    if not source.file:
+        return source
+    path = files.match(source.file)
+    return source if path == source.path else dataclasses.replace(source, path=path)
+
+
+class _SourceMarkers:
+    """The markers in the repository's Python files that findings point into, read once per file."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.files: dict[str, dict[int, tuple[str, list[Suppression]]]] = {}  # file -> line -> (text, markers)
+        self.owner: dict[str, int] = {}  # file -> index of the first report whose findings point into it
+
+    def markers(self, path: str) -> dict[int, tuple[str, list[Suppression]]]:
+        known = self.files.get(path)
+        if known is None:
+            known = self.files[path] = self._read(path)
+        return known
+
+    def _read(self, path: str) -> dict[int, tuple[str, list[Suppression]]]:
+        found: dict[int, tuple[str, list[Suppression]]] = {}
+        try:
+            file = self.root / path
+            if file.stat().st_size > MAX_SOURCE_BYTES:
+                return found
+            text = file.read_text(encoding="utf-8", errors="replace")
+        except (OSError, ValueError):
+            return found
+        for number, line in enumerate(text.splitlines(), start=1):
+            if "netlint" in line.lower():
+                markers = parse_markers(line, f"comment at {printable(path, 200)}:{number}", None)
+                if markers:
+                    found[number] = (line.strip(), markers)
+        return found
+
+    def apply(self, reports: Sequence[ModelReport], selected: Sequence[Sequence[type[Rule]]]) -> None:
+        for index, report in enumerate(reports):
+            if not any(f.source is not None and f.source.path and f.source.line for f in report.findings):
+                continue
+            keys = keys_of(report)
+            kept: list[Finding] = []
+            kept_keys: list[FindingKey] = []
+            for finding, key in zip(report.findings, keys, strict=True):
+                source = finding.source
+                if source is not None and source.path and source.line:
+                    self.owner.setdefault(source.path, index)
+                    marked = self.markers(source.path).get(source.line)
+                    if marked is not None and self._suppresses(marked[1], finding.code):
+                        continue
+                kept.append(finding)
+                kept_keys.append(key)
+            report.findings, report.keys = kept, kept_keys
+        self._report_unused(reports, selected)
+
+    @staticmethod
+    def _suppresses(markers: Sequence[Suppression], code: str) -> bool:
+        hit = False
+        for marker in markers:
+            for item in marker.items:
+                if item.codes is not None and code in item.codes:
+                    item.used = hit = True
+        return hit
+
+    def _report_unused(self, reports: Sequence[ModelReport], selected: Sequence[Sequence[type[Rule]]]) -> None:
+        """One NL100 finding per marker with an item that suppressed nothing, in the first report whose findings
+        point into its file (when NL100 ran on that report)."""
+        rule = all_rules().get(UNUSED_CODE)
+        if rule is None:
+            return
+        for path, index in self.owner.items():
+            codes = {cls.code for cls in selected[index]}
+            if UNUSED_CODE not in codes:
+                continue
+            report = reports[index]
+            for number, (text, markers) in sorted(self.markers(path).items()):
+                for marker in markers:
+                    items = unused_items(marker, codes)
+                    if marker.problem is None and not items:
+                        continue
+                    finding: Finding = rule.unused(marker, items, "")  # type: ignore[attr-defined]
+                    finding.nodes = []
+                    finding.source = Source("", file=path, line=number, path=path, code=text)
+                    digest = hashlib.sha256(f"{path}\n{number}\n{marker.text}".encode()).hexdigest()[:20]
+                    report.findings.append(finding)
+                    report.keys.append(FindingKey("", f"{UNUSED_CODE}:{digest}"))
