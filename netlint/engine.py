@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 # A graph this large is linted on two cores when the caller allows it: below, the rules take less time than what
 # sharing them costs (a fork, and pickling the second half's findings back). docs/performance.md has the figures.
 SPLIT_MIN_NODES = 50_000
+RELATED_NODES = 64  # a finding's nodes whose sources are read besides its advice node's
 
 
 @dataclass
@@ -207,13 +208,11 @@ def _add_sources(model: Model, report: ModelReport, rules: list[Rule]) -> None:
         return
     by_code = {rule.code: rule for rule in rules}
     graphs = list(model.graphs())
-
-    def node_of(node_id: str | None) -> Node | None:
-        for graph in graphs:
-            node = graph.node(node_id) if node_id is not None else None
-            if node is not None:
-                return node
-        return None
+    if len(graphs) == 1:
+        node_of = graphs[0].node
+    else:  # subgraphs' node ids are prefixed by their owner's: one index over every graph
+        index = {node.id: node for graph in graphs for node in graph.nodes}
+        node_of = index.get
 
     pairs: list[tuple[Node, list[Node]]] = []
     placed: list[Finding] = []
@@ -223,10 +222,13 @@ def _add_sources(model: Model, report: ModelReport, rules: list[Rule]) -> None:
             advice = rule.advice_node(finding) if rule is not None else (finding.nodes[0] if finding.nodes else None)
         except Exception:  # a rule pack's hook that fails: the anchor, as by default
             advice = finding.nodes[0] if finding.nodes else None
-        node = node_of(advice)
+        node = node_of(advice) if advice is not None else None
         if node is None:
             continue
-        others = [other for node_id in finding.nodes if node_id != advice and (other := node_of(node_id))]
+        # the first nodes only: a whole-graph finding may name thousands, and a few distinct sources are listed
+        others = [
+            other for node_id in finding.nodes[:RELATED_NODES] if node_id != advice and (other := node_of(node_id))
+        ]
         pairs.append((node, others))
         placed.append(finding)
     try:

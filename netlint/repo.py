@@ -2,8 +2,9 @@
 
 Exports record the exporting machine's absolute paths (`/home/alice/proj/models/net.py`); the repository holds
 `models/net.py` under some other root. A recorded path names the repository file with which it shares the longest
-run of trailing path components; the match must be unambiguous, and cover two components or the whole repository
-path (so `tools/conv.py` does not match `.../ultralytics/nn/modules/conv.py` by its file name alone).
+run of trailing path components (on a tie, the one whose whole path it ends with); the match must be unambiguous,
+and cover two components or the whole repository path (so `tools/conv.py` does not match
+`.../ultralytics/nn/modules/conv.py` by its file name alone).
 """
 
 from __future__ import annotations
@@ -47,11 +48,13 @@ class RepoFiles:
         if not parts or not parts[-1].endswith(self.suffix):
             return None
         best: list[tuple[str, ...]] = []
-        best_score = 0
+        best_score = (0, False)
         for candidate in self._index().get(parts[-1], ()):
-            score = _common_tail(parts, candidate)
-            if score < 2 and score < len(candidate):
+            tail = _common_tail(parts, candidate)
+            whole = tail == len(candidate)  # the recorded path ends with the whole repository path
+            if tail < 2 and not whole:
                 continue
+            score = (tail, whole)
             if score > best_score:
                 best, best_score = [candidate], score
             elif score == best_score:

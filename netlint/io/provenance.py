@@ -93,7 +93,7 @@ class _Reader:
                 return _torchscript(node.id)
             if self.tf_names:
                 return _tf_layers(node.id, node.outputs[0] if self.model.format == "tflite" and node.outputs else None)
-        except (ValueError, TypeError, RecursionError, MemoryError):  # a hostile value: no source, not an error
+        except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):  # a hostile value: no source
             return None
         return None
 

@@ -100,7 +100,7 @@ def render_text(
         entries = total - collapsed
         lines.append(
             f"{total} finding{'s' if total != 1 else ''} shown as {entries} entr{'ies' if entries != 1 else 'y'}: "
-            "those of one rule created by one line of model code are one (--group none lists each)."
+            "one per rule and line of model code, or module path up to its indices (--group none lists each)."
         )
     if skipped_models:
         lines.append(f"{skipped_models} model{'s' if skipped_models != 1 else ''} skipped.")

@@ -81,3 +81,66 @@ def set_metadata(node: onnx.NodeProto, props: dict[str, str]) -> onnx.NodeProto:
     del node.metadata_props[:]
     helper.set_metadata_props(node, props)
     return node
+
+
+def convbnact_net(
+    project: str = "/home/alice/proj", blocks: int = 3, *, folded: bool = True, producer: str = "pytorch"
+) -> onnx.ModelProto:
+    """A small conv net as `torch.onnx.export(Net(), (x,), "net.onnx", dynamo=True)` writes it for a
+    `<project>/models/net.py` like README's walk-through: a ConvBNAct `stem`, then `blocks` ConvBNAct in a Sequential
+    `features`; each block is Conv -> SiLU (Sigmoid, Mul), and every node carries the dynamo exporter's metadata
+    (ConvBNAct.forward, line 13 of models/net.py, creates the block's ops; Net.forward calls the stem on line 62 and
+    the Sequential on line 63). `folded`: the exporter's optimizer folded each BatchNorm2d into its conv, and the conv
+    kept the batchnorm's metadata, as it does; else each block is Conv -> BatchNormalization -> SiLU."""
+    from netlint.testing import GraphBuilder
+
+    net = f"{project}/models/net.py"
+    block_line: FrameSpec = (net, 13, "forward", "return self.act(self.bn(self.conv(x)))")
+    b = GraphBuilder("main_graph")
+    x = b.input("x", [1, 8, 8, 8])
+    annotations: list[tuple[str, dict[str, str]]] = []
+    parts = [("stem", [(net, 62, "forward", "x = self.stem(x)")])]
+    parts += [
+        (f"features.{i}", [(net, 63, "forward", "x = self.features(x)"), SEQUENTIAL_FRAME]) for i in range(blocks)
+    ]
+    for index, (scope, outer) in enumerate(parts):
+        path = [("", "models.net.Net")]
+        if scope.startswith("features."):
+            path.append(("features", "torch.nn.modules.container.Sequential"))
+        path.append((scope, "models.net.ConvBNAct"))
+        suffix = f"_{index}" if index else ""
+        conv = b.conv(x, 8, bias=folded, name=f"node_conv2d{suffix}")
+        bn = conv if folded else b.batchnorm(conv, name=f"node_batch_norm{suffix}")
+        gate = b.sigmoid(bn, name=f"node_Sigmoid{suffix}")
+        x = b.mul(bn, gate, name=f"node_silu{suffix}")
+        conv_meta = dynamo_metadata(
+            [*path, (f"{scope}.conv", "torch.nn.modules.conv.Conv2d")],
+            f"conv2d{suffix}",
+            "aten.conv2d.default",
+            [*outer, block_line, CONV_FRAME],
+        )
+        bn_meta = dynamo_metadata(
+            [*path, (f"{scope}.bn", "torch.nn.modules.batchnorm.BatchNorm2d")],
+            f"batch_norm{suffix}",
+            "aten._native_batch_norm_legit_no_training.default",
+            [*outer, block_line, BN_FRAME],
+        )
+        silu_meta = dynamo_metadata(
+            [*path, (f"{scope}.act", "torch.nn.modules.activation.SiLU")],
+            f"silu{suffix}",
+            "aten.silu.default",
+            [*outer, block_line, SILU_FRAME],
+        )
+        annotations += [
+            (f"node_conv2d{suffix}", bn_meta if folded else conv_meta),
+            *([] if folded else [(f"node_batch_norm{suffix}", bn_meta)]),
+            (f"node_Sigmoid{suffix}", silu_meta),  # the exporter's decomposition: both nodes of the SiLU share it
+            (f"node_silu{suffix}", silu_meta),
+        ]
+    b.output(x)
+    model = b.build(check=False)
+    model.producer_name, model.producer_version = producer, "2.13.0+cpu"
+    by_name = {node.name: node for node in model.graph.node}
+    for name, props in annotations:
+        set_metadata(by_name[name], props)
+    return model

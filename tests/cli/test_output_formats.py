@@ -274,11 +274,24 @@ def test_text_clean_and_unreadable_summaries(check, tmp_path):
 
 def test_text_notes_for_missing_external_data(check, tmp_path, data_dir):
     shutil.copy(data_dir / MOBILENET, tmp_path / MOBILENET)
-    lines = check(MOBILENET).stdout.splitlines()
+    lines = check(MOBILENET, "--group", "none").stdout.splitlines()
     assert sum(bool(FINDING_LINE.match(line)) for line in lines) == 52
     notes = [line for line in lines if line.startswith(f"{MOBILENET}: note: ")]
     assert len(notes) == 1 and "not found" in notes[0]
     assert lines[-1] == "Found 52 findings (52 warning) in 1 model."
+    # by default, the BNs of one module path up to its indices (TorchScript scope names) are one entry each
+    grouped = check(MOBILENET).stdout.splitlines()
+    entries = [line for line in grouped if line.startswith(f"{MOBILENET}: FU006 [warning] ")]
+    assert [line.split(": ")[1].split(" [warning] ")[1] for line in entries] == [
+        "2 instances of module features.*.*",
+        "33 instances of module features.*.conv.*.*",
+        "17 instances of module features.*.conv.*",
+    ]
+    assert grouped[-2:] == [
+        "Found 52 findings (52 warning) in 1 model.",
+        "52 findings shown as 3 entries: one per rule and line of model code, or module path up to its indices "
+        "(--group none lists each).",
+    ]
 
 
 # --- colour ----------------------------------------------------------------------------------------------------------
