@@ -20,7 +20,7 @@ from netlint.collector import paused
 from netlint.config import Settings
 from netlint.errors import ModelLoadError
 from netlint.io import LFS_SKIPPED, LfsPointerError, load_model
-from netlint.io.provenance import sources_for
+from netlint.io.provenance import may_have_sources, sources_for
 from netlint.ir import ConstantUnavailable, Graph, Model, Node
 from netlint.pattern import Match
 from netlint.rule import Context, Finding, Rule, Skip
@@ -202,33 +202,32 @@ def _can_fork() -> bool:
 
 def _add_sources(model: Model, report: ModelReport, rules: list[Rule]) -> None:
     """Each finding's source (netlint.io.provenance): where the model's code created the node its advice is about
-    (`Rule.advice_node`), with the other nodes' sources; read for the findings' nodes only. A source the export
-    records in a form netlint cannot read is left out, with a note, never a failed report."""
-    if not report.findings:
+    (`Rule.advice_node`), with the other nodes' sources; read for the findings' nodes only, and not at all for a
+    model whose export records none. A source the export records in a form netlint cannot read is left out, with a
+    note, never a failed report."""
+    if not report.findings or not may_have_sources(model):
         return
-    by_code = {rule.code: rule for rule in rules}
+    hooks = {rule.code: rule.advice_node for rule in rules if type(rule).advice_node is not Rule.advice_node}
     graphs = list(model.graphs())
     if len(graphs) == 1:
         node_of = graphs[0].node
     else:  # subgraphs' node ids are prefixed by their owner's: one index over every graph
         index = {node.id: node for graph in graphs for node in graph.nodes}
         node_of = index.get
-
     pairs: list[tuple[Node, list[Node]]] = []
     placed: list[Finding] = []
     for finding in report.findings:
-        rule = by_code.get(finding.code)
-        try:
-            advice = rule.advice_node(finding) if rule is not None else (finding.nodes[0] if finding.nodes else None)
-        except Exception:  # a rule pack's hook that fails: the anchor, as by default
-            advice = finding.nodes[0] if finding.nodes else None
+        nodes = finding.nodes
+        advice = nodes[0] if nodes else None
+        hook = hooks.get(finding.code)
+        if hook is not None:
+            with contextlib.suppress(Exception):  # a rule pack's hook that fails: the anchor, as by default
+                advice = hook(finding)
         node = node_of(advice) if advice is not None else None
         if node is None:
             continue
         # the first nodes only: a whole-graph finding may name thousands, and a few distinct sources are listed
-        others = [
-            other for node_id in finding.nodes[:RELATED_NODES] if node_id != advice and (other := node_of(node_id))
-        ]
+        others = [other for node_id in nodes[:RELATED_NODES] if node_id != advice and (other := node_of(node_id))]
         pairs.append((node, others))
         placed.append(finding)
     try:

@@ -13,22 +13,24 @@ import os
 from collections import defaultdict
 from pathlib import Path
 
-MAX_FILES = 200_000  # files listed from a repository without git (a huge tree is listed no further)
+MAX_ENTRIES = 200_000  # files and folders a walk of the repository visits at most
 _SKIPPED_DIRS = frozenset({"__pycache__", "node_modules", "site-packages", "dist-packages", "build", "dist"})
 
 
-def repository_root(start: Path | None = None) -> Path:
-    """The nearest folder at or above `start` (default: the working folder) that holds `.git`; else `start`."""
+def repository_root(start: Path | None = None) -> Path | None:
+    """The nearest folder at or above `start` (default: the working folder) that holds `.git`; None outside a
+    repository."""
     here = (start or Path.cwd()).resolve()
     for folder in (here, *here.parents):
         if (folder / ".git").exists():
             return folder
-    return here
+    return None
 
 
 class RepoFiles:
     """The Python files of a repository, listed once on first use by a walk that skips hidden folders (.git, .venv),
-    virtual environments, installed packages and caches. No git command: `check` starts no process."""
+    virtual environments, installed packages and caches, and stops after MAX_ENTRIES entries. No git command:
+    `check` starts no process."""
 
     def __init__(self, root: Path, suffix: str = ".py") -> None:
         self.root = root
@@ -45,7 +47,7 @@ class RepoFiles:
 
     def _match(self, recorded: str) -> str | None:
         parts = tuple(part for part in recorded.replace("\\", "/").split("/") if part and part != ".")
-        if not parts or not parts[-1].endswith(self.suffix):
+        if not parts or not parts[-1].endswith(self.suffix) or ".." in parts:
             return None
         best: list[tuple[str, ...]] = []
         best_score = (0, False)
@@ -72,24 +74,27 @@ class RepoFiles:
 
     def _walk(self) -> list[str]:
         found: list[str] = []
+        seen = 0
         for folder, dirs, files in os.walk(self.root):
             dirs[:] = sorted(
-                d
-                for d in dirs
-                if not d.startswith(".")
-                and d not in _SKIPPED_DIRS
-                and not os.path.exists(os.path.join(folder, d, "pyvenv.cfg"))
+                d for d in dirs if not _skipped((d,)) and not os.path.exists(os.path.join(folder, d, "pyvenv.cfg"))
             )
+            seen += len(dirs) + len(files)
             relative = os.path.relpath(folder, self.root)
             for name in sorted(files):
                 if name.endswith(self.suffix):
                     found.append(name if relative == "." else f"{Path(relative).as_posix()}/{name}")
-                    if len(found) >= MAX_FILES:
-                        return found
+            if seen >= MAX_ENTRIES:
+                break
         return found
 
 
 _UNSET = object()
+
+
+def _skipped(folders: tuple[str, ...]) -> bool:
+    """Whether a path through these folders leaves the repository's own code (hidden, installed packages, caches)."""
+    return any(folder.startswith(".") or folder in _SKIPPED_DIRS for folder in folders)
 
 
 def _common_tail(a: tuple[str, ...], b: tuple[str, ...]) -> int:

@@ -11,7 +11,6 @@ Runs on the reports after linting (and after the cache: what it reads is the rep
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,25 +32,25 @@ def resolve_sources(
     reports: Sequence[ModelReport], selected: Sequence[Sequence[type[Rule]]], root: Path | None = None
 ) -> None:
     """Set `Source.path` on the findings' sources whose file is in the repository at `root` (default: the one
-    holding the working folder), then apply the markers on the creating lines (see the module's docstring).
+    holding the working folder; none: nothing to do), then apply the markers on the creating lines (see the module's
+    docstring).
     `selected`: the rules that ran on each report (NL100 reports only for reports it ran on)."""
     if not any(f.source is not None and f.source.file for report in reports for f in report.findings):
-        return  # no file to look up: the repository is not even listed
-    files = RepoFiles(root if root is not None else repository_root())
+        return  # no file to look up
+    root = root if root is not None else repository_root()
+    if root is None:  # outside a repository: no file is "in the repository"
+        return
+    files = RepoFiles(root)
     for report in reports:
         for finding in report.findings:
-            if finding.source is not None:
-                finding.source = _placed(finding.source, files)
-            if finding.other_sources:
-                finding.other_sources = [_placed(source, files) for source in finding.other_sources]
+            # in place: a source may be shared between findings (one node's), and its path is the same in each
+            source = finding.source
+            if source is not None and source.file:
+                source.path = files.match(source.file)
+            for other in finding.other_sources or ():
+                if other.file:
+                    other.path = files.match(other.file)
     _SourceMarkers(files.root).apply(reports, selected)
-
-
-def _placed(source: Source, files: RepoFiles) -> Source:
-    if not source.file:
-        return source
-    path = files.match(source.file)
-    return source if path == source.path else dataclasses.replace(source, path=path)
 
 
 class _SourceMarkers:
@@ -86,21 +85,19 @@ class _SourceMarkers:
 
     def apply(self, reports: Sequence[ModelReport], selected: Sequence[Sequence[type[Rule]]]) -> None:
         for index, report in enumerate(reports):
-            if not any(f.source is not None and f.source.path and f.source.line for f in report.findings):
-                continue
-            keys = keys_of(report)
-            kept: list[Finding] = []
-            kept_keys: list[FindingKey] = []
-            for finding, key in zip(report.findings, keys, strict=True):
+            dropped: set[int] = set()
+            for position, finding in enumerate(report.findings):
                 source = finding.source
                 if source is not None and source.path and source.line:
                     self.owner.setdefault(source.path, index)
                     marked = self.markers(source.path).get(source.line)
                     if marked is not None and self._suppresses(marked[1], finding.code):
-                        continue
-                kept.append(finding)
-                kept_keys.append(key)
-            report.findings, report.keys = kept, kept_keys
+                        dropped.add(position)
+            if dropped:
+                keys = keys_of(report)
+                kept = [i for i in range(len(report.findings)) if i not in dropped]
+                report.findings = [report.findings[i] for i in kept]
+                report.keys = [keys[i] for i in kept]
         self._report_unused(reports, selected)
 
     @staticmethod
@@ -132,5 +129,6 @@ class _SourceMarkers:
                     finding.nodes = []
                     finding.source = Source("", file=path, line=number, path=path, code=text)
                     digest = hashlib.sha256(f"{path}\n{number}\n{marker.text}".encode()).hexdigest()[:20]
+                    if len(report.keys) == len(report.findings):  # keys kept (fingerprints asked for)
+                        report.keys.append(FindingKey("", f"{UNUSED_CODE}:{digest}"))
                     report.findings.append(finding)
-                    report.keys.append(FindingKey("", f"{UNUSED_CODE}:{digest}"))

@@ -115,6 +115,52 @@ def test_report_round_trips_exactly_through_json():
     assert type(rebuilt.cost.by_op_type["Conv"]["count"]) is int  # printed as stored: 3, not 3.0
 
 
+def test_stacks_are_stored_once_and_shared_when_rebuilt():
+    """Every instance of a block has the same stack: the entry holds it once, and the rebuilt sources share it."""
+    report = full_report()
+    (finding,) = report.findings
+    finding.other_sources = [dataclasses.replace(_source("conv")), dataclasses.replace(_source("x"), frames=[])]
+    document = report_to_json(report)
+    assert len(document[1]) == 2  # the full stack (used by three sources) and the empty one
+    rebuilt = report_from_json(json.loads(json.dumps(document)))
+    assert rebuilt == report
+    sources = [rebuilt.findings[0].source, *rebuilt.findings[0].other_sources]
+    assert sources[0].frames is sources[1].frames and sources[2].frames == []
+
+
+@pytest.mark.parametrize("index", [2, -1, True, "0", None])
+def test_a_stack_index_outside_the_table_is_refused(index):
+    document = json.loads(json.dumps(report_to_json(full_report())))
+    findings = _field(document[0], ModelReport, "findings")
+    # the sources' column: each row's length (-1: none) and the sources by columns ([count, one column per field])
+    lengths, sources = findings[1 + [field.name for field in dataclasses.fields(Finding)].index("source")]
+    assert lengths == [1]
+    sources[1 + [field.name for field in dataclasses.fields(Source)].index("frames")][0] = index
+    with pytest.raises((TypeError, ValueError)):
+        report_from_json(document)
+
+
+@pytest.mark.parametrize(
+    ("field", "column"),
+    [
+        ("source", [[2], [0, *[[]] * 11]]),  # a length other than -1 or 1
+        ("source", [[1], [0, *[[]] * 11]]),  # a source the lengths name but the rows lack
+        ("source", [[-1, 1], [0, *[[]] * 11]]),  # more lengths than findings
+        ("source", [[1], [1, *[[None]] * 11]]),  # a source with a null node
+        ("other_sources", [[2], [1, *[["x"]] * 11]]),  # lengths adding up to more than the sources
+        ("other_sources", [[-2], [0, *[[]] * 11]]),
+        ("other_sources", [[True], [0, *[[]] * 11]]),
+        ("other_sources", [[0]]),
+    ],
+)
+def test_a_malformed_column_of_sources_is_refused(field, column):
+    document = json.loads(json.dumps(report_to_json(full_report())))
+    findings = _field(document[0], ModelReport, "findings")
+    findings[1 + [f.name for f in dataclasses.fields(Finding)].index(field)] = column
+    with pytest.raises((TypeError, ValueError)):
+        report_from_json(document)
+
+
 def test_a_report_without_optional_parts_round_trips():
     report = ModelReport("m.onnx", None, "generic", errors=["empty file (0 bytes)"])
     assert report_from_json(json.loads(json.dumps(report_to_json(report)))) == report
@@ -129,7 +175,9 @@ def _set(row, cls, fields):
 
 
 def _report_with(**fields):
-    return _set(report_to_json(full_report()), ModelReport, fields)
+    document = report_to_json(full_report())
+    _set(document[0], ModelReport, fields)  # [the report's fields, the table of stacks]
+    return document
 
 
 def _finding_with(**fields):
@@ -137,7 +185,7 @@ def _finding_with(**fields):
     column per field]; the fix's column is a table of distinct fixes and each finding's index in it (0: none), the
     data's is the values and the rows that hold a tuple."""
     document = report_to_json(full_report())
-    findings = _field(document, ModelReport, "findings")
+    findings = _field(document[0], ModelReport, "findings")
     names = [field.name for field in dataclasses.fields(Finding)]
     for name, value in fields.items():
         if name == "fix":
@@ -152,7 +200,7 @@ def _finding_with(**fields):
 def _findings_with(**columns):
     """The full report's JSON with whole columns of its findings replaced (`count` for the first item)."""
     document = report_to_json(full_report())
-    findings = _field(document, ModelReport, "findings")
+    findings = _field(document[0], ModelReport, "findings")
     names = ["count", *(field.name for field in dataclasses.fields(Finding))]
     for name, value in columns.items():
         findings[names.index(name)] = value
@@ -161,7 +209,7 @@ def _findings_with(**columns):
 
 def _cost_with(**fields):
     document = report_to_json(full_report())
-    _set(_field(document, ModelReport, "cost"), CostSummary, fields)
+    _set(_field(document[0], ModelReport, "cost"), CostSummary, fields)
     return document
 
 
@@ -174,9 +222,12 @@ def _field(row, cls, name):
     [
         {"path": "m.onnx"},  # an object: a dataclass is stored as the list of its fields
         ["m.onnx"],  # fields missing
-        [*report_to_json(full_report()), 1],  # a field nobody knows
+        [[*report_to_json(full_report())[0], 1], []],  # a field nobody knows
+        [*report_to_json(full_report()), []],  # something after the table of stacks
+        report_to_json(full_report())[0],  # no table of stacks
+        [report_to_json(full_report())[0], {}],
         _report_with(findings=[["FU004"]]),
-        _report_with(findings=[report_to_json(full_report())[5]]),  # findings as rows, not columns
+        _report_with(findings=[report_to_json(full_report())[0][5]]),  # findings as rows, not columns
         _findings_with(count=2),  # columns shorter than the count
         _findings_with(count=-1),
         _findings_with(count=True),
@@ -233,7 +284,7 @@ def test_every_kind_of_field_is_checked(document):
 
 def test_a_null_where_the_annotation_allows_it_is_kept():
     document = _finding_with(help=None, fix=None, impact=None)
-    _set(_field(document, ModelReport, "cost"), CostSummary, {"latency_ms": None})
+    _set(_field(document[0], ModelReport, "cost"), CostSummary, {"latency_ms": None})
     report = report_from_json(document)
     assert report.cost.latency_ms is None
     assert (report.findings[0].help, report.findings[0].fix, report.findings[0].impact) == (None, None, None)
@@ -538,7 +589,7 @@ def test_only_the_rows_that_hold_a_tuple_are_walked():
     plain = dataclasses.replace(report.findings[0], data={"slopes": [0.25], "nested": {"deep": [{"x": 1}]}})
     report.findings = [plain, report.findings[0], dataclasses.replace(plain, data={})]
     document = report_to_json(report)
-    values, tagged = _field(document, ModelReport, "findings")[
+    values, tagged = _field(document[0], ModelReport, "findings")[
         1 + [f.name for f in dataclasses.fields(Finding)].index("data")
     ]
     assert tagged == [1]
@@ -557,8 +608,11 @@ def test_an_entry_of_the_previous_format_is_a_miss_and_is_rewritten(tmp_path, da
     assert report.findings and cache.put(key, report)
     entry = cache._entry(key)
     document = json.loads(entry.read_text())
-    old_report = list(document["report"])
-    old_report[5] = [netlint.cache._encode(finding) for finding in report.findings]  # the previous layout: rows
+    old_report = list(document["report"][0])  # format 3 had no table of stacks, nor sources
+    old_report[5] = [  # the previous layout: rows
+        netlint.cache._encode(dataclasses.replace(finding, source=None, other_sources=None))
+        for finding in report.findings
+    ]
     old = dict(document, format=2, report=old_report)
     entry.write_text(json.dumps(old))
     assert cache.get(key, "m.onnx") is None

@@ -63,6 +63,17 @@ def sources_for(model: Model, nodes: Iterable[tuple[Node, list[Node]]]) -> list[
     return found
 
 
+def may_have_sources(model: Model) -> bool:
+    """Whether the export can record sources: a TFLite model (tensor names), an ONNX model from PyTorch or a TF
+    converter (scope names), or one whose nodes carry dynamo metadata."""
+    if model.format == "tflite":
+        return True
+    producer = model.metadata.get("producer", "").lower()
+    if producer.startswith(("pytorch", "tf2onnx", "keras2onnx")):
+        return True
+    return any(node.meta is not None or node.scopes is not None for graph in model.graphs() for node in graph.nodes)
+
+
 def _key(source: Source) -> tuple[object, ...]:
     return (source.module, source.layer, source.file, source.line)
 
@@ -75,14 +86,13 @@ class _Reader:
         producer = model.metadata.get("producer", "").lower() if model.format == "onnx" else ""
         self.torchscript = producer.startswith("pytorch")
         self.tf_names = model.format == "tflite" or producer.startswith(("tf2onnx", "keras2onnx"))
-        self._lists: dict[str, list[str] | None] = {}
-        self._traces: dict[str, list[Frame]] = {}
-        self._memo: dict[int, Source | None] = {}
+        self._derived: dict[tuple[str | None, str | None], tuple] = {}  # by Node.meta (shared between nodes)
+        self._memo: dict[Node, Source | None] = {}  # nodes hash by identity
 
     def of(self, node: Node) -> Source | None:
-        known = self._memo.get(id(node), _UNSET)
+        known = self._memo.get(node, _UNSET)
         if known is _UNSET:
-            known = self._memo[id(node)] = self._read(node)
+            known = self._memo[node] = self._read(node)
         return known  # type: ignore[return-value]
 
     def _read(self, node: Node) -> Source | None:
@@ -98,60 +108,64 @@ class _Reader:
         return None
 
     def _dynamo(self, node: Node) -> Source | None:
-        classes_text, trace_text = node.meta if node.meta is not None else (None, None)
+        meta = node.meta if node.meta is not None else (None, None)
         scopes_text = node.scopes
-        scopes, classes = self._list(scopes_text), self._list(classes_text)
+        if scopes_text and len(scopes_text) <= MAX_TEXT and _SIMPLE_LIST.fullmatch(scopes_text):
+            scopes = scopes_text[2:-2].split("', '")  # the usual form, read without a parser (see _scope_list)
+        else:
+            scopes = _scope_list(scopes_text) if scopes_text else None
         if scopes is None and scopes_text and not scopes_text.startswith("["):  # a namespace (no name_scopes)
             scopes, namespace_classes = _namespace(scopes_text)
-            classes = classes or namespace_classes
-        if classes is not None and (scopes is None or len(classes) != len(scopes)):
-            classes = None  # the two lists do not describe the same path: the classes are not used
+            if meta[0] is None and namespace_classes is not None:
+                meta = (repr(namespace_classes), meta[1])
         module = scopes[-2] if scopes is not None and len(scopes) >= 2 else None
-        # every entry but the last is a module on the path (outermost first); the last is the node's own op
-        modules = classes[:-1] if classes is not None else []
-        module_class = _public_class(modules[-1]) if modules else None
-        frames = self._trace(trace_text) if trace_text else []
+        derived = self._derived.get(meta)
+        if derived is None:
+            derived = self._derived[meta] = self._derive(*meta)
+        if derived[0] is not None and scopes is not None and derived[0] != len(scopes):
+            meta = (None, meta[1])  # the two lists do not describe the same path: the classes are not used
+            derived = self._derived.get(meta)
+            if derived is None:
+                derived = self._derived[meta] = self._derive(*meta)
+        _, module_class, owner, frames, frame, function = derived
+        if module is None and module_class is None and not frames:
+            return None
+        if frame is None:
+            return Source(node.id, module, module_class, owner, None, None, None, None, None, frames)
+        return Source(node.id, module, module_class, owner, None, frame.file, frame.line, function, frame.code, frames)
+
+    def _derive(
+        self, classes_text: str | None, trace_text: str | None
+    ) -> tuple[int | None, str | None, str | None, list[Frame], Frame | None, str | None]:
+        """What a (class_hierarchy, stack_trace) pair says, shared by the nodes that carry it: the number of entries,
+        the module's class, the owner class, the frames, the creating frame and its function."""
+        classes = _string_list(classes_text) if classes_text else None
+        modules = classes[:-1] if classes else []  # the last entry is the node's own op
+        frames = parse_stack_trace(trace_text) if trace_text else []
         chosen = _creating_frame(frames, modules)
-        owner = None
-        function = None
+        owner = function = None
+        frame = frames[chosen] if chosen is not None else None
         if chosen is not None:
-            frame = frames[chosen]
             owner = _owner(frames, chosen, modules)
             function = _qualified(frames, chosen, modules)
         if owner is None:
             owner = next((cls for cls in reversed(modules) if not _is_torch_class(cls)), None)
-        if module is None and module_class is None and not frames:
-            return None
-        frame = frames[chosen] if chosen is not None else None
-        return Source(
-            node.id,
-            module,
-            module_class,
-            owner,
-            None,
-            frame.file if frame else None,
-            frame.line if frame else None,
-            function,
-            frame.code if frame else None,
-            frames,
-        )
-
-    def _list(self, text: str | None) -> list[str] | None:
-        if not text:
-            return None
-        known = self._lists.get(text, _UNSET)
-        if known is _UNSET:
-            known = self._lists[text] = _string_list(text)
-        return known  # type: ignore[return-value]
-
-    def _trace(self, text: str) -> list[Frame]:
-        known = self._traces.get(text)
-        if known is None:
-            known = self._traces[text] = parse_stack_trace(text)
-        return known
+        module_class = _public_class(modules[-1]) if modules else None
+        return len(classes) if classes is not None else None, module_class, owner, frames, frame, function
 
 
 _UNSET = object()
+
+
+_SIMPLE_LIST = re.compile(r"\['[^'\\\n]*'(?:, '[^'\\\n]*')*\]")  # ['', 'a', 'a.b'] without quotes or escapes inside
+
+
+def _scope_list(text: str) -> list[str] | None:
+    """name_scopes: almost always a list of plain single-quoted names, split directly (literal_eval costs 20 us a
+    node); anything else is parsed as a Python literal."""
+    if len(text) <= MAX_TEXT and _SIMPLE_LIST.fullmatch(text):
+        return text[2:-2].split("', '")
+    return _string_list(text)
 
 
 def _string_list(text: str) -> list[str] | None:

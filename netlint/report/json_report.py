@@ -173,8 +173,66 @@ def _finding_text(finding: Finding, newline: str) -> str:
         f'{inner}"tensors": {f"[{deeper}{between.join(map(enc, tensors))}{inner}]" if tensors else "[]"},'
         f"{_tail(finding.fix, finding.help, inner)}"
         f'{inner}"impact": {"null" if impact is None else _indented(impact_json(impact), inner)},'
-        f'{inner}"source": {"null" if source is None else _indented(source_json(source, others), inner)}{newline}}}'
+        f'{inner}"source": {"null" if source is None else _source_text(source, others, inner)}{newline}}}'
     )
+
+
+def _source_text(source: Source, others: list[Source] | None, newline: str) -> str:
+    """`_indented(source_json(source, others), newline)`, written directly: a large dynamo export has tens of
+    thousands of findings with a source each, and the sources of one stack share their frames list (written once)."""
+    if type(source) is not Source or (others is not None and type(others) is not list):
+        raise TypeError("a source that is not a Source is left to json")
+    inner = newline + "  "
+    key = (id(source.frames), inner)
+    frames = _FRAMES.get(key)
+    if frames is None or frames[0] is not source.frames:
+        frames = _FRAMES[key] = (source.frames, _indented(source_json(source)["frames"], inner))
+    deeper = inner + "  "
+    related = "[]"
+    if others:
+        entries = (_source_fields(other, deeper) + deeper + "}" for other in others)
+        related = f"[{deeper}{(',' + deeper).join(entries)}{inner}]"
+    return f'{_source_fields(source, newline)},{inner}"frames": {frames[1]},{inner}"related": {related}{newline}}}'
+
+
+def _source_fields(source: Source, newline: str) -> str:
+    """A source's fields but frames and related, as `_indented(source_json(source, frames=False), newline)` writes
+    them, from its opening brace (no closing one). A field of a type json would not write as a string, integer or
+    null raises TypeError: to_json then leaves the whole document to json."""
+    if type(source) is not Source:
+        raise TypeError("a source that is not a Source is left to json")
+    enc = encode_basestring
+    line = source.line
+    if line is not None and type(line) is not int:
+        raise TypeError("a line that is not an int is left to json")
+    i = newline + "  "
+    return (
+        f'{{{i}"node": {enc(source.node)},{i}"module": {_text(source.module)},'
+        f'{i}"module_class": {_text(source.module_class)},{i}"owner_class": {_text(source.owner_class)},'
+        f'{i}"layer": {_text(source.layer)},{i}"file": {_text(source.file)},{i}"path": {_text(source.path)},'
+        f'{i}"line": {"null" if line is None else int.__repr__(line)},{i}"function": {_text(source.function)},'
+        f'{i}"code": {_text(source.code)}'
+    )
+
+
+def _text(value: str | None) -> str:
+    """A source field's JSON; the classes, files and code lines repeat in every instance of a block: each distinct
+    one is encoded once per run (at most _ENCODED_MAX kept)."""
+    if value is None:
+        return "null"
+    known = _ENCODED.get(value)
+    if known is None:
+        if len(_ENCODED) >= _ENCODED_MAX:
+            _ENCODED.clear()
+        known = _ENCODED[value] = encode_basestring(value)
+    return known
+
+
+_ENCODED: dict[str, str] = {}
+_ENCODED_MAX = 1 << 16
+
+
+_FRAMES: dict[tuple[int, str], tuple[list[Any], str]] = {}  # (id of a frames list, indent) -> (the list, its text)
 
 
 _LISTS = (list, tuple)

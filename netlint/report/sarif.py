@@ -109,7 +109,7 @@ def to_sarif(reports: list[ModelReport], rules: Iterable[type[Rule]] = ()) -> st
     index = {code: position for position, code in enumerate(ordered)}
     results: list[dict[str, Any]] = []
     notifications: list[dict[str, Any]] = []
-    root = repository_root()
+    root = repository_root() or Path.cwd()  # Source.path is set only inside a repository
     for report in reports:
         location = artifact_location(report.path)
         model = relative_path(report.path)

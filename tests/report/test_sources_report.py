@@ -263,6 +263,7 @@ def _files(root: Path, *paths: str) -> RepoFiles:
         ("/home/alice/proj/other/net.py", None),  # models/net.py and src/pkg/models/net.py tie on the name only
         ("/opt/site-packages/ultralytics/nn/modules/conv.py", None),  # tools/conv.py shares only the file name
         ("/tmp/x/setup.py", "setup.py"),  # a file at the root: its whole repository path matches
+        ("/usr/lib/python3/site-packages/pkg/models/net.py", "src/pkg/models/net.py"),  # installed from src/
         ("/home/alice/proj/models/net.pyc", None),
         ("relative/lib.py", None),  # .venv is not the repository's code
     ],
@@ -285,4 +286,13 @@ def test_the_repository_root_is_the_nearest_folder_with_git(tmp_path) -> None:
     (tmp_path / "repo" / ".git").mkdir(parents=True)
     (tmp_path / "repo" / "sub" / "deeper").mkdir(parents=True)
     assert repository_root(tmp_path / "repo" / "sub" / "deeper") == (tmp_path / "repo").resolve()
-    assert repository_root(tmp_path / "elsewhere") == (tmp_path / "elsewhere").resolve()
+    assert repository_root(tmp_path / "elsewhere") is None
+
+
+def test_outside_a_repository_nothing_is_matched_or_read(monkeypatch, capsys, tmp_path) -> None:
+    """No `.git` above the working folder: paths stay as recorded, and no comment is read (nor any tree walked)."""
+    make_repo(tmp_path, "  # netlint: ignore[FU003]")
+    (tmp_path / ".git").rmdir()
+    code, out = check(monkeypatch, capsys, tmp_path, "--group", "none")
+    assert code == 1
+    assert "  --> /home/alice/proj/models/net.py:13 in ConvBNAct.forward (stem.act: nn.SiLU)" in out.splitlines()
