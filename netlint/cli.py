@@ -19,7 +19,7 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from netlint import __version__
 from netlint.errors import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, NetlintError, UsageError
@@ -55,10 +55,18 @@ CHECK_FORMATS = ("text", "json", "sarif", "github", "gitlab", "junit", "html")
 SEVERITY_RANK = {"info": 0, "warning": 1, "error": 2}
 
 
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser that takes options only as spelled (`--exit-z` is no `--exit-zero`): an abbreviation that
+    works today breaks when a longer option is added, and CI files keep what once worked. Subcommands inherit it (the
+    subparsers action builds its parsers with the parent's class)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="netlint", description="A static design linter for neural-network models (ONNX and TFLite)."
-    )
+    parser = _Parser(prog="netlint", description="A static design linter for neural-network models (ONNX and TFLite).")
     parser.add_argument("--version", action="version", version=f"netlint {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -113,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
 FIX_HELP = """Apply the fixes of findings to an ONNX or TFLite model and write the result; the input is never
 modified (except with --in-place, and then only after every fix succeeded). Safe fixes keep the model's function (up
 to float rounding); --unsafe-fixes also applies fixes that change it. The fixed graph is re-linted after every round
-until nothing more applies. With the runtime installed (pip install 'netlint[verify]': onnxruntime for ONNX, LiteRT
+until nothing more applies. With the runtime installed (pip install 'netlint-nn[verify]': onnxruntime for ONNX, LiteRT
 for TFLite) the original and the fixed model are run on the same seeded random inputs: safe fixes must match every
 output within rtol 1e-4 / atol 1e-5 (integer outputs exactly), else nothing is written; for unsafe fixes the error of
 every output is reported. With --target, a fix the cost model predicts to slow that target down is skipped (say

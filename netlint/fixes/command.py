@@ -153,7 +153,7 @@ def _verify(
         wanted,
         records,
         available=verify.available(),
-        missing="onnxruntime is not installed: pip install 'netlint[verify]'",
+        missing="onnxruntime is not installed: pip install 'netlint-nn[verify]'",
         compare=lambda fixed: verify.compare(result.original, fixed, path.parent),
     )
 

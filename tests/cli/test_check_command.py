@@ -479,3 +479,23 @@ def test_external_data_weights_are_read_not_written(check, tmp_path):
     ]
     assert model["skipped"] == []
     assert (sha256(tmp_path / "m.onnx"), sha256(tmp_path / "m.data")) == before
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["check", "--exit-z", "m.onnx"],  # --exit-zero
+        ["check", "--fail", "info", "m.onnx"],  # --fail-on
+        ["fix", "--in-pl", "m.onnx"],  # --in-place
+        ["report", "--min-imp", "1", "m.onnx"],  # --min-impact
+    ],
+)
+def test_options_are_never_abbreviated(argv, tmp_path, monkeypatch, capsys):
+    """An abbreviation that works today breaks when a longer option is added: options only as spelled."""
+    prelu_model(tmp_path / "m.onnx")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    assert f"unrecognized arguments: {argv[1]}" in capsys.readouterr().err
+    assert not (tmp_path / "netlint-report.html").exists()

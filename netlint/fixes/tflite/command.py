@@ -52,7 +52,7 @@ def verify_lines(result: TfliteFixResult, wanted: bool | None, records: list | N
         wanted,
         records,
         available=verify.available(),
-        missing="ai-edge-litert is not installed: pip install 'netlint[verify]'",
+        missing="ai-edge-litert is not installed: pip install 'netlint-nn[verify]'",
         compare=lambda fixed: verify.compare(result.original, fixed),
         runtime="LiteRT",
         tolerance="; integer outputs exactly",
