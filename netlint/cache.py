@@ -891,6 +891,7 @@ class Cache:
         except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
             return None
         report.path = path
+        report.seconds = 0.0  # nothing was linted in this run
         self.hits += 1
         return report
 

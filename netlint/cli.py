@@ -17,7 +17,7 @@ import contextlib
 import os
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -485,20 +485,27 @@ def _check(args: argparse.Namespace) -> int:
         held = apply_baseline(reports, baseline, Path(args.baseline))
         if held:
             print(f"netlint: {held} finding{'s' if held != 1 else ''} in the baseline not reported", file=sys.stderr)
-    if args.statistics:
-        text = _statistics(reports, args.format)
-    elif args.format == "json":
-        text = to_json(reports)
-    elif args.format == "html":
-        from netlint.report.html import render_html_reports
+    for report in reports:  # a file name that is not UTF-8 (lone surrogates in Python) is shown with \xNN escapes
+        report.path = printable_path(report.path)
+    to_terminal = args.output is None and sys.stdout.isatty()
+    colour = args.color == "always" or (args.color == "auto" and to_terminal and not os.environ.get("NO_COLOR"))
 
-        text = render_html_reports(reports, targets)
-    elif args.format != "text":
-        text = _render_ci(args.format, reports, selected)
-    else:
-        to_terminal = args.output is None and sys.stdout.isatty()
-        colour = args.color == "always" or (args.color == "auto" and to_terminal and not os.environ.get("NO_COLOR"))
-        text = render_text(reports, colour=colour)
+    def render(reports: list[ModelReport], indices: list[int]) -> str:
+        if args.statistics:
+            return _statistics(reports, args.format)
+        if args.format == "json":
+            return to_json(reports)
+        if args.format == "html":
+            from netlint.report.html import render_html_reports
+
+            return render_html_reports(reports, [targets[i] for i in indices])
+        if args.format != "text":
+            return _render_ci(args.format, reports, [selected[i] for i in indices], args.fail_on)
+        return render_text(reports, colour=colour)
+
+    text = render_isolated(render, reports, args.format)
+    if args.format == "github" and not args.statistics:
+        _append_step_summary(reports)
     if args.output:
         write_atomically(Path(args.output), text)
     else:
@@ -516,6 +523,47 @@ def _check(args: argparse.Namespace) -> int:
     if (failing and not args.exit_zero) or violated:
         return EXIT_FINDINGS
     return EXIT_CLEAN
+
+
+def render_isolated(render: Callable[[list[Any], list[int]], str], reports: list[Any], fmt: str) -> str:
+    """`render(reports, their positions)`, and the text must encode as UTF-8; should one model's report fail to
+    render (a bug, or content no reporter foresaw), that model's report is replaced, in `reports`, by its error line
+    (so stderr and the exit code say it too), and the other models' reports are written as they are: one model never
+    costs the others their report."""
+    try:
+        return _encodable(render(reports, list(range(len(reports)))))
+    except Exception:
+        pass
+    for index, report in enumerate(reports):
+        try:
+            _encodable(render([report], [index]))
+        except Exception as exc:
+            reports[index] = _render_failed(report, fmt, exc)
+    return _encodable(render(reports, list(range(len(reports)))))
+
+
+def printable_path(path: str) -> str:
+    """`path` as UTF-8 text: the bytes of a file name that is not valid UTF-8 written as \\xNN."""
+    try:
+        path.encode("utf-8")
+        return path
+    except UnicodeEncodeError:
+        return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def _encodable(text: str) -> str:
+    text.encode("utf-8")  # lone surrogates (a file name that is not UTF-8) cannot be written: raise here
+    return text
+
+
+def _render_failed(report: Any, fmt: str, exc: Exception) -> Any:
+    """The report of a model whose findings could not be rendered: its error line only, its path made printable."""
+    from netlint.engine import ModelReport
+
+    path = printable_path(report.path) if isinstance(report.path, str) else "?"
+    reason = f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+    error = safe(f"internal error: its {fmt} report could not be written: {reason} (please report this)")
+    return ModelReport(path, None, str(report.target), errors=[error.encode("utf-8", "replace").decode("utf-8")])
 
 
 def _check_gates_usable(args: argparse.Namespace, targets: list) -> None:
@@ -577,7 +625,7 @@ def _drop_small_impacts(reports: list, min_ms: float) -> None:
         report.findings = [f for f, kept in zip(report.findings, keep, strict=True) if kept]
 
 
-def _render_ci(fmt: str, reports: list, selected: list[list]) -> str:
+def _render_ci(fmt: str, reports: list, selected: list[list], fail_on: str = "warning") -> str:
     """The formats CI services read: SARIF, GitHub workflow commands, GitLab code quality, JUnit XML."""
     if fmt == "sarif":
         from netlint.report.sarif import to_sarif
@@ -593,7 +641,24 @@ def _render_ci(fmt: str, reports: list, selected: list[list]) -> str:
         return to_gitlab(reports)
     from netlint.report.junit import to_junit
 
-    return to_junit(reports, selected)
+    return to_junit(reports, selected, fail_on)
+
+
+def _append_step_summary(reports: list) -> None:
+    """Append the findings' Markdown table to $GITHUB_STEP_SUMMARY (GitHub Actions' job summary) when it is set,
+    within what the file has left of its 1 MiB; a failure to write it is a warning, never the run's failure."""
+    target = os.environ.get("GITHUB_STEP_SUMMARY")
+    if not target:
+        return
+    from netlint.report.github import SUMMARY_BYTES, step_summary
+
+    try:
+        used = os.path.getsize(target) if os.path.isfile(target) else 0
+        text = render_isolated(lambda shown, _: step_summary(shown, SUMMARY_BYTES - used), list(reports), "github")
+        with open(target, "a", encoding="utf-8") as handle:
+            handle.write(text)
+    except OSError as exc:
+        print(f"netlint: warning: cannot write the job summary: {safe(exc.strerror or str(exc))}", file=sys.stderr)
 
 
 def _statistics(reports: list, fmt: str) -> str:

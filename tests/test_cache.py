@@ -65,6 +65,7 @@ def full_report() -> ModelReport:
         ["shape inference failed"],
         [FindingKey("main", "FU004:0123456789abcdef0123")],
         cost,
+        0.25,
     )
 
 

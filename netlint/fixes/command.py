@@ -129,11 +129,13 @@ def _is_tflite(path: Path) -> bool:
 
 def _load(path: Path) -> tuple[onnx.ModelProto, Model]:
     """The ONNX input (run_fix sends TFLite files elsewhere first)."""
-    from netlint.io.onnx_io import model_from_proto
+    from netlint.io.onnx_io import NOT_UTF8, model_from_proto
 
     try:
         proto = onnx.load(str(path), load_external_data=False)
         model = model_from_proto(proto, str(path), path.parent)  # the same validation `check` applies
+        if NOT_UTF8 in model.notes:  # the IR's names are not the file's: a fix could not find its nodes again
+            raise ModelLoadError("names or strings that are not valid UTF-8 (ONNX strings are UTF-8); not fixed")
     except ModelLoadError as exc:
         raise UsageError(f"{path}: {exc}") from None
     except Exception as exc:
@@ -234,7 +236,8 @@ def _summary(result: FixResult, path: Path, verify_lines: list[str], out: Path |
     lines.extend(f"  {safe(line)}" for line in [*verify_lines, *result.notes])
     remaining = len(result.remaining)
     if remaining:
-        lines.append(f"  {remaining} finding{'s' if remaining != 1 else ''} remain (`netlint check` lists them)")
+        verb = "remain" if remaining != 1 else "remains"
+        lines.append(f"  {remaining} finding{'s' if remaining != 1 else ''} {verb} (`netlint check` lists them)")
     count = len(result.applied)
     verb = "Would fix" if detailed else "Fixed"
     written = f"; wrote {safe(str(out))}" if out is not None and (count or out != path) else ""
