@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, Literal, Union
 
 from netlint import __version__
-from netlint.engine import CostSummary, ModelReport
+from netlint.engine import CostSummary, ModelReport, Suppressed
 from netlint.report.baseline import FindingKey
 from netlint.rule import Finding, FixRef, Impact, Skip
 
@@ -64,6 +64,7 @@ _TYPES = {  # for resolving annotations written under TYPE_CHECKING or as string
     "FixRef": FixRef,
     "Impact": Impact,
     "Skip": Skip,
+    "Suppressed": Suppressed,
 }
 
 

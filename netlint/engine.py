@@ -55,6 +55,17 @@ class CostSummary:
 
 
 @dataclass
+class Suppressed:
+    """A finding a suppression or the baseline took out of the report: SARIF still lists it, with `suppressions`
+    (code scanning shows it as suppressed, not as fixed)."""
+
+    finding: Finding
+    kind: str  # SARIF's suppression kind: "inSource" (a marker in the model) or "external" (configuration, baseline)
+    justification: str  # which marker, configuration entry or baseline
+    key: FindingKey | None = None  # its fingerprint, when the run computes them
+
+
+@dataclass
 class ModelReport:
     """What linting one model file produced; reporters see only this, never the graph."""
 
@@ -70,6 +81,7 @@ class ModelReport:
     keys: list[FindingKey] = field(default_factory=list)  # one per finding: its graph and structural fingerprint
     cost: CostSummary | None = None
     seconds: float = field(default=0.0, compare=False)  # loading and linting it in this run (0: served by the cache)
+    suppressed: list[Suppressed] = field(default_factory=list)  # findings suppressions or the baseline took out
 
 
 def lint_file(path: Path, settings: Settings, *, cores: int = 1) -> ModelReport:
@@ -123,9 +135,14 @@ def lint_model(model: Model, settings: Settings, *, cores: int = 1) -> ModelRepo
         else:
             report.findings.extend(_lint_graph(graph, graph.nodes, by_anchor, scanners, ctx, report))
     # per-node-ignores and `netlint: ignore` markers, then NL100 for the ones that suppressed nothing: after every rule
+    dropped: list[tuple[Finding, str, str]] = []
     report.findings = [
         _with_severity(_priced_by_runtime(finding, settings.target), settings)
-        for finding in suppress(model, report.findings, settings)
+        for finding in suppress(model, report.findings, settings, dropped)
+    ]
+    report.suppressed = [
+        Suppressed(_with_severity(_priced_by_runtime(finding, target), settings), kind, why)
+        for finding, kind, why in dropped
     ]
     report.skipped = ctx.skipped
     _add_cost(model, report, target)
@@ -133,6 +150,10 @@ def lint_model(model: Model, settings: Settings, *, cores: int = 1) -> ModelRepo
         from netlint.report.baseline import finding_keys  # not at the top: the reporters import this module
 
         report.keys = finding_keys(model, report.findings)
+        for entry, key in zip(
+            report.suppressed, finding_keys(model, [e.finding for e in report.suppressed]), strict=True
+        ):
+            entry.key = key
     return report
 
 

@@ -11,6 +11,7 @@ from collections import Counter
 from pathlib import Path
 
 import jsonschema
+import onnx
 import pytest
 
 from netlint.cli import main
@@ -118,6 +119,83 @@ def test_sarif_fingerprints_unique_for_identical_blocks_and_stable_across_rename
         prints[folder] = [result["partialFingerprints"]["netlintStructural/v1"] for result in results]
     assert len(prints["a"]) == 3 and len(set(prints["a"])) == 3
     assert prints["a"] == prints["b"]
+
+
+def git_repo(root: Path) -> Path:
+    """`root` as the work tree of a git repository (what code scanning resolves paths against)."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / ".git").mkdir()  # what netlint looks for; the git binary is not needed
+    return root
+
+
+def test_sarif_paths_are_relative_to_the_repository_root_from_any_folder(monkeypatch, capsys, tmp_path, sarif_schema):
+    repo = git_repo(tmp_path / "repo")
+    three_rule_model(repo / "ml" / "models" / "m.onnx")
+    code, out, _ = run(monkeypatch, capsys, repo / "ml", "models", "--format", "sarif")  # run from a subfolder
+    assert code == 1
+    document = json.loads(out)
+    jsonschema.Draft4Validator(sarif_schema).validate(document)
+    (run_,) = document["runs"]
+    assert run_["originalUriBaseIds"]["%SRCROOT%"]["uri"] == repo.resolve().as_uri() + "/"
+    for result in run_["results"]:
+        artifact = result["locations"][0]["physicalLocation"]["artifactLocation"]
+        assert artifact == {"uri": "ml/models/m.onnx", "uriBaseId": "%SRCROOT%"}
+    _, out, _ = run(monkeypatch, capsys, repo / "ml", "models", "--format", "github")
+    assert all(line.startswith("::warning file=ml/models/m.onnx,") for line in out.splitlines() if "warning" in line)
+    _, out, _ = run(monkeypatch, capsys, repo / "ml", "models", "--format", "gitlab")
+    assert {issue["location"]["path"] for issue in json.loads(out)} == {"ml/models/m.onnx"}
+
+
+def test_sarif_rules_have_a_help_uri(monkeypatch, capsys, tmp_path):
+    three_rule_model(tmp_path / "m.onnx")
+    _, out, _ = run(monkeypatch, capsys, tmp_path, "m.onnx", "--format", "sarif")
+    driver = json.loads(out)["runs"][0]["tool"]["driver"]
+    assert driver["informationUri"].startswith("https://")
+    assert driver["rules"] and all(rule["helpUri"].startswith("https://") for rule in driver["rules"])
+
+
+def test_sarif_lists_baselined_and_suppressed_findings_as_suppressed(monkeypatch, capsys, tmp_path, sarif_schema):
+    three_rule_model(tmp_path / "m.onnx")
+    (tmp_path / "netlint.toml").write_text('per-node-ignores = { "conv_a" = ["FU001"] }\n')
+    assert run(monkeypatch, capsys, tmp_path, "m.onnx", "--write-baseline", "base.json")[0] == 0
+    proto = onnx.load(str(tmp_path / "m.onnx"))
+    next(node for node in proto.graph.node if node.name == "prelu_b").doc_string = "netlint: ignore[FU004]"
+    onnx.save(proto, str(tmp_path / "m.onnx"))
+    bn_model(tmp_path / "new.onnx", 1)  # a finding the baseline does not hold
+    code, out, _ = run(
+        monkeypatch, capsys, tmp_path, "m.onnx", "new.onnx", "--format", "sarif", "--baseline", "base.json"
+    )
+    assert code == 1  # the new finding
+    document = json.loads(out)
+    jsonschema.Draft4Validator(sarif_schema).validate(document)
+    results = document["runs"][0]["results"]
+    by_rule = {(r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"], r["ruleId"]): r for r in results}
+    assert sorted(by_rule) == [("m.onnx", "FU001"), ("m.onnx", "FU004"), ("m.onnx", "FU006"), ("new.onnx", "FU006")]
+    assert "suppressions" not in by_rule[("new.onnx", "FU006")]
+    assert by_rule[("m.onnx", "FU006")]["suppressions"] == [
+        {"kind": "external", "status": "accepted", "justification": "in the baseline base.json"}
+    ]
+    (marker,) = by_rule[("m.onnx", "FU004")]["suppressions"]
+    assert marker["kind"] == "inSource" and "netlint: ignore[FU004]" in marker["justification"]
+    (config,) = by_rule[("m.onnx", "FU001")]["suppressions"]
+    assert config["kind"] == "external" and "per-node-ignores 'conv_a' in netlint.toml" in config["justification"]
+
+
+def test_sarif_fingerprints_are_the_baselines_and_survive_renaming_nodes_and_files(monkeypatch, capsys, tmp_path):
+    three_rule_model(tmp_path / "first.onnx", prelu_name="prelu_b")
+    _, out, _ = run(monkeypatch, capsys, tmp_path, "first.onnx", "--format", "sarif")
+    before = {
+        r["ruleId"]: r["partialFingerprints"]["netlintStructural/v1"] for r in json.loads(out)["runs"][0]["results"]
+    }
+    three_rule_model(tmp_path / "renamed.onnx", prelu_name="another_name")
+    _, out, _ = run(monkeypatch, capsys, tmp_path, "renamed.onnx", "--format", "sarif")
+    after = {
+        r["ruleId"]: r["partialFingerprints"]["netlintStructural/v1"] for r in json.loads(out)["runs"][0]["results"]
+    }
+    assert before == after
+    run(monkeypatch, capsys, tmp_path, "first.onnx", "--write-baseline", "base.json")
+    baseline = json.loads((tmp_path / "base.json").read_text(encoding="utf-8"))["models"]["first.onnx"]
+    assert sorted(baseline) == sorted(print_.rsplit(":", 1)[0] for print_ in before.values())
 
 
 # --- GitHub ----------------------------------------------------------------------------------------------------------
