@@ -96,6 +96,12 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--baseline", metavar="FILE", help="report and fail only on findings not in this baseline")
     check.add_argument("--write-baseline", metavar="FILE", help="record the current findings in FILE, exit 0")
     add_config_options(check)
+    add_selection_options(check)
+    check.add_argument(
+        "--fail-on-missing-weights",
+        action="store_true",
+        help="a model whose external data (weights) file is missing or unreadable is an error (exit 2), not a note",
+    )
     check.add_argument("--skip-lfs-pointers", action="store_true", help=SKIP_LFS_HELP)
     check.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     check.add_argument(
@@ -224,6 +230,7 @@ def _add_report_parser(commands: argparse._SubParsersAction) -> None:
     add_target_options(report)
     add_rule_selection(report)
     add_config_options(report)
+    add_selection_options(report)
     report.add_argument("--skip-lfs-pointers", action="store_true", help=SKIP_LFS_HELP)
     report.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     add_impact_option(report)
@@ -256,6 +263,46 @@ def add_rule_selection(
 def add_config_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", help="use this netlint.toml/pyproject.toml, do not search")
     parser.add_argument("--isolated", action="store_true", help="ignore all configuration files")
+
+
+def add_selection_options(parser: argparse.ArgumentParser) -> None:
+    """Which files folders yield (netlint.selection): .gitignore, exclude patterns, and the filters for named files."""
+    parser.add_argument(
+        "--exclude",
+        action="append",
+        metavar="PATTERNS",
+        help="files and folders not to search (comma-separated patterns; replaces `exclude` and its default: venv, "
+        "site-packages, node_modules, __pypackages__)",
+    )
+    parser.add_argument(
+        "--extend-exclude", action="append", metavar="PATTERNS", help="more files and folders not to search"
+    )
+    gitignore = parser.add_mutually_exclusive_group()
+    gitignore.add_argument(
+        "--respect-gitignore",
+        dest="respect_gitignore",
+        action="store_const",
+        const=True,
+        default=None,
+        help="leave out what git ignores (.gitignore, .git/info/exclude, global excludes; the default)",
+    )
+    gitignore.add_argument(
+        "--no-respect-gitignore",
+        dest="respect_gitignore",
+        action="store_const",
+        const=False,
+        help="search folders without asking git what it ignores",
+    )
+    force = parser.add_mutually_exclusive_group()
+    force.add_argument(
+        "--force-exclude",
+        dest="force_exclude",
+        action="store_const",
+        const=True,
+        default=None,
+        help="apply the exclude patterns and .gitignore to files named on the command line too (pre-commit's)",
+    )
+    force.add_argument("--no-force-exclude", dest="force_exclude", action="store_const", const=False)
 
 
 def add_impact_option(parser: argparse.ArgumentParser) -> None:
@@ -428,9 +475,8 @@ def _check(args: argparse.Namespace) -> int:
     # before the imports below: the fork server behind -j imports netlint while this process does (issue 8)
     start_early(args.paths, args.jobs or default_jobs(), args.no_cache, args.cache_dir)
     from netlint.cache import Cache
-    from netlint.config import FileConfig, Settings, find_config, read_config_file, settings_for
+    from netlint.config import FileConfig, Settings, read_config_file
     from netlint.engine import ModelReport
-    from netlint.io import find_models
     from netlint.report import render_text, to_json
     from netlint.report.baseline import apply_baseline, read_baseline
 
@@ -441,29 +487,20 @@ def _check(args: argparse.Namespace) -> int:
     if args.statistics and args.format not in ("text", "json"):
         raise UsageError("--statistics works with --format text or json")
     baseline = read_baseline(Path(args.baseline)) if args.baseline else None  # a bad file fails before linting
-    paths = find_models(args.paths)
-    if not paths:
-        raise UsageError("no .onnx or .tflite files found in " + ", ".join(args.paths))
+    paths = select_models(args, fixed_config)
+    if not paths:  # every file named is excluded (--force-exclude, as pre-commit runs it): nothing to do
+        return EXIT_CLEAN
     progress = not args.quiet and sys.stderr.isatty() and len(paths) > 1 and not os.environ.get("CI")
-    work: list[tuple[Path, Settings]] = []
-    selected: list[list] = []  # the rules that ran on each model (junit and sarif list them)
-    targets: list = []  # the target of each model (the html report costs the model on it)
-    settings_cache: dict[Path | None, Settings] = {}
-    folder_configs: dict[Path, FileConfig] = {}  # a folder of models resolves its path and finds its config once
-    for path in paths:
-        file_config = fixed_config
-        if file_config is None:
-            file_config = folder_configs.get(path.parent)
-            if file_config is None:
-                file_config = folder_configs[path.parent] = find_config(path.parent.resolve())
-        settings = settings_cache.get(file_config.path)
-        if settings is None:
-            settings = settings_cache[file_config.path] = settings_for(file_config, overrides)
-            settings.fingerprints = bool(args.baseline or args.write_baseline) or args.format in ("sarif", "gitlab")
-            settings.skip_lfs_pointers = args.skip_lfs_pointers  # type: ignore[attr-defined]
-        work.append((path, settings))
-        selected.append(settings.rules)
-        targets.append(settings.target)
+
+    def configure(settings: Settings) -> None:
+        settings.fingerprints = bool(args.baseline or args.write_baseline) or args.format in ("sarif", "gitlab")
+        settings.skip_lfs_pointers = args.skip_lfs_pointers
+        settings.fail_on_missing_weights |= bool(args.fail_on_missing_weights)
+
+    work = model_settings(paths, fixed_config, overrides, configure)
+    selected: list[list] = [settings.rules for _, settings in work]  # the rules that ran on each model (junit, sarif)
+    targets: list = [settings.target for _, settings in work]  # each model's target (the html report costs it)
+    settings_cache = {id(settings): settings for _, settings in work}
 
     def show(done: int, total: int, path: Path) -> None:
         print(f"\r\x1b[2K[{done}/{total}] {safe(str(path))}", end="", file=sys.stderr, flush=True)
@@ -564,6 +601,67 @@ def _render_failed(report: Any, fmt: str, exc: Exception) -> Any:
     reason = f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
     error = safe(f"internal error: its {fmt} report could not be written: {reason} (please report this)")
     return ModelReport(path, None, str(report.target), errors=[error.encode("utf-8", "replace").decode("utf-8")])
+
+
+def select_models(args: argparse.Namespace, fixed_config: FileConfig | None) -> list[Path]:
+    """The model files `args.paths` name (netlint.selection): .gitignore, `exclude`/`extend-exclude` and
+    `force-exclude` from the flags, else the configuration of the working directory (or --config). Folders without a
+    model are a usage error that says what was left out; files named but all excluded give no model (the caller
+    exits 0, as ruff does for what pre-commit passes), with a warning."""
+    from netlint.config import find_config
+    from netlint.selection import DEFAULT_EXCLUDE, Selection, count_models
+
+    project = fixed_config if fixed_config is not None else find_config(Path.cwd().resolve())
+    values = project.values
+    exclude = _split(args.exclude) if args.exclude is not None else values.get("exclude", list(DEFAULT_EXCLUDE))
+    exclude = [*exclude, *values.get("extend-exclude", []), *(_split(args.extend_exclude) or [])]
+    respect = args.respect_gitignore if args.respect_gitignore is not None else values.get("respect-gitignore", True)
+    force = args.force_exclude if args.force_exclude is not None else values.get("force-exclude", False)
+    root = project.path.parent if project.path is not None else Path.cwd()
+    selection = Selection(root, tuple(exclude), respect, force)
+    paths = selection.find(args.paths)
+    if paths:
+        return paths
+    folders = [path for path in args.paths if Path(path).is_dir()]
+    if not folders and selection.excluded:
+        print("netlint: warning: every file given is excluded (--force-exclude); nothing to lint", file=sys.stderr)
+        return []
+    left_out = count_models(folders)
+    hint = (
+        f" ({left_out} left out by .gitignore or the exclude patterns: see --no-respect-gitignore and --exclude)"
+        if left_out
+        else ""
+    )
+    raise UsageError("no .onnx or .tflite files found in " + ", ".join(map(str, args.paths)) + hint)
+
+
+def model_settings(
+    paths: list[Path], fixed_config: FileConfig | None, overrides: Overrides, configure: Callable[[Any], None]
+) -> list[tuple[Path, Any]]:
+    """Each model with its settings: its folder's configuration (or the fixed one), the flags, and the rules its
+    `per-file-ignores` turn off; `configure` finishes each distinct settings object (one per configuration and set
+    of ignored rules: models that share them share it)."""
+    from dataclasses import replace
+
+    from netlint.config import find_config, per_file_ignored, settings_for
+
+    shared: dict[tuple[Path | None, frozenset[str]], Any] = {}
+    folder_configs: dict[Path, FileConfig] = {}  # a folder of models resolves its path and finds its config once
+    work = []
+    for path in paths:
+        file_config = fixed_config
+        if file_config is None:
+            file_config = folder_configs.get(path.parent)
+            if file_config is None:
+                file_config = folder_configs[path.parent] = find_config(path.parent.resolve())
+        ignored = per_file_ignored(file_config, path)
+        settings = shared.get((file_config.path, ignored))
+        if settings is None:
+            flags = replace(overrides, ignore=[*overrides.ignore, *sorted(ignored)]) if ignored else overrides
+            settings = shared[(file_config.path, ignored)] = settings_for(file_config, flags)
+            configure(settings)
+        work.append((path, settings))
+    return work
 
 
 def _check_gates_usable(args: argparse.Namespace, targets: list) -> None:

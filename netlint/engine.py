@@ -110,7 +110,22 @@ def _lint_file(path: Path, settings: Settings, cores: int) -> ModelReport:
         return ModelReport(
             str(path), None, settings.target.name, settings.target.precision, settings.target.chip, errors=[str(exc)]
         )
+    if settings.fail_on_missing_weights:
+        missing = missing_weights(model)
+        if missing:
+            more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+            error = f"{missing[0]}{more}; --fail-on-missing-weights"
+            target = settings.target
+            return ModelReport(str(path), None, target.name, target.precision, target.chip, errors=[error])
     return lint_model(model, settings, cores=cores)
+
+
+def missing_weights(model: Model) -> list[str]:
+    """What the loader said about external data it could not read (a missing file, a location outside the folder,
+    bytes past the end): an error with `fail-on-missing-weights`, a note without."""
+    from netlint.io.onnx_io import WEIGHTS_UNAVAILABLE
+
+    return [note.removesuffix(WEIGHTS_UNAVAILABLE) for note in model.notes if note.endswith(WEIGHTS_UNAVAILABLE)]
 
 
 def lint_model(model: Model, settings: Settings, *, cores: int = 1) -> ModelReport:

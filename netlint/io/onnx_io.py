@@ -209,6 +209,9 @@ def _inferred(proto: onnx.ModelProto, notes: list[str]) -> onnx.ModelProto:
         return proto
 
 
+WEIGHTS_UNAVAILABLE = ": rules that need those weight values skip the nodes that use them"  # ends such notes
+
+
 class _ExternalData:
     """Resolves external-data locations inside the model's folder and memory-maps them lazily."""
 
@@ -268,7 +271,7 @@ class _ExternalData:
                 return _MappedConst(shared, dtype, offset, shape, count)
         if location not in self._reported:
             self._reported.add(location)
-            self.notes.append(f"{problem}: rules that need those weight values skip the nodes that use them")
+            self.notes.append(f"{problem}{WEIGHTS_UNAVAILABLE}")
         return ConstData(lambda: np.empty(0), unavailable=problem)
 
 

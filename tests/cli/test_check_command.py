@@ -499,3 +499,26 @@ def test_options_are_never_abbreviated(argv, tmp_path, monkeypatch, capsys):
     assert exit_.value.code == 2
     assert f"unrecognized arguments: {argv[1]}" in capsys.readouterr().err
     assert not (tmp_path / "netlint-report.html").exists()
+
+
+def test_fail_on_missing_weights(tmp_path, monkeypatch, capsys, data_dir):
+    """A repository that commits its weights makes a model whose external data is absent an error (exit 2); without
+    the option it is linted topology-only, with a note."""
+    shutil.copy(data_dir / "tv_mobilenet_v2_bn_unfolded_noweights.onnx", tmp_path / "m.onnx")
+    prelu_model(tmp_path / "ok.onnx")
+    monkeypatch.chdir(tmp_path)
+    assert main(["check", "m.onnx", "ok.onnx", "--no-cache"]) == 1
+    assert "note: external data file" in capsys.readouterr().out
+    assert main(["check", "m.onnx", "ok.onnx", "--no-cache", "--fail-on-missing-weights"]) == 2
+    out, err = capsys.readouterr()
+    (line,) = [line for line in err.splitlines() if line.startswith("netlint: error: ")]
+    assert line.startswith("netlint: error: m.onnx: external data file '")
+    assert line.endswith("not found; --fail-on-missing-weights")
+    assert "ok.onnx:prelu: FU004" in out  # the other model is still linted
+    (tmp_path / "netlint.toml").write_text("fail-on-missing-weights = true\n", encoding="utf-8")
+    assert main(["check", "m.onnx", "--isolated", "--no-cache"]) == 1  # --isolated: no configuration
+    capsys.readouterr()
+    from netlint.config import find_config
+
+    find_config.cache_clear()
+    assert main(["check", "m.onnx", "--no-cache"]) == 2
