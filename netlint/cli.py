@@ -153,9 +153,13 @@ def _add_fix_parser(commands: argparse._SubParsersAction) -> None:
         description=FIX_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    fix.add_argument("path", metavar="PATH", help="the .onnx or .tflite model to fix")
-    fix.add_argument("-o", "--output", metavar="FILE", help="write the fixed model to FILE (atomically)")
-    fix.add_argument("--in-place", action="store_true", help="replace PATH with the fixed model after success")
+    fix.add_argument(
+        "paths", nargs="+", metavar="PATH", help=".onnx/.tflite models, or folders searched recursively (as check)"
+    )
+    fix.add_argument("-o", "--output", metavar="FILE", help="write the fixed model to FILE (atomically; one model)")
+    fix.add_argument(
+        "--in-place", action="store_true", help="replace each model with its fixed version after success (verified)"
+    )
     fix.add_argument("--diff", action="store_true", help="print what would change, per rule, and write nothing")
     fix.add_argument("--unsafe-fixes", action="store_true", help="also apply fixes that change the model's outputs")
     fix.add_argument(
@@ -163,17 +167,15 @@ def _add_fix_parser(commands: argparse._SubParsersAction) -> None:
         action="store_true",
         help="also apply fixes the target's cost model predicts to slow it down (skipped by default, with the reason)",
     )
-    fix.add_argument(
-        "-j",
-        "--jobs",
-        type=_jobs,
-        metavar="N",
-        help="with N > 1, lint an ONNX graph of 50000 nodes or more on two cores in each fix round (default: the CPU"
-        " count; 1: in this process only)",
+    add_scaling_options(
+        fix,
+        jobs="fix up to N models at once in worker processes, and lint an ONNX graph of 50000 nodes or more on two"
+        " cores in each fix round (default: the CPU count; 1: in this process only)",
     )
     add_rule_selection(fix, only="only fix findings of these rules", ignore="do not fix findings of these rules")
     add_target_options(fix)
     add_config_options(fix)
+    add_selection_options(fix)
     verify = fix.add_mutually_exclusive_group()
     verify.add_argument(
         "--verify",
@@ -324,16 +326,13 @@ def _jobs(value: str) -> int:
     return jobs
 
 
-def add_scaling_options(parser: argparse.ArgumentParser) -> None:
+def add_scaling_options(
+    parser: argparse.ArgumentParser,
+    jobs: str = "lint up to N models at once in worker processes, and a graph of 50000 nodes or more on two cores"
+    " (default: the CPU count; 1: all in this process)",
+) -> None:
     """Many models (netlint.batch, netlint.cache): worker processes and the content cache."""
-    parser.add_argument(
-        "-j",
-        "--jobs",
-        type=_jobs,
-        metavar="N",
-        help="lint up to N models at once in worker processes, and a graph of 50000 nodes or more on two cores"
-        " (default: the CPU count; 1: all in this process)",
-    )
+    parser.add_argument("-j", "--jobs", type=_jobs, metavar="N", help=jobs)
     parser.add_argument("--no-cache", action="store_true", help="neither read nor write the content cache")
     parser.add_argument(
         "--cache-dir",
