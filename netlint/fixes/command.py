@@ -4,22 +4,27 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import io
 import json
 import math
+import re
 import sys
 from collections import Counter
 from collections.abc import Callable
+from functools import cache
 from pathlib import Path
-from typing import Any
-
-import onnx
+from typing import TYPE_CHECKING, Any
 
 from netlint.collector import paused
 from netlint.errors import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, ModelLoadError, NetlintError, UsageError
-from netlint.fixes.engine import FixError, FixResult, fix_model
-from netlint.ir import Model
 from netlint.terminal import safe
+
+if TYPE_CHECKING:  # onnx and the fix engine are imported where a model is fixed: a run whose models have nothing
+    import onnx  # to fix (a pre-commit hook's second run) spends no time importing them
+
+    from netlint.fixes.engine import FixResult
+    from netlint.ir import Model
 
 
 def run_fix(args: argparse.Namespace) -> int:
@@ -74,6 +79,7 @@ def _fix_one(args: argparse.Namespace, path: Path, settings: Any) -> int:
     to_fp16 = bool(getattr(args, "to_fp16", False))
     loaded = [model]
     model = model if report is not None else None  # only the report needs the input's IR later: else it is freed
+    from netlint.fixes.engine import fix_model
     from netlint.fixes.output import external_layout, save_onnx
 
     layout = external_layout(proto, path)  # of the input: with keep_original=False the proto is edited
@@ -108,25 +114,33 @@ def _fix_one(args: argparse.Namespace, path: Path, settings: Any) -> int:
 
 
 def _fix_many(args: argparse.Namespace, work: list[tuple[Path, Any]], fixed_config: Any) -> int:
-    """Fix every model of `work`: those the lint (served by the content cache for unchanged models) finds nothing
-    to fix in are not loaded again; the others are fixed one per worker process with -j > 1. Each model's summary is
-    printed in the input order, its errors as one line each on stderr; the exit status is the worst of them."""
+    """Fix every model of `work`. The lint (served by the content cache for unchanged models) decides which models
+    have a fix to try, and the cache remembers the models a fix found nothing to do in (same bytes, settings, fix
+    options and fix code), so that an unchanged repository is not fixed again (a pre-commit hook's second run); the
+    others are fixed one per worker process with -j > 1. The summary of each model that was changed (or would be,
+    with --diff) or failed is printed in the input order, its errors as one line each on stderr, then one line for
+    the run; the exit status is the worst of the models'."""
     from netlint.batch import default_jobs, lint_many
     from netlint.cache import Cache
     from netlint.cli import _cache_dir
+    from netlint.engine import ModelReport
 
     jobs = getattr(args, "jobs", None) or default_jobs()
     cache = None if getattr(args, "no_cache", False) else Cache(_cache_dir(args, fixed_config))
     reports = lint_many(work, jobs=jobs, cache=cache)
+    done_keys = [_nothing_key(cache, path, settings, args) if cache else None for path, settings in work]
     to_fp16 = bool(getattr(args, "to_fp16", False))
-    for _, settings in work:  # after linting: the cache key is `check`'s, shared with the check hook
+    for _, settings in work:  # after linting: the lint's cache key is `check`'s, shared with the check hook
         settings.keep_slower_fixes = bool(getattr(args, "keep_slower_fixes", False))
     todo = [
         index
         for index, report in enumerate(reports)
-        if report.errors
-        or to_fp16
-        or any(f.fix is not None and (f.fix.applicability == "safe" or args.unsafe_fixes) for f in report.findings)
+        if (
+            report.errors
+            or to_fp16
+            or any(f.fix is not None and (f.fix.applicability == "safe" or args.unsafe_fixes) for f in report.findings)
+        )
+        and not (cache is not None and done_keys[index] and cache.get(done_keys[index], str(work[index][0])))
     ]
     outcomes: dict[int, tuple[int, str, str]] = {}
     if jobs > 1 and len(todo) > 1:
@@ -136,29 +150,64 @@ def _fix_many(args: argparse.Namespace, work: list[tuple[Path, Any]], fixed_conf
             outcomes[index] = _captured(args, *work[index])
     status = EXIT_CLEAN
     summaries: list[Any] = []
-    fixed = 0
+    fixed = changed = 0
     for index in todo:
         code, out, err = outcomes[index]
         status = max(status, code)
+        count = _fixed_count(out)
+        fixed += count
+        changed += bool(count)
         if getattr(args, "format", "text") == "json":
             summaries.extend([json.loads(out)] if out.strip() else [])
-        else:
+        elif count or code == EXIT_ERROR:
             sys.stdout.write(out)
-            fixed += _fixed_count(out)
         sys.stderr.write(err)
+        key = done_keys[index]
+        if cache is not None and key and code != EXIT_ERROR and not count:  # nothing to do: remembered
+            path, settings = work[index]
+            cache.put(key, ModelReport(str(path), "nothing to fix", settings.target.name))
     if getattr(args, "format", "text") == "json":
         sys.stdout.write(json.dumps(summaries, indent=2, ensure_ascii=False) + "\n")
     else:
-        models = f"{len(work)} model{'s' if len(work) != 1 else ''}"
         verb = "Would fix" if args.diff else "Fixed"
+        models = f"{changed} model{'s' if changed != 1 else ''} of {len(work)}"
         sys.stdout.write(f"{verb} {fixed} finding{'s' if fixed != 1 else ''} in {models}.\n")
     return status
 
 
+def _nothing_key(cache: Any, path: Path, settings: Any, args: argparse.Namespace) -> str | None:
+    """The cache key under which "fixing this model found nothing to do" is remembered: its lint key (its bytes,
+    external data, settings, netlint's version and lint code), the fix options and the fix code."""
+    from netlint.cache import cache_key
+
+    key = cache_key(path, settings, None, cache.digests)
+    if key is None:
+        return None
+    options = [
+        bool(args.unsafe_fixes),
+        bool(getattr(args, "to_fp16", False)),
+        bool(getattr(args, "keep_slower_fixes", False)),
+        bool(args.diff),
+        _fixes_stamp(),
+    ]
+    return hashlib.sha256(f"{key}\0fix\0{json.dumps(options)}".encode()).hexdigest()
+
+
+@cache
+def _fixes_stamp() -> str:
+    """Size and modification time of every module of netlint.fixes: a changed fix invalidates what was remembered."""
+    folder = Path(__file__).parent
+    parts = []
+    for file in sorted(folder.rglob("*.py")):
+        stat = file.stat()
+        parts.append(f"{file.relative_to(folder)}:{stat.st_size}:{stat.st_mtime_ns}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
 def _fixed_count(summary: str) -> int:
     """The number a model's text summary ends with ("Fixed 3 findings; wrote ..."), 0 for "Nothing to fix"."""
-    last = summary.rstrip().rsplit("\n", 1)[-1].split()
-    return int(last[2]) if len(last) > 2 and last[0] in ("Fixed", "Would") and last[2].isdigit() else 0
+    match = re.match(r"(?:Fixed|Would fix) (\d+) finding", summary.rstrip().rsplit("\n", 1)[-1])
+    return int(match[1]) if match else 0
 
 
 def _captured(args: argparse.Namespace, path: Path, settings: Any) -> tuple[int, str, str]:
@@ -237,6 +286,8 @@ def _is_tflite(path: Path) -> bool:
 
 def _load(path: Path) -> tuple[onnx.ModelProto, Model]:
     """The ONNX input (run_fix sends TFLite files elsewhere first)."""
+    import onnx
+
     from netlint.io.onnx_io import NOT_UTF8, model_from_proto
 
     try:
@@ -290,6 +341,7 @@ def verification_lines(
     beyond tolerance. Fixes that are not exact (unsafe ones, and keep-fp32 / --to-fp16, whose float16 is never bit
     for bit) are measured: max abs error and cosine similarity per output. `required` (--in-place): a rewrite that
     cannot be verified because the runtime is missing is refused unless verification was turned off (--no-verify)."""
+    from netlint.fixes.engine import FixError
     from netlint.fixes.verify import ATOL, RTOL, VerifyUnavailable
 
     records = records if records is not None else []

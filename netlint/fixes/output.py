@@ -36,19 +36,20 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
-
-import onnx
+from typing import TYPE_CHECKING, BinaryIO
 
 from netlint.errors import UsageError
+
+if TYPE_CHECKING:  # imported where a model is read: `finish_interrupted` on a clean folder needs no onnx
+    import onnx
 
 CHUNK = 1 << 24  # bytes copied at a time from an external data file
 NEW = ".netlint-new"  # suffix of a data file's hidden name while an in-place save switches to it
 INLINE_BELOW = 1024  # initializers a fix wrote smaller than this stay in the protobuf (onnx's size_threshold)
 
-_TENSOR, _TENSORS = onnx.AttributeProto.TENSOR, onnx.AttributeProto.TENSORS
-_GRAPH, _GRAPHS = onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS
-_EXTERNAL = onnx.TensorProto.EXTERNAL
+# onnx.AttributeProto.TENSOR, TENSORS, GRAPH, GRAPHS and onnx.TensorProto.EXTERNAL (onnx.proto's enum values)
+_TENSOR, _TENSORS, _GRAPH, _GRAPHS = 4, 9, 5, 10
+_EXTERNAL = 1
 
 
 # --- the input's layout ----------------------------------------------------------------------------------------------
@@ -376,6 +377,8 @@ def finish_interrupted(path: Path) -> bool:
         present = [name for name in os.listdir(folder) if name.startswith(".") and ".netlint-" in name]
         if not present:
             return False  # the common case, without reading the model
+        import onnx
+
         model = onnx.load(str(path), load_external_data=False)
     except Exception:
         return False

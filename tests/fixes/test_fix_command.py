@@ -324,3 +324,42 @@ def test_writing_external_data_streams_it_and_leaves_the_model_as_it_was(tmp_pat
     for a, b in zip(expected.graph.initializer, got.graph.initializer, strict=True):
         assert a.name == b.name
         np.testing.assert_array_equal(onnx.numpy_helper.to_array(a), onnx.numpy_helper.to_array(b))
+
+
+def test_fix_takes_many_paths_and_folders(tmp_path, monkeypatch, capsys):
+    """Several models and folders in one run, in place (-j 2: in worker processes): each changed model's summary,
+    errors one line each, one line for the run, the worst exit status; a second run on the unchanged models loads
+    none of them again (the content cache remembers that fixing them found nothing to do)."""
+    import netlint.fixes.command as command
+
+    folder = tmp_path / "models"
+    (folder / "sub").mkdir(parents=True)
+    conv_bn_model(folder / "a.onnx")
+    conv_bn_model(folder / "sub" / "b.onnx")
+    clean = GraphBuilder()
+    clean.output(clean.relu(clean.input("x", [1, 2, 4, 4]), name="relu"))
+    clean.save(folder / "clean.onnx")
+    (tmp_path / "broken.onnx").write_bytes(b"not a model")
+    monkeypatch.chdir(tmp_path)
+    argv = ["fix", "--in-place", "models", "broken.onnx", "--cache-dir", str(tmp_path / "cache")]
+    assert main([*argv, "-j", "2"]) == 2  # the unreadable model
+    out, err = capsys.readouterr()
+    assert "models/a.onnx:\n  FU006 fold-batchnorm (safe): 1 fix" in out
+    assert "models/sub/b.onnx:\n  FU006 fold-batchnorm (safe): 1 fix" in out
+    assert "clean.onnx" not in out  # nothing to say about it
+    assert out.splitlines()[-1] == "Fixed 2 findings in 2 models of 4."
+    (line,) = err.splitlines()
+    assert line.startswith("netlint: error: broken.onnx: not a valid ONNX protobuf")
+    for name in ("a.onnx", "sub/b.onnx"):
+        assert "FU006" not in codes(findings_of(onnx.load(str(folder / name))))
+
+    fixed: list[Path] = []
+    real = command._fix_one
+    monkeypatch.setattr(
+        command, "_fix_one", lambda args, path, settings: fixed.append(path) or real(args, path, settings)
+    )
+    assert main([*argv, "-j", "1", "--exit-non-zero-on-fix"]) == 2
+    assert fixed == [Path("broken.onnx")]  # errors are tried again; the models with nothing to fix are not loaded
+    assert capsys.readouterr().out.splitlines()[-1] == "Fixed 0 findings in 0 models of 4."
+    assert main(["fix", "models", "-o", "x.onnx"]) == 2
+    assert "-o takes one model" in capsys.readouterr().err

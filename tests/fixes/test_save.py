@@ -261,3 +261,16 @@ def test_a_save_killed_at_random_points_never_loses_the_model(tmp_path):
     assert "old" in outcomes  # the kills landed while the save was running, not only after it
     print(Counter(outcomes))
     assert not any(name.endswith(".tmp") for name in os.listdir(work))
+
+
+def test_the_enum_values_the_save_layer_spells_out_are_onnxs():
+    """netlint.fixes.output names five onnx enum values as numbers (a clean folder's check imports no onnx)."""
+    import netlint.fixes.output as output
+
+    assert (output._TENSOR, output._TENSORS, output._GRAPH, output._GRAPHS) == (
+        onnx.AttributeProto.TENSOR,
+        onnx.AttributeProto.TENSORS,
+        onnx.AttributeProto.GRAPH,
+        onnx.AttributeProto.GRAPHS,
+    )
+    assert output._EXTERNAL == onnx.TensorProto.EXTERNAL
