@@ -124,8 +124,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-FIX_HELP = """Apply the fixes of findings to an ONNX or TFLite model and write the result; the input is never
-modified (except with --in-place, and then only after every fix succeeded). Safe fixes keep the model's function (up
+FIX_HELP = """Apply the fixes of findings to ONNX and TFLite models (files, or folders searched as check searches
+them) and write the results; an input is never modified (except with --in-place, and then only after every fix
+succeeded and was verified: without onnxruntime or LiteRT to verify it, --in-place refuses unless --no-verify). A
+model's external weights keep the input's file names (in place, a file no longer used is removed); where that cannot
+be, nothing is written and the error says why. Safe fixes keep the model's function (up
 to float rounding); --unsafe-fixes also applies fixes that change it. The fixed graph is re-linted after every round
 until nothing more applies. With the runtime installed (pip install 'netlint-nn[verify]': onnxruntime for ONNX, LiteRT
 for TFLite) the original and the fixed model are run on the same seeded random inputs: safe fixes must match every
@@ -142,8 +145,9 @@ keeping QT005's constants and the constants of the ops it reports in float32.
 
 Exit codes: 0 the fixes were written, or there was nothing to fix (findings that remain are listed, they do not
 change the exit code); 1 with --exit-non-zero-on-fix, when fixes were applied (written, or with --diff would be);
-2 an error (unreadable model, a fix that broke the graph or failed verification, --report on a TFLite model), with
-nothing written."""
+2 an error (unreadable model, a fix that broke the graph or failed verification, --report on a TFLite model, a weights
+layout that cannot be kept, --in-place without a verifier), with nothing written for that model (the other models of
+the run are still fixed)."""
 
 
 def _add_fix_parser(commands: argparse._SubParsersAction) -> None:
