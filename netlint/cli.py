@@ -308,7 +308,13 @@ def add_selection_options(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="apply the exclude patterns and .gitignore to files named on the command line too (pre-commit's)",
     )
-    force.add_argument("--no-force-exclude", dest="force_exclude", action="store_const", const=False)
+    force.add_argument(
+        "--no-force-exclude",
+        dest="force_exclude",
+        action="store_const",
+        const=False,
+        help="lint files named on the command line as given (the default, unless force-exclude = true)",
+    )
 
 
 def add_impact_option(parser: argparse.ArgumentParser) -> None:
@@ -549,7 +555,7 @@ def _check(args: argparse.Namespace) -> int:
     if args.output:
         write_atomically(Path(args.output), text)
     else:
-        sys.stdout.write(text)
+        _write_stdout(text)
     for report in reports:
         for error in report.errors:  # paths and reasons may hold control characters: one safe line each
             print(f"netlint: error: {safe(report.path)}: {safe(error)}", file=sys.stderr)
@@ -580,6 +586,16 @@ def render_isolated(render: Callable[[list[Any], list[int]], str], reports: list
         except Exception as exc:
             reports[index] = _render_failed(report, fmt, exc)
     return _encodable(render(reports, list(range(len(reports)))))
+
+
+def _write_stdout(text: str) -> None:
+    """The report on stdout; a stream whose encoding cannot hold it (PYTHONIOENCODING=ascii, a C locale without
+    UTF-8 mode) gets its UTF-8 bytes, as a file written with -o would."""
+    try:
+        sys.stdout.write(text)
+    except UnicodeEncodeError:
+        sys.stdout.flush()
+        sys.stdout.buffer.write(text.encode("utf-8"))
 
 
 def printable_path(path: str) -> str:

@@ -25,6 +25,8 @@ from pathlib import Path
 
 from netlint.io import MODEL_SUFFIXES
 
+# A repository's own configuration must not make listing its files run a command (core.fsmonitor names one).
+SAFE_GIT = ("-c", "core.fsmonitor=false", "-c", "core.quotepath=off")
 # What holds installed packages, never a repository's own models (hidden folders, .venv among them, are skipped too).
 DEFAULT_EXCLUDE = ("venv", "site-packages", "node_modules", "__pypackages__")
 
@@ -114,7 +116,7 @@ def git_files(folder: Path) -> list[Path] | None:
         return None
     try:
         result = subprocess.run(
-            [git, "-c", "core.quotepath=off", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            [git, *SAFE_GIT, "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
             cwd=folder,
             capture_output=True,
             timeout=120,
@@ -146,7 +148,7 @@ def git_ignored(paths: Sequence[Path]) -> set[Path]:
             continue
         try:
             result = subprocess.run(
-                [git, "check-ignore", "-z", "--stdin"],
+                [git, *SAFE_GIT, "check-ignore", "-z", "--stdin"],
                 cwd=folder,
                 input=b"\0".join(os.fsencode(path.name) for path in members),
                 capture_output=True,

@@ -522,3 +522,22 @@ def test_fail_on_missing_weights(tmp_path, monkeypatch, capsys, data_dir):
 
     find_config.cache_clear()
     assert main(["check", "m.onnx", "--no-cache"]) == 2
+
+
+def test_a_stdout_that_cannot_encode_the_report_gets_utf8(tmp_path):
+    """PYTHONIOENCODING=ascii (or a C locale): a node name outside ASCII still reaches stdout, as UTF-8 bytes."""
+    import os
+    import sys
+
+    prelu_model(tmp_path / "m.onnx", name="préluü")
+    env = {**os.environ, "PYTHONIOENCODING": "ascii"}
+    result = subprocess.run(
+        [sys.executable, "-m", "netlint", "check", "m.onnx", "--format", "json", "--no-cache"],
+        cwd=tmp_path,
+        capture_output=True,
+        env=env,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout.decode("utf-8"))
+    assert document["models"][0]["findings"][0]["nodes"] == ["préluü"]

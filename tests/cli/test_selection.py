@@ -149,3 +149,15 @@ def test_selection_keys_are_validated(monkeypatch, capsys, repo, line, message):
     monkeypatch.chdir(repo)
     assert main(["check", "models"]) == 2
     assert message in capsys.readouterr().err
+
+
+@needs_git
+def test_a_repositorys_configuration_cannot_make_the_listing_run_a_command(monkeypatch, capsys, repo):
+    """git runs core.fsmonitor's command when it lists files; netlint turns it off (a downloaded folder with its own
+    .git/config is untrusted content)."""
+    git(repo, "init", "-q")
+    marker = repo.parent / "pwned"
+    git(repo, "config", "core.fsmonitor", f"touch {marker}; false")
+    _, paths, _ = linted(monkeypatch, capsys, repo, ".")
+    assert "models/a.onnx" in paths
+    assert not marker.exists()
