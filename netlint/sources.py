@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from netlint.engine import Suppressed
 from netlint.repo import RepoFiles, repository_root
 from netlint.report.baseline import FindingKey, keys_of
 from netlint.rule import Finding, Rule, all_rules
@@ -42,7 +43,7 @@ def resolve_sources(
         return
     files = RepoFiles(root)
     for report in reports:
-        for finding in report.findings:
+        for finding in [*report.findings, *(entry.finding for entry in report.suppressed)]:
             # in place: a source may be shared between findings (one node's), and its path is the same in each
             source = finding.source
             if source is not None and source.file:
@@ -85,29 +86,37 @@ class _SourceMarkers:
 
     def apply(self, reports: Sequence[ModelReport], selected: Sequence[Sequence[type[Rule]]]) -> None:
         for index, report in enumerate(reports):
-            dropped: set[int] = set()
+            dropped: dict[int, Suppression] = {}
             for position, finding in enumerate(report.findings):
                 source = finding.source
                 if source is not None and source.path and source.line:
                     self.owner.setdefault(source.path, index)
                     marked = self.markers(source.path).get(source.line)
-                    if marked is not None and self._suppresses(marked[1], finding.code):
-                        dropped.add(position)
+                    marker = self._suppressing(marked[1], finding.code) if marked is not None else None
+                    if marker is not None:
+                        dropped[position] = marker
             if dropped:
+                fingerprints = len(report.keys) == len(report.findings)  # computed for this run: kept with them
                 keys = keys_of(report)
+                for position, marker in dropped.items():  # SARIF lists them as suppressed in the source
+                    why = f"{marker.text} ({marker.where})"
+                    key = keys[position] if fingerprints else None
+                    report.suppressed.append(Suppressed(report.findings[position], "inSource", why, key))
                 kept = [i for i in range(len(report.findings)) if i not in dropped]
                 report.findings = [report.findings[i] for i in kept]
                 report.keys = [keys[i] for i in kept]
         self._report_unused(reports, selected)
 
     @staticmethod
-    def _suppresses(markers: Sequence[Suppression], code: str) -> bool:
-        hit = False
+    def _suppressing(markers: Sequence[Suppression], code: str) -> Suppression | None:
+        """The first of the markers that suppresses `code`; every one that does counts as used."""
+        first = None
         for marker in markers:
             for item in marker.items:
                 if item.codes is not None and code in item.codes:
-                    item.used = hit = True
-        return hit
+                    item.used = True
+                    first = first or marker
+        return first
 
     def _report_unused(self, reports: Sequence[ModelReport], selected: Sequence[Sequence[type[Rule]]]) -> None:
         """One NL100 finding per marker with an item that suppressed nothing, in the first report whose findings

@@ -1,11 +1,15 @@
 """SARIF 2.1.0 (the OASIS standard code-scanning services read, GitHub's among them).
 
 Each rule that ran is a reportingDescriptor with its summary, the "What it does" section and the whole rule page as
-help. Each finding is a result with a physical location (the model file, relative to the working folder; models have
-no lines, so the region is line 1, which GitHub requires), a logical location `model/graph/node`, and the finding's
-structural fingerprint (stable across re-exports) in partialFingerprints. A finding whose source is a file of the
-repository (netlint.sources) is located at the line of model code that created its node instead, with the model file
-and node as its related location: a pull request shows it on that line.
+help, and a helpUri. Each finding is a result with a physical location (the model file, relative to the root of the
+git work tree the run is in, `uriBaseId` %SRCROOT%, so that code scanning attaches it to the file whatever folder
+netlint ran from; relative to the working folder outside a repository; models have no lines, so the region is line
+1, which GitHub requires), a logical location `model/graph/node`, and the finding's structural fingerprint (the
+baseline's: stable across re-exports, renamed nodes and renamed files) in partialFingerprints. Findings a `netlint:
+ignore` marker, `per-node-ignores` or the baseline took out are results too, with `suppressions` (inSource or
+external, and which one), so code scanning shows them as suppressed instead of fixed. A finding whose source is a
+file of the repository (netlint.sources) is located at the line of model code that created its node instead, with
+the model file and node as its related location: a pull request shows it on that line.
 """
 
 from __future__ import annotations
@@ -14,14 +18,14 @@ import json
 import re
 from collections import Counter
 from collections.abc import Iterable
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from netlint import __version__
+from netlint import HOMEPAGE, __version__
 from netlint.engine import ModelReport
-from netlint.repo import repository_root
-from netlint.report.baseline import keys_of
+from netlint.report.baseline import fallback_key, keys_of
 from netlint.report.json_report import source_json
 from netlint.rule import Rule, all_rules
 from netlint.source import Source
@@ -32,11 +36,23 @@ FINGERPRINT = "netlintStructural/v1"
 SRCROOT = "%SRCROOT%"
 
 
+@lru_cache(maxsize=8)
+def source_root(cwd: str) -> Path:
+    """The root of the git work tree holding `cwd` (the nearest folder with a `.git` folder, or the `.git` file of a
+    worktree or submodule): what CI systems resolve file paths against. `cwd` itself outside a repository."""
+    here = Path(cwd)
+    for folder in (here, *here.parents):
+        if (folder / ".git").exists():
+            return folder
+    return here
+
+
 def relative_path(path: str) -> str:
-    """The model's path relative to the working folder, with forward slashes (absolute when it lies outside)."""
+    """The model's path relative to the repository root (source_root), with forward slashes (absolute when it lies
+    outside)."""
     resolved = Path(path).resolve()
     try:
-        return resolved.relative_to(Path.cwd().resolve()).as_posix()
+        return resolved.relative_to(source_root(str(Path.cwd().resolve()))).as_posix()
     except ValueError:
         return resolved.as_posix()
 
@@ -89,6 +105,7 @@ def _descriptor(rule: type[Rule]) -> dict[str, Any]:
         "shortDescription": {"text": summary},
         "fullDescription": {"text": _section(docs, "What it does") or summary},
         "help": {"text": docs or summary, "markdown": docs or summary},
+        "helpUri": HOMEPAGE,
         "defaultConfiguration": {"level": LEVELS[rule.severity]},
         "properties": {"category": rule.category, "tags": [rule.category]},
     }
@@ -102,19 +119,22 @@ def to_sarif(reports: list[ModelReport], rules: Iterable[type[Rule]] = ()) -> st
     registry = all_rules()
     ran = {rule.code: rule for rule in rules}
     for report in reports:
-        for finding in report.findings:
+        for finding in [*report.findings, *(entry.finding for entry in report.suppressed)]:
             if finding.code not in ran and finding.code in registry:
                 ran[finding.code] = registry[finding.code]
     ordered = sorted(ran)
     index = {code: position for position, code in enumerate(ordered)}
     results: list[dict[str, Any]] = []
     notifications: list[dict[str, Any]] = []
-    root = repository_root() or Path.cwd()  # Source.path is set only inside a repository
+    root = source_root(str(Path.cwd().resolve()))  # where netlint.sources matched Source.path (in a repository only)
     for report in reports:
         location = artifact_location(report.path)
         model = relative_path(report.path)
-        keys = keys_of(report)
-        for finding, key, unique in zip(report.findings, keys, occurrences(k.fingerprint for k in keys), strict=True):
+        # the suppressed first: the baseline holds a fingerprint's first occurrences, so numbering stays stable
+        entries = [(entry.finding, entry.key or fallback_key(entry.finding), entry) for entry in report.suppressed]
+        entries += [(finding, key, None) for finding, key in zip(report.findings, keys_of(report), strict=True)]
+        uniques = occurrences(key.fingerprint for _, key, _ in entries)
+        for (finding, key, suppressed), unique in zip(entries, uniques, strict=True):
             node = finding.nodes[0] if finding.nodes else ""
             in_model = {
                 "physicalLocation": {"artifactLocation": location, "region": {"startLine": 1}},
@@ -148,6 +168,10 @@ def to_sarif(reports: list[ModelReport], rules: Iterable[type[Rule]] = ()) -> st
                 result["relatedLocations"] = [{"id": 1, **in_model, "message": {"text": f"node '{node}' of {model}"}}]
             if finding.source is not None:
                 result["properties"]["source"] = source_json(finding.source, frames=False)
+            if suppressed is not None:
+                result["suppressions"] = [
+                    {"kind": suppressed.kind, "status": "accepted", "justification": suppressed.justification}
+                ]
             results.append(result)
         for error in report.errors:
             notifications.append(
@@ -161,12 +185,13 @@ def to_sarif(reports: list[ModelReport], rules: Iterable[type[Rule]] = ()) -> st
         "tool": {
             "driver": {
                 "name": "netlint",
+                "informationUri": HOMEPAGE,
                 "version": __version__,
                 "semanticVersion": __version__,
                 "rules": [_descriptor(ran[code]) for code in ordered],
             }
         },
-        "originalUriBaseIds": {SRCROOT: {"uri": Path.cwd().resolve().as_uri().rstrip("/") + "/"}},
+        "originalUriBaseIds": {SRCROOT: {"uri": source_root(str(Path.cwd().resolve())).as_uri().rstrip("/") + "/"}},
         "invocations": [{"executionSuccessful": not notifications, "toolExecutionNotifications": notifications}],
         "results": results,
     }

@@ -267,9 +267,12 @@ def test_text_clean_and_unreadable_summaries(check, tmp_path):
     assert result.returncode == 2
     assert result.stdout.splitlines() == [
         "c.onnx: error: empty file (0 bytes)",
-        "No findings in 3 models.",
+        "No findings in 2 models.",  # the unreadable one is not a model without findings
         "1 model could not be read.",
     ]
+    alone = check("c.onnx")
+    assert alone.returncode == 2
+    assert alone.stdout.splitlines() == ["c.onnx: error: empty file (0 bytes)", "1 model could not be read."]
 
 
 def test_text_notes_for_missing_external_data(check, tmp_path, data_dir):
@@ -288,9 +291,9 @@ def test_text_notes_for_missing_external_data(check, tmp_path, data_dir):
         "17 instances of module features.*.conv.*",
     ]
     assert grouped[-2:] == [
-        "Found 52 findings (52 warning) in 1 model.",
         "52 findings shown as 3 entries: one per rule and line of model code, or module path up to its indices "
         "(--group none lists each).",
+        "Found 52 findings (52 warning) in 1 model.",
     ]
 
 

@@ -80,9 +80,9 @@ def test_text_points_at_the_line_and_groups_the_instances(monkeypatch, capsys, t
         "features.2.act 'node_silu_3'"
     )
     assert lines[-2:] == [
-        "Found 4 findings (4 warning) in 1 model.",
         "4 findings shown as 1 entry: one per rule and line of model code, or module path up to its indices "
         "(--group none lists each).",
+        "Found 4 findings (4 warning) in 1 model.",
     ]
 
 
@@ -164,13 +164,15 @@ def test_sarif_keeps_the_model_file_when_the_code_is_not_in_the_repository(monke
         assert result["properties"]["source"]["file"] == "/home/alice/proj/models/net.py"
 
 
-def test_github_annotates_the_line_once_per_design_decision(monkeypatch, capsys, tmp_path) -> None:
+def test_github_annotates_the_line_of_model_code(monkeypatch, capsys, tmp_path) -> None:
+    """GitHub's annotations are grouped per model, rule and severity (its per-step limit), and per line of model
+    code: the four SiLUs made by line 13 are one annotation on that line, naming the model."""
     _, out = check(monkeypatch, capsys, make_repo(tmp_path), "--format", "github")
     (line,) = out.splitlines()
-    assert line.startswith("::warning file=models/net.py,line=13,title=FU003::4 instances: SiLU 'node_silu' after")
-    assert "[net.onnx, node node_conv2d] and 3 more like it" in line
-    _, each = check(monkeypatch, capsys, tmp_path, "--format", "github", "--group", "none")
-    assert [row.split("::")[1] for row in each.splitlines()] == ["warning file=models/net.py,line=13,title=FU003"] * 4
+    assert line.startswith("::warning file=models/net.py,line=13,title=FU003 (4 findings)::4 findings, the first: ")
+    assert "[net.onnx, nodes node_conv2d, node_conv2d_1, node_conv2d_2, node_conv2d_3]" in line
+    _, elsewhere = check(monkeypatch, capsys, make_repo(tmp_path / "bare", with_code=False), "--format", "github")
+    assert elsewhere.startswith("::warning file=net.onnx,title=FU003 (4 findings)::")  # no code: the model file
 
 
 # --- HTML ------------------------------------------------------------------------------------------------------------
@@ -213,8 +215,21 @@ def test_a_comment_on_the_creating_line_suppresses_in_every_export(monkeypatch, 
 def test_nl100_reports_an_unused_source_marker_at_its_line(monkeypatch, capsys, tmp_path) -> None:
     make_repo(tmp_path, "  # netlint: ignore[FU003, FU006]")
     code, out = check(monkeypatch, capsys, tmp_path, "--format", "sarif")
-    results = json.loads(out)["runs"][0]["results"]
-    assert [r["ruleId"] for r in results] == ["NL100"]  # the FU003 findings are suppressed; FU006 never fired
+    listed = json.loads(out)["runs"][0]["results"]
+    # the FU003 findings are suppressed: listed as such, at the comment's line, with the comment as justification
+    suppressed = [r for r in listed if "suppressions" in r]
+    assert [r["ruleId"] for r in suppressed] == ["FU003"] * 4
+    for result in suppressed:
+        assert result["suppressions"] == [
+            {
+                "kind": "inSource",
+                "status": "accepted",
+                "justification": "netlint: ignore[FU003, FU006] (comment at models/net.py:13)",
+            }
+        ]
+        assert result["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "models/net.py"
+    results = [r for r in listed if "suppressions" not in r]
+    assert [r["ruleId"] for r in results] == ["NL100"]  # FU006 never fired
     # brackets escaped: a message with an embedded link to its related location (the model) has no other links
     text = results[0]["message"]["text"]
     assert "'netlint: ignore\\[FU003, FU006\\]' is unused: FU006 has no finding here" in text
