@@ -34,16 +34,16 @@ def resolve_sources(
 ) -> None:
     """Set `Source.path` on the findings' sources whose file is in the repository at `root` (default: the one
     holding the working folder; none: nothing to do), then apply the markers on the creating lines (see the module's
-    docstring).
-    `selected`: the rules that ran on each report (NL100 reports only for reports it ran on)."""
-    if not any(f.source is not None and f.source.file for report in reports for f in report.findings):
+    docstring). `selected`: the rules that ran on each report (NL100 reports only for reports it ran on)."""
+    everything = [[*report.findings, *(entry.finding for entry in report.suppressed)] for report in reports]
+    if not any(f.source is not None and f.source.file for findings in everything for f in findings):
         return  # no file to look up
     root = root if root is not None else repository_root()
     if root is None:  # outside a repository: no file is "in the repository"
         return
     files = RepoFiles(root)
-    for report in reports:
-        for finding in [*report.findings, *(entry.finding for entry in report.suppressed)]:
+    for findings in everything:
+        for finding in findings:
             # in place: a source may be shared between findings (one node's), and its path is the same in each
             source = finding.source
             if source is not None and source.file:
