@@ -25,6 +25,7 @@ from urllib.parse import quote
 
 from netlint import HOMEPAGE, __version__
 from netlint.engine import ModelReport
+from netlint.repo import repository_root
 from netlint.report.baseline import fallback_key, keys_of
 from netlint.report.json_report import source_json
 from netlint.rule import Rule, all_rules
@@ -38,13 +39,10 @@ SRCROOT = "%SRCROOT%"
 
 @lru_cache(maxsize=8)
 def source_root(cwd: str) -> Path:
-    """The root of the git work tree holding `cwd` (the nearest folder with a `.git` folder, or the `.git` file of a
-    worktree or submodule): what CI systems resolve file paths against. `cwd` itself outside a repository."""
-    here = Path(cwd)
-    for folder in (here, *here.parents):
-        if (folder / ".git").exists():
-            return folder
-    return here
+    """The root of the git work tree holding `cwd` (netlint.repo.repository_root: the nearest folder with a `.git`
+    folder, or the `.git` file of a worktree or submodule): what CI systems resolve file paths against. `cwd` itself
+    outside a repository."""
+    return repository_root(Path(cwd)) or Path(cwd)
 
 
 def relative_path(path: str) -> str:
