@@ -6,7 +6,7 @@ import math
 
 from netlint._lazy import numpy as np  # loaded on first use: a run served by the cache needs no numpy
 from netlint.ir import ConstantUnavailable, Graph, Node
-from netlint.ir.ops import const_source
+from netlint.ir.ops import concat_of_convs, const_source, quantized_between, quantized_weights
 from netlint.pattern import Match, Op
 from netlint.rule import Context, FixRef, Rule, register
 
@@ -97,6 +97,8 @@ class PreactivationBatchnorm(Rule):
             return "part of a longer affine chain; reported at its first node"
         if before is not None and _folds_backward(graph, before):
             return "directly after a conv it folds into (FU006 reports a BatchNormalization there)"
+        if before is not None and head.op == "BatchNormalization" and concat_of_convs(graph, before, head):
+            return "after a Concat of convs it folds backward into, gamma-free (FU006 reports it)"
         chain, problem = _chain(graph, head)
         if problem is not None:
             return problem
@@ -110,13 +112,27 @@ class PreactivationBatchnorm(Rule):
             return f"the scale cannot cross a {kind}"
         act_out = act_node.output if act_node is not None else last.output
         convs = _conv_uses(graph, act_out)
+        tail: list[Node] = []
         if not convs:
-            return "the activation's output is not read only by convs with constant weights"
-        for index, node in enumerate([*chain[1:], *([act_node] if act_node else [])]):
+            tail, convs = _mean_then_fc(graph, act_out)
+        if not convs:
+            return "the activation's output is not read only by convs with constant weights (or a mean, then an FC)"
+        for index, node in enumerate([*chain[1:], *([act_node] if act_node else []), *tail]):
             match.nodes[f"chain{index}"] = node
         for index, conv in enumerate(convs):
             match.nodes[f"conv{index}"] = conv
-        match.data.update(chain=chain, kind=kind, convs=convs, before=before, signs=self._signs(graph, chain, ctx))
+        quantized = any(quantized_weights(graph, conv) for conv in convs) or any(
+            quantized_between(graph, name) for name in (chain[0].inputs[0], *(conv.inputs[0] for conv in convs))
+        )
+        match.data.update(
+            chain=chain,
+            kind=kind,
+            convs=convs,
+            before=before,
+            signs=self._signs(graph, chain, ctx),
+            tail=tail,
+            quantized=quantized,
+        )
         return None
 
     def _signs(self, graph: Graph, chain: list[Node], ctx: Context) -> tuple[int, int] | None:
@@ -145,7 +161,10 @@ class PreactivationBatchnorm(Rule):
         before: Node | None = match.data["before"]  # type: ignore[assignment]
         kind = match.data["kind"]
         after = before.label() if before is not None else "a graph input"
-        path = " → ".join([*(node.source_op or node.op for node in chain), str(kind), convs[0].source_op or "Conv"])
+        tail: list[Node] = match.data["tail"]  # type: ignore[assignment]
+        ops = [node.source_op or node.op for node in [*chain, *tail]]
+        steps = [*ops[: len(chain)], str(kind), *ops[len(chain) :]]
+        path = " → ".join([*steps, convs[0].source_op or convs[0].op])
         value = graph.value(chain[0].output)
         channels = f" over {value.channels} channels" if value is not None and value.channels else ""
         passes = len(chain)
@@ -163,6 +182,13 @@ class PreactivationBatchnorm(Rule):
 
     def help(self, graph: Graph, match: Match, ctx: Context) -> str:
         signs = match.data["signs"]
+        if match.data["quantized"]:
+            return "fold it in the float model before quantization (the weights here are quantized), then re-quantize"
+        if match.data["tail"]:
+            return (
+                "the scale crosses the mean too (it is linear): fold it into the fully-connected layer's input "
+                "weights and keep one Add (by hand: the fix pass folds into convs only)"
+            )
         if signs is None:
             return "check the gamma signs, then fold the scale into the next conv's weights (exact where gamma > 0)"
         if signs[0]:  # type: ignore[index]
@@ -174,7 +200,11 @@ class PreactivationBatchnorm(Rule):
 
     def fix_for(self, graph: Graph, match: Match) -> FixRef | None:
         signs = match.data["signs"]
-        if signs is None:
+        convs: list[Node] = match.data["convs"]  # type: ignore[assignment]
+        # what the pass does not rewrite (a quantized model, a mean → FC tail, a ConvTranspose or Gemm reader) and
+        # unknown signs are advice only
+        manual = match.data["quantized"] or match.data["tail"] or any(conv.op != "Conv" for conv in convs)
+        if signs is None or manual:
             return FixRef(self.fix.name, "manual") if self.fix else None
         return self.fix if not signs[0] else FixRef("fold-preactivation-batchnorm", "unsafe")  # type: ignore[index]
 
@@ -309,6 +339,48 @@ def _conv_uses(graph: Graph, name: str) -> list[Node]:
         if graph.source(node.inputs[0]) != graph.source(name):  # a conv whose weights this is: nothing to fold
             return []
     return list(uses)
+
+
+MEANS = frozenset({"GlobalAveragePool", "ReduceMean"})
+RESHAPES = frozenset({"Flatten", "Reshape", "Squeeze"})
+FC_OPS = frozenset({"Gemm", "MatMul"})
+
+
+def _mean_then_fc(graph: Graph, name: str) -> tuple[list[Node], list[Node]]:
+    """ResNet V2's tail, BN → Relu → mean → FC: the spatial mean (GlobalAveragePool, or a ReduceMean over the spatial
+    axes only), the reshapes after it and the fully-connected layer with constant weights reading it, each the only
+    use of what comes before; the per-channel scale crosses the mean (linear) into the FC's input rows. ([], []) if
+    the activation's output does not go there."""
+    mean = _single_use(graph, name)
+    if mean is None or mean.op not in MEANS or not _spatial_mean(graph, mean):
+        return [], []
+    tail = [mean]
+    node = _single_use(graph, mean.output)
+    while node is not None and node.op in RESHAPES:
+        tail.append(node)
+        node = _single_use(graph, node.output)
+    if node is None or node.op not in FC_OPS or len(node.inputs) < 2 or not graph.is_const(node.inputs[1]):
+        return [], []
+    if graph.source(node.inputs[0]) != graph.source(tail[-1].output):
+        return [], []
+    return tail, [node]
+
+
+def _spatial_mean(graph: Graph, mean: Node) -> bool:
+    """A GlobalAveragePool, or a ReduceMean whose axes are the spatial ones (not the channel axis)."""
+    if mean.op == "GlobalAveragePool":
+        return True
+    value = graph.value(mean.inputs[0]) if mean.inputs else None
+    if value is None or value.shape is None or value.channel_axis is None:
+        return False
+    axes = mean.attrs.get("axes")
+    if axes is None and len(mean.inputs) > 1 and mean.inputs[1]:
+        found = graph.const(mean.inputs[1])
+        axes = None if found is None else [int(a) for a in np.asarray(found).reshape(-1)]
+    if not axes:
+        return False
+    rank = len(value.shape)
+    return value.channel_axis % rank not in {int(a) % rank for a in axes} and 0 not in {int(a) % rank for a in axes}
 
 
 def _scale_values(graph: Graph, node: Node) -> np.ndarray | None:

@@ -46,10 +46,12 @@ from netlint.targets.schema import WILDCARD_OP
 
 @dataclass(frozen=True)
 class Priced:
-    """The predicted saving of a finding's change on the target (negative: slower) and how it was priced."""
+    """The predicted saving of a finding's change on the target (negative: slower) and how it was priced; `modelled`
+    False when the saving is a placeholder (the change's latency is not modelled there, or it is about accuracy)."""
 
     saving_us: float
     basis: str
+    modelled: bool = True
 
 
 # The change these rules advise keeps MACs, bytes and kernels: they are about accuracy, not latency.
@@ -80,7 +82,7 @@ def price_advice(
     """The priced advised change of a manual rule's finding; None for rules this module does not price, or when a
     tensor it needs has no shape."""
     if finding.code in ACCURACY:
-        return Priced(0.0, ACCURACY[finding.code])
+        return Priced(0.0, ACCURACY[finding.code], modelled=False)
     handler = HANDLERS.get(finding.code)
     return handler(graph, finding, target, cost, memo) if handler is not None else None
 
@@ -102,12 +104,13 @@ def _unaligned_channels(
 ) -> Priced | None:
     alignment = target.channel_alignment
     if alignment is None:
-        return Priced(0.0, f"{target.name} states no channel alignment: nothing is padded")
+        return Priced(0.0, f"{target.name} states no channel alignment: nothing is padded", modelled=False)
     if target.kind not in PADDING_KINDS:
         return Priced(
             0.0,
             f"{target.name} is a CPU target: its alignment ({alignment}) selects a kernel path (blocked layouts) "
             "rather than padding a MAC array, and its rates do not separate the unaligned path: not modelled",
+            modelled=False,
         )
     node = graph.node(finding.nodes[0]) if finding.nodes else None
     if node is None:
@@ -257,10 +260,14 @@ def _dynamic_shape(
             "exactly as a pinned one, so fixing it changes no modelled latency",
         )
     if static is None:
-        return Priced(0.0, f"{target.name} states nothing about dynamic shapes: no modelled latency change")
+        return Priced(
+            0.0, f"{target.name} states nothing about dynamic shapes: no modelled latency change", modelled=False
+        )
     ops = target.section("ops")
     if ops is None or ops.get("fallback", "none") == "none":
-        return Priced(0.0, f"{target.name} compiles fixed shapes but states no CPU fallback cost: not modelled")
+        return Priced(
+            0.0, f"{target.name} compiles fixed shapes but states no CPU fallback cost: not modelled", modelled=False
+        )
     name = finding.tensors[0] if finding.tensors else ""
     region = dynamic_region(graph, name)
     if not region:
@@ -438,6 +445,7 @@ def _keep_fp32(graph: Graph, finding: Finding, target: Target, cost: ModelCost, 
             0.0,
             f"{target.name} has no float16 precision, so running the op in float16 is not modelled there: no "
             "latency change (keep-fp32 is advised for accuracy, not speed)",
+            modelled=False,
         )
     node = graph.node(finding.nodes[0]) if finding.nodes else None
     if node is None:

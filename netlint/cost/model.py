@@ -87,6 +87,9 @@ class NodeCost:
     rewritten: str | None = None  # the runtime rewrite (fix pass name) that folds or removes this node
     fallback: bool = False  # the target does not support the op: it runs on the CPU
     extra_pass: bool = False  # a TFLite fused activation the target runs as a separate pass
+    # a fused activation whose efficiency the target's guide gives as "good", not "best" (Qualcomm HTP FP16): its
+    # elementwise work is counted in the kernel instead of hidden behind the MACs
+    partial: bool = False
     latency_us: float | None = None
     latency_us_low: float | None = None  # data-dependent kernels: the best case (= latency_us)
     latency_us_high: float | None = None  # ... and the worst case
@@ -278,7 +281,7 @@ def _cost_model(
         return result
     by_id = {entry.node.id: entry for entry in entries}
     tails = _runtime_rewrites(graph, target, entries, by_id)
-    _mark_fallback(target, entries)
+    _mark_fallback(target, entries, graph)
     _group_kernels(graph, ctx, target, entries, by_id, tails)
     if rates is not None and rates.views_free:  # an aliased view launches nothing
         for entry in entries:
@@ -523,17 +526,29 @@ def _cancel_transposes(graph: Graph, by_id: dict[str, NodeCost]) -> None:
 
 
 # --- fallback ------------------------------------------------------------------------------------------------------
-def _mark_fallback(target: Target, entries: list[NodeCost]) -> None:
+def _mark_fallback(target: Target, entries: list[NodeCost], graph: Graph | None = None) -> None:
+    """Nodes the target does not support fall back to the CPU: an op not in its list, or (targets that list the tensor
+    types their accelerator runs, [ops].data_types) a node whose output is of another type (a float op on Ethos-U)."""
     ops = target.section("ops")
     if ops is None or ops.get("fallback", "none") == "none":
         return
     supported: dict[str, bool | None] = {}  # per op type (supports_op scans the target's list)
+    types = target.data_types() if graph is not None else None
     for entry in entries:
         if _placed(entry) and entry.fused_into is None:
             op = entry.node.op
             runs = supported[op] if op in supported else supported.setdefault(op, target.supports_op(op))
-            if runs is False:
+            if runs is False or (types is not None and not _typed_for(graph, entry.node, types)):  # type: ignore[arg-type]
                 entry.fallback = True
+
+
+def _typed_for(graph: Graph, node: Node, types: frozenset[str]) -> bool:
+    """Whether the node's first output is of a type the accelerator runs (unknown types count as runnable)."""
+    for name in node.outputs:
+        if name:
+            value = graph.value(name)
+            return value is None or value.dtype is None or value.dtype in types
+    return True
 
 
 # --- kernels -------------------------------------------------------------------------------------------------------
@@ -547,6 +562,8 @@ def _group_kernels(
 ) -> None:
     """Each costed node that does work is a kernel; fusable activations and residual adds join the conv before them."""
     fused = target.fused_activations() or frozenset()
+    hosts = target.fusion_hosts() or CONV_OPS
+    partial = {kind for kind in fused if target.fusion_efficiency(kind) == "good"}
     residual = target.residual_fusion()
     for entry in entries:
         cost = entry.cost  # _placed(entry), inline: it runs once per node
@@ -554,7 +571,7 @@ def _group_kernels(
             continue
         node = entry.node
         entry.kernel = node.id
-        if node.op not in CONV_OPS or entry.fallback:
+        if node.op not in hosts or entry.fallback:
             continue
         kind = entry.node.fused_activation
         if kind is not None and kind not in fused:
@@ -571,6 +588,14 @@ def _group_kernels(
             if joined is not None and joined.cost is not None and joined.kernel is None and not joined.fallback:
                 joined.kernel, joined.fused_into = entry.id, entry.id
                 joined.fusion = RESIDUAL if how == RESIDUAL and member.op == "Add" else ACTIVATION
+                if partial and joined.fusion == ACTIVATION and _kind_of(graph, member) in partial:
+                    joined.partial = True
+
+
+def _kind_of(graph: Graph, node: Node) -> str | None:
+    """The activation kind `node` belongs to (a composite's kind for each of its nodes)."""
+    composite = graph.composite(node)
+    return composite.kind if composite is not None else graph.activation(node)
 
 
 def _fusable_activation(
@@ -831,7 +856,7 @@ def _kernel_key(head: NodeCost, members: list[NodeCost], scale: float) -> tuple 
     for member in members:
         if member.fusion == RESIDUAL:
             return None
-        parts.append((id(member.cost), member.node.op, member.fusion, member.rewritten))
+        parts.append((id(member.cost), member.node.op, member.fusion, member.rewritten, member.partial))
     return scale, _grouped(head.node), *parts
 
 
@@ -853,7 +878,8 @@ def _kernel_time(
     ops = 0.0
     for m in working:
         factor = per_element.get(m.op, 1.0)
-        ops += m.cost.ops * (max(factor - hidden, 0.0) if m.fusion == ACTIVATION else factor)  # type: ignore[union-attr]
+        hides = m.fusion == ACTIVATION and not m.partial  # a "good" (not "best") fusion does its work in the kernel
+        ops += m.cost.ops * (max(factor - hidden, 0.0) if hides else factor)  # type: ignore[union-attr]
     traffic = cost.bytes * scale  # fused members add no traffic: they are applied before the kernel writes...
     for member in working:  # ...except the residual, which the kernel reads
         if member.fusion == RESIDUAL and member.cost is not None and member.cost.op_class == ELTWISE:
