@@ -108,7 +108,7 @@ class PreluAsRelu(Rule):
             return None
         verdict = _verdict(str(kind), host, target)
         if verdict is None:
-            return "PRelu fuses as well as the alternative here"
+            return "PRelu runs as well as the alternative here"
         match.data["verdict"] = verdict
         return None
 
@@ -163,13 +163,14 @@ class PreluAsRelu(Rule):
             return None
         found = _verdict(kind, host, target)
         if found is None:
-            return False, "PRelu fuses as well"
+            return False, "PRelu runs as well"
         return (kind != "LeakyRelu" or found[0]), found[2]
 
     def subject(self, key: tuple[str, ...], count: int) -> str:
         kind, _host = key
-        what = "have slopes that vary per channel" if kind == "varying" else "are exactly LeakyRelu (all slopes equal)"
-        return f"{count} PRelu{'s' if count != 1 else ''} {what if count != 1 else what.replace('have', 'has', 1)}"
+        if kind == "varying":
+            return f"{count} PRelu{'s have' if count != 1 else ' has'} slopes that vary per channel"
+        return f"{count} PRelu{'s are' if count != 1 else ' is'} exactly LeakyRelu (all slopes equal)"
 
 
 def _host(graph: Graph, prelu: Node) -> str:
@@ -180,39 +181,42 @@ def _host(graph: Graph, prelu: Node) -> str:
     return HOST_OF.get(producer.op, producer.op)
 
 
-def _fusion(kind: str, host: str, target: Target) -> tuple[bool, int]:
-    """(fuses, efficiency rank: 2 best or unstated, 1 good) of `kind` after a `host` op on `target`."""
-    if not host or not any(target.fuses_into(op) for op in FUSION_HOSTS[host]) or not target.fuses(kind):
-        return False, 0
-    return True, 1 if target.fusion_efficiency(kind) == "good" else 2
+def _standing(kind: str, host: str, target: Target) -> tuple[int, int, float]:
+    """How well `kind` runs after a `host` op on `target`, comparable with >=: (fuses, efficiency: 2 best or
+    unstated, 1 good, 0 not fused, minus its ops per element where they are not hidden: the target's calibrated
+    [cost].activation_ops_per_element, 1 where it states none)."""
+    fused = bool(host) and any(target.fuses_into(op) for op in FUSION_HOSTS[host]) and bool(target.fuses(kind))
+    if fused and target.fusion_efficiency(kind) != "good":
+        return 1, 2, 0.0
+    table = (target.section("cost") or {}).get("activation_ops_per_element", {})
+    return (1, 1, -float(table.get(kind, 1.0))) if fused else (0, 0, -float(table.get(kind, 1.0)))
 
 
 def _verdict(kind: str, host: str, target: Target) -> tuple[bool, str, str] | None:
-    """For an exact LeakyRelu (`kind` "LeakyRelu") or varying slopes ("varying") after a `host` op: (whether it is
-    worth a warning, the reason for the message, a short phrase), or None when PRelu fuses as well as the
-    alternative (nothing to say)."""
+    """For an exact LeakyRelu (`kind` "LeakyRelu") or varying slopes ("varying") after a `host` op ("" when not
+    after a conv): (whether it is worth a warning, the reason for the message, a short phrase), or None when PRelu
+    runs as well as the alternative there (nothing to say)."""
     other = "LeakyRelu" if kind == "LeakyRelu" else "Relu"
-    prelu, better = _fusion("PRelu", host, target), _fusion(other, host, target)
+    prelu, better = _standing("PRelu", host, target), _standing(other, host, target)
     label = target.label
-    if kind == "LeakyRelu":
-        if prelu >= better:
-            return False, f"on {label} PRelu and LeakyRelu fuse alike, so the change is cosmetic there", "fuse alike"
-        if prelu[0]:
-            return True, f"on {label} LeakyRelu fuses with a better efficiency than PRelu", "LeakyRelu fuses better"
-        return True, f"on {label} LeakyRelu fuses into the {host}, PRelu does not", "LeakyRelu fuses, PRelu does not"
     if prelu >= better:
+        if kind == "LeakyRelu":
+            return False, f"on {label} PRelu and LeakyRelu run alike, so the change is cosmetic there", "run alike"
         return None
-    if prelu[0]:
-        return (
-            False,
-            f"on {label} PRelu fuses with efficiency 'good', Relu 'best' (the HTP guide's table)",
-            "PRelu fuses less efficiently than Relu",
+    if prelu[0] and better[0]:
+        reason = f"on {label} PRelu fuses with efficiency 'good', {other} 'best' (the HTP guide's table)"
+        phrase = f"PRelu fuses less efficiently than {other}"
+    elif better[0]:
+        reason = f"on {label} {other} fuses into the {host}, PRelu does not: it runs as a separate elementwise pass"
+        phrase = f"{other} fuses, PRelu does not"
+    else:
+        ratio = prelu[2] / better[2] if better[2] else 1.0
+        reason = (
+            f"on {label} neither fuses here, and a PRelu costs {ratio:.2g}x a {other} per element "
+            "(the target's calibrated activation costs)"
         )
-    return (
-        False,
-        f"on {label} Relu fuses into the {host}, PRelu does not: it runs as a separate elementwise pass",
-        "PRelu does not fuse, Relu does",
-    )
+        phrase = f"PRelu costs more per element than {other}"
+    return kind == "LeakyRelu", reason, phrase
 
 
 @cache

@@ -224,7 +224,7 @@ def _reason(graph: Graph, node: Node, static: frozenset[str]) -> str | None:
     """Why `node` is unsafe in float16, or None when it is not: computed from constants only, or a Pow whose
     constant exponent cannot overflow (|p| <= 1)."""
     data = [name for name in node.inputs if name]
-    if data and all(name in static for name in data):
+    if data and all(name in static or graph.is_const(name) for name in data):
         return None
     if node.op in MEANS:
         return ACCUMULATION

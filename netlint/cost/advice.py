@@ -490,7 +490,8 @@ def _all_on_the_accelerator(
         return Priced(0.0, f"no node falls back on {target.label}: nothing to move onto the accelerator")
     key = ("HW001", target.label, id(graph))
     if key not in memo:
-        runs_all = replace(target, data={**target.data, "ops": {**ops, "supported": [WILDCARD_OP]}})
+        everything = {key: value for key, value in ops.items() if key != "data_types"}  # any op, of any type
+        runs_all = replace(target, data={**target.data, "ops": {**everything, "supported": [WILDCARD_OP]}})
         memo[key] = _latency(graph, runs_all)
     after = memo[key]
     if after is None:

@@ -179,11 +179,27 @@ def test_conv_output_also_read_inside_an_if_branch_is_fine() -> None:
     assert fu006(b.build()) == []
 
 
-def test_batchnorm_after_concat_is_fine() -> None:
+def test_batchnorm_after_a_concat_of_convs_folds_backward_by_hand() -> None:
+    """Issue 21, item 7: a BN after a channel Concat of convs folds into those convs, a slice each (gamma-free)."""
     b, x = _nchw()
-    y = b.node("Concat", [b.conv(x, 4), b.conv(x, 4)], axis=1, shape=[1, 8, 8, 8])
+    y = b.node("Concat", [b.conv(x, 4, name="c1"), b.conv(x, 4, name="c2")], axis=1, shape=[1, 8, 8, 8], name="cat")
+    b.output(b.batchnorm(y, name="bn"))
+    [f] = fu006(b.build())
+    assert f.nodes == ["bn", "cat", "c1", "c2"]
+    assert "after Concat 'cat' of 2 convs" in f.message and "whatever γ" in f.message
+    assert (f.fix.name, f.fix.applicability) == ("fold-batchnorm", "manual")  # the pass folds into one conv only
+    assert "slice" in f.help
+
+
+def test_batchnorm_after_a_concat_with_a_non_conv_input_is_fine() -> None:
+    b, x = _nchw()
+    y = b.node("Concat", [b.conv(x, 4), b.relu(x)], axis=1, shape=[1, 8, 8, 8])
     b.output(b.batchnorm(y))
     assert fu006(b.build()) == []
+    c, z = _nchw()
+    w = c.conv(z, 4, name="shared")  # the conv's output is also a graph output: it cannot take a scale
+    c.output(c.batchnorm(c.node("Concat", [w, c.conv(z, 4)], axis=1, shape=[1, 8, 8, 8])), w)
+    assert fu006(c.build()) == []
 
 
 def test_batchnorm_after_relu_is_fine() -> None:
