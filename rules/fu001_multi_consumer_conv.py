@@ -112,9 +112,10 @@ class MultiConsumerConv(Rule):
         if not blocked:
             return "the activation fuses even though the conv has other consumers"
         first = blocked[0][0]
-        # the other activations first, then the other consumers
+        # the other activations first, then the other consumers (a set: a conv may have 100k readers)
+        acting = {id(node) for node in activations}
         others = [node for node in activations if node is not first]
-        others += [node for node in uses if node is not first and node not in activations]
+        others += [node for node in uses if id(node) not in acting]
         for index, node in enumerate([first, *others]):
             match.nodes[f"consumer{index}"] = node
         match.data.update(kind=blocked[0][1], host=host, others=others, reaches_output=reaches_output)

@@ -131,7 +131,7 @@ class UnsupportedOp(Rule):
             "info",
             f"{target.label} compiles {formats} models only: convert this {str(ctx.format).upper()} model first (its "
             f"ops were not checked against {target.name}'s list)",
-            [],
+            [graph.nodes[0].id] if graph.nodes else [],  # where the model starts: the notice is about all of it
             [],
             None,
             f"convert the model to {formats} (quantized as the target needs), then check the converted file",
