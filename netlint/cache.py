@@ -49,7 +49,7 @@ if typing.TYPE_CHECKING:
     from netlint.config import Settings
 
 # Bump when the entry layout changes (2: dataclasses as lists of their fields; 3: lists of dataclasses by columns).
-CACHE_FORMAT = 3
+CACHE_FORMAT = 4  # 4: Finding.reference, Impact.modelled
 DEFAULT_DIR = ".netlint_cache"
 CACHEDIR_TAG = (
     "Signature: 8a477f597d28d172789f06886806bc55\n"
