@@ -112,9 +112,14 @@ def test_findings_exit_1(check, tmp_path, data_dir):
     assert result.returncode == 1
     # each PRelu: FU003 (TIDL merges only ReLU into the convolution) and FU004 (slopes vary: Relu would fuse)
     lines = [line for line in result.stdout.splitlines() if line.startswith(FACENET + ":") and " [" in line]
-    assert sorted(line.split()[1] for line in lines) == [
-        "FU003",
-    ] * 3 + ["FU004"] * 3
+    assert (
+        sorted(line.split()[1] for line in lines)
+        == [
+            "FU003",
+        ]
+        * 3
+        + ["FU004"] * 3
+    )
     assert result.stdout.splitlines()[-1] == "Found 6 findings (3 warning, 3 info) in 1 model for ti-tda4vm (int8)."
     assert result.stderr == ""
 
@@ -127,8 +132,9 @@ def test_a_first_run_without_a_target_summarises_what_depends_on_the_target(chec
     assert result.returncode == 0, result.stdout
     lines = [line for line in result.stdout.splitlines() if line.startswith(FACENET + ":")]
     assert [line.split()[1:3] for line in lines] == [["FU003", "[info]"], ["FU004", "[info]"]]
-    assert "3 convs are followed by PRelu: fuses on onednn-cpu, qualcomm-htp (chip 8550 or 8650); does not fuse on" in (
-        lines[0]
+    assert (
+        "3 convs are followed by PRelu: fuses on onednn-cpu, qualcomm-htp (chip 8550 or 8650); does not fuse on"
+        in (lines[0])
     )
     assert result.stdout.splitlines()[-1] == "Found 2 findings (2 info) in 1 model."
 

@@ -41,6 +41,8 @@ def npu_target(tmp_path: Path) -> Path:
     path = tmp_path / "npu.toml"
     path.write_text(NPU, encoding="utf-8")
     return path
+
+
 SKIP_KEYS = {"code", "node", "reason"}
 SEVERITIES = {"error", "warning", "info"}
 FINDING_LINE = re.compile(
