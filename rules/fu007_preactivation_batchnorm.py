@@ -203,7 +203,7 @@ class PreactivationBatchnorm(Rule):
         convs: list[Node] = match.data["convs"]  # type: ignore[assignment]
         # what the pass does not rewrite (a quantized model, a mean → FC tail, a ConvTranspose or Gemm reader) and
         # unknown signs are advice only
-        manual = match.data["quantized"] or match.data["tail"] or any(conv.op != "Conv" for conv in convs)
+        manual = match.data["quantized"] or match.data["tail"] or not all(map(_pass_folds_into, convs))
         if signs is None or manual:
             return FixRef(self.fix.name, "manual") if self.fix else None
         return self.fix if not signs[0] else FixRef("fold-preactivation-batchnorm", "unsafe")  # type: ignore[index]
@@ -339,6 +339,12 @@ def _conv_uses(graph: Graph, name: str) -> list[Node]:
         if graph.source(node.inputs[0]) != graph.source(name):  # a conv whose weights this is: nothing to fold
             return []
     return list(uses)
+
+
+def _pass_folds_into(conv: Node) -> bool:
+    """Whether fold-preactivation-batchnorm rewrites this reader: an ONNX Conv; a TFLite CONV_2D, DEPTHWISE_CONV_2D
+    (both Conv here) or FULLY_CONNECTED. Not yet: ONNX ConvTranspose and Gemm, TFLite TRANSPOSE_CONV."""
+    return conv.op == "Conv" or conv.source_op == "FULLY_CONNECTED"
 
 
 MEANS = frozenset({"GlobalAveragePool", "ReduceMean"})

@@ -879,8 +879,8 @@ RELU8_BY_RUNTIME = (
 
 def _relu6_to_relu8(target: Target) -> tuple[Callable[[Graph, list[Node], list[str]], Edited], str]:
     """Which rewrite relu6-to-relu8 amounts to on `target`, and the basis the impact gives."""
-    if target.relu6_cost == "relu8":  # the Clip(0, 8) it writes fuses as the ReLU6 did: priced as that
-        return _relu6_to("Clip", {"min": 0.0, "max": 8.0}), RELU8_BY_RUNTIME
+    if target.relu6_cost == "relu8":  # the runtime's ReLU8 costs as its ReLU does (a shift): so does the fix's
+        return _relu6_to("Relu", {}), RELU8_BY_RUNTIME
     numeric = target.numeric()
     if target.power_of_two_scales and numeric is not None and numeric[0] == "int":
         return _relu6_to("Relu", {}), RELU8_AS_RELU
