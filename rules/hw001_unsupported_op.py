@@ -155,6 +155,7 @@ class UnsupportedOp(Rule):
             [],
             None,
             "quantize the model (full-integer, e.g. int8 activations and weights) so that the accelerator can run it",
+            data={"untyped_model": True},  # the cost model prices it (netlint.cost.advice)
             reference=target.source("ops"),
         )
 

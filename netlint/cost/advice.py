@@ -458,7 +458,7 @@ def _keep_fp32(graph: Graph, finding: Finding, target: Target, cost: ModelCost, 
             memo[key] = None
         else:
             small, count = widened
-            wide_target = _Float32Bytes(**{f.name: getattr(at_fp16, f.name) for f in fields(Target)})
+            wide_target = _Float32Bytes(**{f.name: getattr(at_fp16, f.name) for f in fields(Target) if f.init})
             ops = at_fp16.section("ops")
             if ops is not None and at_fp16.supports_op(node.op) is False:  # the Casts run beside it, on the fallback:
                 supported = [op for op in ops["supported"] if op != "Cast"]  # the border moves, none is added
@@ -486,6 +486,8 @@ def _all_on_the_accelerator(
     ops = target.section("ops")
     if ops is None or cost.latency_us is None:
         return None
+    if finding.data.get("untyped_model"):
+        return _quantized_onto_the_accelerator(graph, target, ops, memo)
     if not cost.fallback_nodes:
         return Priced(0.0, f"no node falls back on {target.label}: nothing to move onto the accelerator")
     key = ("HW001", target.label, id(graph))
@@ -501,6 +503,25 @@ def _all_on_the_accelerator(
         f"the whole model on {target.label} now ({len(cost.fallback_nodes)} nodes on the fallback, "
         f"{cost.partitions} accelerator partition{'s' if cost.partitions != 1 else ''}, {cost.transfers} tensor "
         "transfers at their borders) against every node on the accelerator in one partition, with no transfers",
+    )
+
+
+def _quantized_onto_the_accelerator(graph: Graph, target: Target, ops: dict[str, Any], memo: dict[Any, Any]) -> Priced:
+    """HW001's finding that a model's tensor types keep all of it off the accelerator (a float TFLite model on
+    Ethos-U): the whole model on the CPU fallback against on the accelerator. The cost model prices a model at the
+    target's precision (as if quantized), so both sides are costed here."""
+    key = ("HW001 untyped", target.label, id(graph))
+    if key not in memo:
+        rest = {name: value for name, value in ops.items() if name != "data_types"}
+        on_cpu = replace(target, data={**target.data, "ops": {**rest, "supported": []}})
+        on_npu = replace(target, data={**target.data, "ops": {**rest, "supported": [WILDCARD_OP]}})
+        memo[key] = (_latency(graph, on_cpu), _latency(graph, on_npu))
+    before, after = memo[key]
+    saving = before - after if before is not None and after is not None else 0.0
+    return Priced(
+        saving,
+        f"the whole model on {target.label}'s CPU fallback (its tensor types keep every node off the accelerator) "
+        "against the same model quantized and run on the accelerator in one partition",
     )
 
 

@@ -281,7 +281,7 @@ def _cost_model(
         return result
     by_id = {entry.node.id: entry for entry in entries}
     tails = _runtime_rewrites(graph, target, entries, by_id)
-    _mark_fallback(target, entries, graph)
+    _mark_fallback(target, entries)
     _group_kernels(graph, ctx, target, entries, by_id, tails)
     if rates is not None and rates.views_free:  # an aliased view launches nothing
         for entry in entries:
@@ -526,29 +526,17 @@ def _cancel_transposes(graph: Graph, by_id: dict[str, NodeCost]) -> None:
 
 
 # --- fallback ------------------------------------------------------------------------------------------------------
-def _mark_fallback(target: Target, entries: list[NodeCost], graph: Graph | None = None) -> None:
-    """Nodes the target does not support fall back to the CPU: an op not in its list, or (targets that list the tensor
-    types their accelerator runs, [ops].data_types) a node whose output is of another type (a float op on Ethos-U)."""
+def _mark_fallback(target: Target, entries: list[NodeCost]) -> None:
     ops = target.section("ops")
     if ops is None or ops.get("fallback", "none") == "none":
         return
     supported: dict[str, bool | None] = {}  # per op type (supports_op scans the target's list)
-    types = target.data_types() if graph is not None else None
     for entry in entries:
         if _placed(entry) and entry.fused_into is None:
             op = entry.node.op
             runs = supported[op] if op in supported else supported.setdefault(op, target.supports_op(op))
-            if runs is False or (types is not None and not _typed_for(graph, entry.node, types)):  # type: ignore[arg-type]
+            if runs is False:
                 entry.fallback = True
-
-
-def _typed_for(graph: Graph, node: Node, types: frozenset[str]) -> bool:
-    """Whether the node's first output is of a type the accelerator runs (unknown types count as runnable)."""
-    for name in node.outputs:
-        if name:
-            value = graph.value(name)
-            return value is None or value.dtype is None or value.dtype in types
-    return True
 
 
 # --- kernels -------------------------------------------------------------------------------------------------------

@@ -386,8 +386,8 @@ def test_a_float_tflite_model_runs_entirely_on_the_ethos_u55_cpu() -> None:
     assert f.message.startswith("graph '") and "runs entirely on the CPU of ethos-u55 (int8)" in f.message
     assert "its tensors are float32" in f.message and "int16, int32, int8, uint8" in f.message
     assert "quantize" in f.help
-    assert report.cost is not None and report.cost.fallback_ops == 4  # the cost model puts them on the CPU too
-    assert f.impact is not None and f.impact.saving_ms > 0
+    assert f.impact is not None and f.impact.saving_ms > 0  # all on the CPU against quantized on the NPU
+    assert "CPU fallback" in f.impact.basis
 
 
 def test_one_float_op_in_an_int8_model_falls_back_for_its_type() -> None:
