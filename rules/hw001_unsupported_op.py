@@ -35,8 +35,15 @@ class UnsupportedOp(Rule):
       arithmetic of a dynamic-shape export, weight re-layouts) are neutral: a static-shape compiler folds them away,
       so they are neither reported nor counted. (If the input shapes are dynamic, fix them first, see HW003.)
     - In ONNX, Identity, QuantizeLinear and DequantizeLinear take no side: a QDQ-aware compiler fuses each Q/DQ pair
-      into the op it wraps, so edges pass through them. In TFLite, QUANTIZE and DEQUANTIZE are real kernels and are
-      checked like any op.
+      into the op it wraps, so edges pass through them. Neither does Dropout: ONNX Runtime's basic graph
+      optimizations remove it (and Identity), and they "run before graph partitioning and thus apply to all the
+      execution providers". In TFLite, QUANTIZE and DEQUANTIZE are real kernels and are checked like any op.
+    - A target that compiles one model format only (`[target].formats`: Arm Vela reads TFLite) gets one info notice
+      for a model of another format ("convert this ONNX model first"), not a finding per op.
+    - A target that lists the tensor types its accelerator runs (`[ops].data_types`: Vela's "Tensors must be of
+      type: int16, int32, int8, uint8") places an op of another type on the CPU: a float32 TFLite model on ethos-u55
+      runs entirely on the Cortex-M, which one finding says (priced as the whole model on the CPU against the model
+      quantized onto the NPU); a single float op in an integer model is reported as falling back for its type.
     - A TFLite custom op is supported only when the target lists its name; Select-TF ops that have a canonical name
       (FlexFusedBatchNormV3 as BatchNormalization) are checked by that name.
 
@@ -63,15 +70,17 @@ class UnsupportedOp(Rule):
 
     ## Targets
     Reported only on targets with an op list: qualcomm-htp (ONNX Runtime QNN EP op builders), ti-tda4vm (TIDL-RT's
-    operator mapping), ethos-u55 (Vela's supported TFLite ops). Severity warning; error when the target has no
-    fallback (`fallback = "none"`), because the model cannot run there at all. CPU targets (onednn-cpu, ort-cpu)
-    support every op (`supported = ["*"]`) and report only TFLite custom ops they do not list. The generic target
-    has no op list: no findings.
+    operator mapping), ethos-u55 (Vela's supported TFLite ops and tensor types; TFLite files only). Severity
+    warning; error when the target has no fallback (`fallback = "none"`), because the model cannot run there at all.
+    CPU targets (onednn-cpu, ort-cpu) support every op (`supported = ["*"]`) and report only TFLite custom ops they
+    do not list. The generic target has no op list: no findings.
 
     ## References
     - Arm Ethos-U Vela, Supported Ops (SUPPORTED_OPS.md, as mirrored by NXP, Vela 3.6.1: "If the constraints are not
-      met, then that operator will be scheduled on the CPU instead"):
-      https://github.com/nxp-imx/ethos-u-vela/blob/090f18a55fcd4f7ae8ca1ae633418d05c62cbb6e/SUPPORTED_OPS.md
+      met, then that operator will be scheduled on the CPU instead"; "Tensors must be of type: int16, int32, int8,
+      uint8"): https://github.com/nxp-imx/ethos-u-vela/blob/090f18a55fcd4f7ae8ca1ae633418d05c62cbb6e/SUPPORTED_OPS.md
+    - ONNX Runtime, Graph Optimizations ("Basic ... graph rewrites ... run before graph partitioning", Dropout
+      elimination): https://onnxruntime.ai/docs/performance/model-optimizations/graph-optimizations.html
     - ONNX Runtime QNN EP, supported ONNX ops: onnxruntime/core/providers/qnn/builder/op_builder_factory.cc
     - TI edgeai-tidl-tools, Supported Operators & Runtimes (docs/supported_ops_rts_versions.md):
       https://github.com/TexasInstruments/edgeai-tidl-tools

@@ -482,6 +482,33 @@ BROKEN = [
         'fix = "fold-batchnorm"',
         "runtime.rewrites[0].source",
     ),
+    # issue 21: the facts the rules read per target
+    ("portable not a bool", 'kind = "npu"', 'kind = "npu"\nportable = "yes"', "target.portable"),
+    (
+        "format unknown",
+        'sources = ["Board manual — DOC-123"]',
+        'sources = ["Board manual — DOC-123"]\nformats = ["caffe"]',
+        "target.formats[0]",
+    ),
+    (
+        "fusion host not a conv-like op",
+        "requires_lone_consumer = true",
+        'hosts = ["Relu"]\nrequires_lone_consumer = true',
+        "fusion.hosts[0]",
+    ),
+    (
+        "efficiency not an enum value",
+        '[fusion.precision.fp16]\nactivations = ["Relu"]',
+        '[fusion.precision.fp16]\nactivations = ["Relu"]\nefficiency = "great"',
+        "fusion.precision.fp16.efficiency",
+    ),
+    ("data type unknown", 'fallback = "cpu"', 'fallback = "cpu"\ndata_types = ["int9"]', "ops.data_types[0]"),
+    (
+        "layout precision not declared",
+        "channel_alignment = 16\nsource",
+        'channel_alignment = 16\nprecisions = ["int4"]\nsource',
+        "layout.precisions[0]",
+    ),
     (
         "data movers precision not declared",
         'same_cost_precisions = ["a8", "fp16"]',
@@ -500,6 +527,26 @@ def test_broken_target_file_names_the_file_and_the_key(tmp_path: Path, what: str
     message = str(caught.value)
     assert "\n" not in message
     assert message.startswith(f"{path}: {key}: "), message
+
+
+def test_issue_21_facts_in_an_own_target_file(tmp_path: Path) -> None:
+    """Fusion hosts, efficiency, formats, data types and the layout's precisions are read from the file."""
+    text = (
+        VALID.replace("requires_lone_consumer = true", 'hosts = ["Conv", "Gemm"]\nrequires_lone_consumer = true')
+        .replace(
+            '[fusion.precision.fp16]\nactivations = ["Relu"]',
+            '[fusion.precision.fp16]\nactivations = ["Relu"]\nefficiency = "good"',
+        )
+        .replace('sources = ["Board manual — DOC-123"]', 'sources = ["Board manual — DOC-123"]\nformats = ["tflite"]')
+        .replace('fallback = "cpu"', 'fallback = "cpu"\ndata_types = ["int8"]')
+        .replace("channel_alignment = 16\nsource", 'channel_alignment = 16\nprecisions = ["a8"]\nsource')
+    )
+    target = load_target(str(write(tmp_path, text)))
+    assert "Gemm" in target.fusion_hosts() and "MatMul" not in target.fusion_hosts()
+    assert target.select("fp16").fusion_efficiency("Relu") == "good" and target.fusion_efficiency("Relu") is None
+    assert target.accepts_format("tflite") and not target.accepts_format("onnx")
+    assert target.data_types() == frozenset({"int8"})
+    assert target.channel_alignment == 16 and target.select("fp16").channel_alignment is None
 
 
 def test_missing_target_table(tmp_path: Path) -> None:

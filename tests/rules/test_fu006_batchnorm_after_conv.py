@@ -300,3 +300,24 @@ def test_onnx_runtime_folds_batchnorm_itself_so_it_is_info_there() -> None:
     assert on_ort.severity == "info"
     assert on_ort.message.endswith("; ort-cpu applies fold-batchnorm itself when it loads the model")
     assert on_htp.severity == "warning" and "itself" not in on_htp.message
+
+
+def test_a_qdq_conv_is_folded_in_the_float_model() -> None:
+    """Issue 21, item 7: Quantize/Dequantize between the conv and the BN: the fold pass does not rewrite that."""
+    b, x = _nchw()
+    b.output(b.batchnorm(b.quant_dequant(b.conv(x, 4, name="conv")), name="bn"))
+    [f] = fu006(b.build())
+    assert f.fix.applicability == "manual" and "before quantization" in f.help
+
+
+def test_ti_and_ort_merge_the_batchnorm_themselves() -> None:
+    """Issue 21, item 9: TIDL "ReLU & Batchnorm layers will be merged into convolution": info, no latency price."""
+    b, x = _nchw()
+    b.output(b.batchnorm(b.conv(x, 4, name="conv"), name="bn"))
+    model = b.build()
+    for target in ("ti-tda4vm", "ort-cpu"):
+        [f] = findings_of(model, ["FU006"], target)
+        assert f.severity == "info" and "applies fold-batchnorm itself" in f.message
+        assert f.impact is not None and f.impact.saving_ms == 0
+    [htp] = findings_of(model, ["FU006"], "qualcomm-htp")
+    assert htp.severity == "warning" and htp.impact.saving_ms > 0
