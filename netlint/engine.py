@@ -318,8 +318,16 @@ def _applies(rule: Rule, ctx: Context) -> bool:
 
 def _priced_by_runtime(finding: Finding, target: Target) -> Finding:
     """A finding whose fix the target's runtime applies by itself (ONNX Runtime folds BN on load, TIDL merges it into
-    the conv) is advice only, and cites the fact that says so."""
-    if finding.fix is not None and finding.severity != "info" and target.applies_fix(finding.fix.name):
+    the conv) is advice only, and cites the fact that says so. A manual fix names a form the pass does not rewrite
+    (a BN after a Concat of convs, or behind Quantize/Dequantize), and the runtime's fusion, which matches the
+    direct conv → BN pattern, does not either: that finding keeps its severity and its price."""
+    fix = finding.fix
+    if (
+        fix is not None
+        and fix.applicability != "manual"
+        and finding.severity != "info"
+        and target.applies_fix(fix.name)
+    ):
         finding.severity = "info"
         finding.message += f"; {target.label} applies {finding.fix.name} itself when it loads the model"
         finding.reference = target.rewrite_source(finding.fix.name) or finding.reference

@@ -483,6 +483,8 @@ def _all_on_the_accelerator(
 ) -> Priced | None:
     if "unsupported_op" in finding.data:
         return None  # a per-op finding: netlint.cost.impact prices the op running on the accelerator
+    if finding.data.get("format_notice"):
+        return None  # a model in a format the target's toolchain does not read: its ops have no price there
     ops = target.section("ops")
     if ops is None or cost.latency_us is None:
         return None

@@ -144,8 +144,10 @@ def _saving_us(
     applies = memo.get(("applies", fix))
     if applies is None:
         applies = memo[("applies", fix)] = target.applies_fix(fix)
-    if applies:
-        return 0.0  # the runtime does it on load: the model it runs is already fixed
+    if applies and finding.fix.applicability != "manual":  # type: ignore[union-attr]
+        # the runtime does it on load: the model it runs is already fixed (a manual fix names a form its pass does
+        # not match, e.g. a BN after a Concat of convs: see engine._priced_by_runtime)
+        return 0.0
     nodes = [graph.node(node_id) for node_id in finding.nodes]
     if not nodes or any(node is None for node in nodes):
         return None  # e.g. a finding inside an If/Loop body

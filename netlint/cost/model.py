@@ -16,7 +16,9 @@ The runtime is modelled on the IR, in one linear pass per step (no fix pass runs
 3. CPU fallback: a node the target does not support (`Target.supports_op(op) is False`, [ops].fallback not "none")
    runs alone on the CPU at `fallback_intercept_us + fallback_us_per_mb * MB touched` (Vela-style linear cost, MB =
    1e6 bytes); every tensor that crosses between the accelerator and the CPU costs `transfer_overhead_us + bytes /
-   transfer_gb_per_s`. `partitions` counts the maximal connected runs of accelerator nodes.
+   transfer_gb_per_s`. `partitions` counts the maximal connected runs of accelerator nodes. Identity and Dropout
+   never fall back: ONNX Runtime's basic optimizations remove them "before graph partitioning" (HW001 does not report
+   them either).
 4. Latency per kernel: max(MACs / MAC rate + ops / vector rate, bytes / bandwidth) + kernel overhead, with the rates
    of netlint.cost.rates. Views (Reshape, ...) cost nothing on targets whose runtime aliases them. Ops whose speed
    depends on the data (`data_dependent_ops`, e.g. PRelu on ORT CPU: branchy per element) get a range: the low end
@@ -532,7 +534,7 @@ def _mark_fallback(target: Target, entries: list[NodeCost]) -> None:
         return
     supported: dict[str, bool | None] = {}  # per op type (supports_op scans the target's list)
     for entry in entries:
-        if _placed(entry) and entry.fused_into is None:
+        if _placed(entry) and entry.fused_into is None and entry.node.op not in REMOVED_VIEWS:
             op = entry.node.op
             runs = supported[op] if op in supported else supported.setdefault(op, target.supports_op(op))
             if runs is False:

@@ -291,3 +291,15 @@ def test_ti_fuses_a_clip_to_a_power_of_two() -> None:
     for high in (6.0, 8.0, 4.0):
         assert cost_model(load(_conv_clip(high)), ti).node("act").fused_into == "conv"
     assert cost_model(load(_conv_clip(5.0)), ti).node("act").fused_into is None
+
+
+def test_dropout_is_removed_before_partitioning_so_it_never_falls_back() -> None:
+    """ONNX Runtime's basic optimizations remove Identity and Dropout "before graph partitioning" (issue 21, item 8):
+    the cost model agrees with HW001, which does not report them."""
+    b = GraphBuilder()
+    x = b.input("x", [1, 8, 8, 8])
+    y = b.node("Dropout", [b.relu(b.conv(x, 8))], name="drop")
+    b.output(b.relu(b.conv(y, 8)))
+    for target in ("qualcomm-htp", "ti-tda4vm"):
+        result = cost_model(load(b.build()), target)
+        assert result.fallback_nodes == [] and result.partitions == 1, target
