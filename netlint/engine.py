@@ -282,10 +282,11 @@ def _severity_from_price(finding: Finding, aim: str) -> None:
     if impact.saving_ms > 0:
         return
     finding.severity = "info"
+    change = "its fix" if finding.fix is not None else "the change it advises"  # manual rules: netlint.cost.advice
     if impact.saving_ms < 0:
-        finding.message += f"; its fix is predicted to slow {impact.target} down by {_ms(-impact.saving_ms)}"
+        finding.message += f"; {change} is predicted to slow {impact.target} down by {_ms(-impact.saving_ms)}"
     else:
-        finding.message += f"; its fix is predicted to save nothing on {impact.target}"
+        finding.message += f"; {change} is predicted to save nothing on {impact.target}"
 
 
 def _ms(value: float) -> str:

@@ -6,6 +6,8 @@ from functools import cache
 from typing import Any as AnyType
 from typing import ClassVar
 
+from netlint.rules.fu002_eltwise_activation import ELTWISE_OPS, FUSES_AFTER_ELTWISE
+
 from netlint.ir import Graph, Node
 from netlint.ir.ops import CONV_OPS, range_kind, slope_range
 from netlint.pattern import Any, Match, Op
@@ -14,6 +16,9 @@ from netlint.targets import Target, builtin_selections
 from netlint.targets.schema import FUSION_HOSTS
 
 HOST_OF = {op: host for host, ops in FUSION_HOSTS.items() for op in ops}
+# After an elementwise op (no conv before the PRelu): FU002's targets whose compiler fuses the activations of its conv
+# table into the elementwise op before them (Arm Vela: "fuse_activation_function_with_prev").
+ELTWISE = "Eltwise"
 
 
 @register
@@ -62,7 +67,9 @@ class PreluAsRelu(Rule):
     - ti-tda4vm: varying slopes info (only ReLU merges into the convolution); exact LeakyRelu info.
     - ort-cpu: varying slopes info; exact LeakyRelu a warning (ConvActivationFusion takes LeakyRelu, not PRelu).
     - onednn-cpu: both fuse as post-ops: varying slopes not reported, exact LeakyRelu info.
-    - ethos-u55: neither fuses (separate NPU operations): varying slopes info (Relu would fuse), exact LeakyRelu info.
+    - ethos-u55: neither fuses (separate NPU operations): varying slopes info (Relu would fuse), exact LeakyRelu info;
+      after an Add/Sub/Mul too, where Vela fuses a Relu into the elementwise op ("fuse_activation_function_with_prev")
+      but not a PRelu. Elsewhere a PRelu after an elementwise op is not reported: a Relu would not fuse there either.
 
     ## References
     - Qualcomm AI Engine Direct SDK, HTP guidelines, "Quantized 16 bit activations (A16) vs FP16 and Activation
@@ -176,16 +183,26 @@ class PreluAsRelu(Rule):
 def _host(graph: Graph, prelu: Node) -> str:
     """The op the PRelu would fuse into ("Conv", "Gemm", ...), or "" when its input is not a conv's output."""
     producer = graph.effective_producer(prelu.inputs[0]) if prelu.inputs else None
-    if producer is None or producer.op not in CONV_OPS or producer.fused_activation is not None:
+    if producer is None or producer.fused_activation is not None:
+        return ""
+    if producer.op in ELTWISE_OPS:
+        return ELTWISE
+    if producer.op not in CONV_OPS:
         return ""
     return HOST_OF.get(producer.op, producer.op)
+
+
+def _fuses_after(kind: str, host: str, target: Target) -> bool:
+    if host == ELTWISE:
+        return target.name in FUSES_AFTER_ELTWISE and bool(target.fuses(kind))
+    return bool(host) and any(target.fuses_into(op) for op in FUSION_HOSTS[host]) and bool(target.fuses(kind))
 
 
 def _standing(kind: str, host: str, target: Target) -> tuple[int, int, float]:
     """How well `kind` runs after a `host` op on `target`, comparable with >=: (fuses, efficiency: 2 best or
     unstated, 1 good, 0 not fused, minus its ops per element where they are not hidden: the target's calibrated
     [cost].activation_ops_per_element, 1 where it states none)."""
-    fused = bool(host) and any(target.fuses_into(op) for op in FUSION_HOSTS[host]) and bool(target.fuses(kind))
+    fused = _fuses_after(kind, host, target)
     if fused and target.fusion_efficiency(kind) != "good":
         return 1, 2, 0.0
     table = (target.section("cost") or {}).get("activation_ops_per_element", {})
@@ -207,7 +224,8 @@ def _verdict(kind: str, host: str, target: Target) -> tuple[bool, str, str] | No
         reason = f"on {label} PRelu fuses with efficiency 'good', {other} 'best' (the HTP guide's table)"
         phrase = f"PRelu fuses less efficiently than {other}"
     elif better[0]:
-        reason = f"on {label} {other} fuses into the {host}, PRelu does not: it runs as a separate elementwise pass"
+        into = "the elementwise op before it" if host == ELTWISE else f"the {host}"
+        reason = f"on {label} {other} fuses into {into}, PRelu does not: it runs as a separate elementwise pass"
         phrase = f"{other} fuses, PRelu does not"
     else:
         ratio = prelu[2] / better[2] if better[2] else 1.0

@@ -103,6 +103,14 @@ def test_a_latency_warning_predicted_to_save_nothing_is_info_and_says_why() -> N
     assert unfused.severity == priced_severity(unfused) == "warning"
 
 
+def test_a_manual_finding_names_the_change_it_advises(data_dir: Path) -> None:
+    """HW001 has no fix: moving one unsupported op onto the accelerator between CPU neighbours adds transfers."""
+    report = lint(data_dir / "passes" / "keep_fp32_pos.onnx", ["HW001"], "ti-tda4vm")
+    slower = [f for f in report.findings if f.impact is not None and f.impact.saving_ms < 0]
+    assert slower and all(f.severity == "info" for f in slower)
+    assert all("; the change it advises is predicted to slow ti-tda4vm (int8) down by" in f.message for f in slower)
+
+
 def test_placeholder_prices_and_accuracy_findings_keep_their_severity() -> None:
     b = GraphBuilder(seed=1)
     x = b.input("x", [1, 20, 8, 8])

@@ -52,6 +52,9 @@ class Priced:
     saving_us: float
     basis: str
     modelled: bool = True
+    # the latency the change starts from, when it is not the model's cost as priced (which assumes the model is
+    # quantized for the target): HW001's float TFLite model on Ethos-U runs on the CPU as it is
+    before_us: float | None = None
 
 
 # The change these rules advise keeps MACs, bytes and kernels: they are about accuracy, not latency.
@@ -524,6 +527,7 @@ def _quantized_onto_the_accelerator(graph: Graph, target: Target, ops: dict[str,
         saving,
         f"the whole model on {target.label}'s CPU fallback (its tensor types keep every node off the accelerator) "
         "against the same model quantized and run on the accelerator in one partition",
+        before_us=before if before is not None and after is not None else None,
     )
 
 

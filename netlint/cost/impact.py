@@ -104,6 +104,10 @@ def price_findings(graph: Graph, findings: Iterable[Finding], target: Target, co
             priced = price_advice(graph, finding, target, cost, memo)
             saving, basis = (priced.saving_us, priced.basis) if priced is not None else (None, None)
             modelled = priced.modelled if priced is not None else True
+            if priced is not None and priced.before_us is not None:
+                start = priced.before_us
+                finding.impact = Impact(label, start / 1000, (start - priced.saving_us) / 1000, basis, modelled)
+                continue
         else:
             saving = _saving_us(graph, finding, target, memo, cost.layout_facts)
             if saving is not None and finding.fix is not None and finding.fix.name in TARGET_SIMULATIONS:

@@ -368,3 +368,12 @@ def test_without_a_target_varying_and_leaky_slopes_are_summarised() -> None:
     assert "PRelu runs as well on onednn-cpu, qualcomm-htp (a8, a16 on chip 8550 or 8650)" in varying.message
     assert "Relu fuses, PRelu does not on ethos-u55, ort-cpu, qualcomm-htp (chip 8450), ti-tda4vm" in varying.message
     assert "PRelu fuses less efficiently than Relu on qualcomm-htp (fp16 on chip 8550 or 8650)" in varying.message
+
+
+def test_after_an_elementwise_op_only_vela_would_fuse_the_relu(data_dir: Path) -> None:
+    """Issue 21, item 4: a PRelu after a Mul. Vela fuses a Relu into the elementwise op before it, not a PRelu; on
+    HTP a Relu would not fuse there either (the guide fuses into convolutions only), so nothing is said."""
+    path = data_dir / "passes" / "eltwise_as_conv_pos.onnx"
+    [ethos] = fu004(path, "ethos-u55")
+    assert ethos.severity == "info" and "Relu fuses into the elementwise op before it, PRelu does not" in ethos.message
+    assert fu004(path, "qualcomm-htp") == [] and fu004(path, "ti-tda4vm") == []

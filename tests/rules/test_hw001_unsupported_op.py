@@ -389,6 +389,9 @@ def test_a_float_tflite_model_runs_entirely_on_the_ethos_u55_cpu() -> None:
     assert "quantize" in f.help
     assert f.impact is not None and f.impact.saving_ms > 0  # all on the CPU against quantized on the NPU
     assert "CPU fallback" in f.impact.basis
+    # it starts from the model on the CPU, as it is, and ends at the model's cost as priced (quantized, on the NPU)
+    assert f.impact.latency_ms_after == pytest.approx(report.cost.latency_ms)
+    assert f.impact.latency_ms_before > f.impact.latency_ms_after > 0
 
 
 def test_one_float_op_in_an_int8_model_falls_back_for_its_type() -> None:
