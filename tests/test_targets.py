@@ -510,6 +510,13 @@ BROKEN = [
         "layout.precisions[0]",
     ),
     (
+        "other host already a host (every conv-like op by default)",
+        'fix = "fold-batchnorm"\nsource = "Board manual — DOC-123"\n',
+        'fix = "fold-batchnorm"\nsource = "Board manual — DOC-123"\n[[fusion.other_hosts]]\nhost = "Gemm"\n'
+        'activations = ["Relu"]\nsource = "Board manual — DOC-123"\n',
+        "fusion.other_hosts[0].host",
+    ),
+    (
         "data movers precision not declared",
         'same_cost_precisions = ["a8", "fp16"]',
         'same_cost_precisions = ["a16"]',

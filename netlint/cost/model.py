@@ -553,6 +553,7 @@ def _group_kernels(
     """Each costed node that does work is a kernel; fusable activations and residual adds join the conv before them."""
     fused = target.fused_activations() or frozenset()
     hosts = target.fusion_hosts() or CONV_OPS
+    others = target.other_host_fusions()  # ops with a fusion (and a list) of their own: ORT's FusedGemm
     partial = {kind for kind in fused if target.fusion_efficiency(kind) == "good"}
     residual = target.residual_fusion()
     for entry in entries:
@@ -561,17 +562,18 @@ def _group_kernels(
             continue
         node = entry.node
         entry.kernel = node.id
-        if node.op not in hosts or entry.fallback:
+        if (node.op not in hosts and node.op not in others) or entry.fallback:
             continue
+        kinds = fused if node.op in hosts else others[node.op]
         kind = entry.node.fused_activation
-        if kind is not None and kind not in fused:
+        if kind is not None and kind not in kinds:
             entry.extra_pass = True
         if kind is not None:
             continue
         tail = tails.get(entry.id, entry.node.outputs[0] if entry.node.outputs else "")
-        members = _fusable_activation(graph, tail, fused, target.needs_lone_consumer)
+        members = _fusable_activation(graph, tail, kinds, target.needs_lone_consumer)
         how = ACTIVATION
-        if not members and residual is not None and entry.node.op in CONV_LIKE:
+        if not members and residual is not None and entry.node.op in CONV_LIKE and entry.node.op in hosts:
             members, how = _residual_members(graph, ctx, entry.node, tail, residual, by_id), RESIDUAL
         for member in members:
             joined = by_id.get(member.id)

@@ -137,6 +137,20 @@ class Target:
         self._memo["hosts"] = hosts
         return hosts
 
+    def other_host_fusions(self) -> dict[str, frozenset[str]]:
+        """[[fusion.other_hosts]]: op type (ONNX forms) -> the activation kinds that op's own fusion takes, for ops
+        outside `fusion_hosts` (ONNX Runtime's GemmActivationFusion). The cost model reads them; the rules, whose
+        advice is about convolutions, do not."""
+        if "other hosts" in self._memo:
+            return self._memo["other hosts"]  # type: ignore[no-any-return]
+        fusion = self.section("fusion") or {}
+        found: dict[str, frozenset[str]] = {}
+        for entry in fusion.get("other_hosts", []):
+            for op in FUSION_HOSTS[entry["host"]]:
+                found[op] = frozenset(entry["activations"])
+        self._memo["other hosts"] = found
+        return found
+
     def fuses_into(self, op: str) -> bool:
         """Whether activations fuse into an `op` node on this target (False without a fusion table)."""
         hosts = self.fusion_hosts()

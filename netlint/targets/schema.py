@@ -9,6 +9,8 @@ Layout of a target document (every section but [target] is optional; `generic.to
                     portable (no particular hardware: what depends on the target is summarised across the built-in
                     targets), formats (the model formats the target's toolchain compiles: onnx, tflite)
     [fusion]        source, hosts (the op types activations fuse into; default: every conv-like op),
+                    [[fusion.other_hosts]] (host, activations, source: another op type with its own fusion and
+                    list, e.g. ONNX Runtime's FusedGemm; the cost model reads it, the rules speak of conv hosts),
                     requires_lone_consumer, lone_consumer_exempt, precision.<p>.activations (and .efficiency),
                     [[fusion.conditional]] (activations, chips, precisions, efficiency, source),
                     [fusion.residual] (activations, requires_bias, requires_same_shape, source)
@@ -121,7 +123,9 @@ _SECTIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     ),
     "fusion": (
         frozenset({"source", "precision"}),
-        frozenset({"hosts", "requires_lone_consumer", "lone_consumer_exempt", "conditional", "residual"}),
+        frozenset(
+            {"hosts", "requires_lone_consumer", "lone_consumer_exempt", "conditional", "residual", "other_hosts"}
+        ),
     ),
     "ops": (frozenset({"supported", "fallback", "source"}), frozenset({"data_types"})),
     "layout": (frozenset({"channel_alignment", "source"}), frozenset({"precisions"})),
@@ -136,6 +140,7 @@ _SECTIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
 _REWRITE_KEYS = (frozenset({"fix", "source"}), frozenset())
 _RESIDUAL_KEYS = (frozenset({"activations", "requires_bias", "requires_same_shape", "source"}), frozenset())
 _CONDITIONAL_KEYS = (frozenset({"activations", "source"}), frozenset({"chips", "precisions", "efficiency"}))
+_OTHER_HOST_KEYS = (frozenset({"host", "activations", "source"}), frozenset())
 _PRECISION_TABLE_KEYS = (frozenset({"activations"}), frozenset({"efficiency"}))
 
 
@@ -380,6 +385,21 @@ class _Validator:
                 self.strings(entry["precisions"], f"{key}.precisions", nonempty=True, item=self.declared_precision)
             if "efficiency" in entry:
                 self.choice(entry["efficiency"], f"{key}.efficiency", EFFICIENCIES)
+            self.source(entry, key)
+        other_hosts = table.get("other_hosts", [])
+        if not isinstance(other_hosts, list):
+            self.fail(
+                "fusion.other_hosts",
+                f"expected an array of tables ([[fusion.other_hosts]]), got {self.got(other_hosts)}",
+            )
+        for index, entry in enumerate(other_hosts):
+            key = f"fusion.other_hosts[{index}]"
+            entry = self.table(entry, key)
+            self.keys(entry, key, _OTHER_HOST_KEYS)
+            self.choice(entry["host"], f"{key}.host", FUSION_HOSTS)
+            if entry["host"] in table.get("hosts", FUSION_HOSTS):
+                self.fail(f"{key}.host", f"{entry['host']!r} is already one of fusion.hosts")
+            self.strings(entry["activations"], f"{key}.activations", nonempty=True, item=self.activation)
             self.source(entry, key)
 
     def ops(self, table: Mapping[str, Any]) -> None:

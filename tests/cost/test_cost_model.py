@@ -303,3 +303,19 @@ def test_dropout_is_removed_before_partitioning_so_it_never_falls_back() -> None
     for target in ("qualcomm-htp", "ti-tda4vm"):
         result = cost_model(load(b.build()), target)
         assert result.fallback_nodes == [] and result.partitions == 1, target
+
+
+def test_ort_fuses_a_gemm_with_the_activations_of_its_own_fusion() -> None:
+    """ORT's GemmActivationFusion ([[fusion.other_hosts]]): Relu or Sigmoid after a Gemm is one FusedGemm kernel; a
+    Clip is not in its list. The rules, which speak of convolutions, say nothing about it."""
+    for activation, fused in (("Relu", True), ("Sigmoid", True), ("Clip", False)):
+        b = GraphBuilder()
+        x = b.input("x", [1, 64])
+        y = b.gemm(x, 32, name="fc")
+        y = b.clip(y, 0.0, 6.0, name="act") if activation == "Clip" else b.node(activation, [y], name="act")
+        b.output(y)
+        model = load(b.build())
+        result = cost_model(model, "ort-cpu")
+        assert (result.node("act").fused_into == "fc") is fused, activation
+        assert cost_model(model, "qualcomm-htp").node("act").fused_into is None  # HTP: convolutions only
+    assert load_target("ort-cpu").other_host_fusions()["Gemm"] >= {"Relu", "Sigmoid", "Tanh"}
