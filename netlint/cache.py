@@ -50,8 +50,8 @@ if typing.TYPE_CHECKING:
     from netlint.config import Settings
 
 # Bump when the entry layout changes (2: dataclasses as lists of their fields; 3: lists of dataclasses by columns;
-# 4: findings' sources, and their stacks in a table after the report).
-CACHE_FORMAT = 4
+# 4: findings' sources, and their stacks in a table after the report; 5: Finding.reference, Impact.modelled).
+CACHE_FORMAT = 5
 DEFAULT_DIR = ".netlint_cache"
 CACHEDIR_TAG = (
     "Signature: 8a477f597d28d172789f06886806bc55\n"

@@ -24,7 +24,8 @@ from netlint.io import LFS_SKIPPED, LfsPointerError, load_model
 from netlint.io.provenance import may_have_sources, sources_for
 from netlint.ir import ConstantUnavailable, Graph, Model, Node
 from netlint.pattern import Match
-from netlint.rule import Context, Finding, Rule, Skip
+from netlint.portable import summarise
+from netlint.rule import PORTABLE, Context, Finding, Rule, Skip
 from netlint.suppression import suppress
 from netlint.targets import Target
 
@@ -134,7 +135,7 @@ def lint_model(model: Model, settings: Settings, *, cores: int = 1) -> ModelRepo
     how many cores a large graph may be linted on (see the module's docstring); the report is the same."""
     target = settings.target
     report = ModelReport(model.path, model.format, target.name, target.precision, target.chip, notes=list(model.notes))
-    ctx = Context(settings.target, options=settings.rule_options)
+    ctx = Context(settings.target, options=settings.rule_options, format=model.format)
     rules = [cls() for cls in settings.rules]
     by_anchor: dict[str, list[Rule]] = defaultdict(list)
     scanners: list[Rule] = []
@@ -152,17 +153,22 @@ def lint_model(model: Model, settings: Settings, *, cores: int = 1) -> ModelRepo
             report.findings.extend(_lint_graph(graph, graph.nodes, by_anchor, scanners, ctx, report))
     # per-node-ignores and `netlint: ignore` markers, then NL100 for the ones that suppressed nothing: after every rule
     dropped: list[tuple[Finding, str, str]] = []
-    report.findings = [
-        _with_severity(_priced_by_runtime(finding, settings.target), settings)
-        for finding in suppress(model, report.findings, settings, dropped)
-    ]
+    found = [_priced_by_runtime(finding, target) for finding in suppress(model, report.findings, settings, dropped)]
+    if target.portable:  # no particular hardware: what depends on the target is one summary per kind
+        found = summarise(found, settings.rules)
+        # a suppressed occurrence of such a kind would not have been reported on its own either
+        dropped = [entry for entry in dropped if PORTABLE not in entry[0].data]
+    _cite(found, settings.rules)
+    _cite([finding for finding, _, _ in dropped], settings.rules)
+    report.findings = found
     report.suppressed = [
         Suppressed(_with_severity(_priced_by_runtime(finding, target), settings), kind, why)
         for finding, kind, why in dropped
     ]
     report.skipped = ctx.skipped
     _add_sources(model, report, rules)
-    _add_cost(model, report, target)
+    _add_cost(model, report, target, settings.rules)
+    report.findings = [_with_severity(finding, settings) for finding in report.findings]
     if settings.fingerprints:  # fingerprints need the graph, which reporters never see
         from netlint.report.baseline import finding_keys  # not at the top: the reporters import this module
 
@@ -291,9 +297,10 @@ def _warm_cost(graph: Graph, target: Target) -> None:
         model_cost(graph, target)
 
 
-def _add_cost(model: Model, report: ModelReport, target: Target) -> None:
+def _add_cost(model: Model, report: ModelReport, target: Target, rules: Sequence[type[Rule]] = ()) -> None:
     """The model's predicted cost on the target and, when it has throughput numbers, each finding's impact
-    (netlint.cost.impact). netlint.cost is imported here only: start-up stays cheap."""
+    (netlint.cost.impact), then the severity that impact implies (`_severity_from_price`). netlint.cost is imported
+    here only: start-up stays cheap."""
     from netlint.cost.impact import model_cost, price_findings, summary
 
     try:
@@ -302,6 +309,44 @@ def _add_cost(model: Model, report: ModelReport, target: Target) -> None:
         price_findings(model.graph, report.findings, target, cost)
     except Exception as exc:  # the cost model must never cost the findings themselves
         report.notes.append(f"cost model failed: {type(exc).__name__}: {' '.join(str(exc).split())[:160]}")
+        return
+    aims = {rule.code: rule.aim for rule in rules}
+    for finding in report.findings:
+        _severity_from_price(finding, aims.get(finding.code, "latency"))
+
+
+def _severity_from_price(finding: Finding, aim: str) -> None:
+    """A warning about latency whose own predicted saving on the target is zero or negative is info: the finding is
+    true, but fixing it is not predicted to pay there (a placeholder price, `Impact.modelled` False, decides
+    nothing; nor does the price of an accuracy finding)."""
+    impact = finding.impact
+    if finding.severity != "warning" or impact is None or not impact.modelled or aim != "latency":
+        return
+    if impact.saving_ms > 0:
+        return
+    finding.severity = "info"
+    change = "its fix" if finding.fix is not None else "the change it advises"  # manual rules: netlint.cost.advice
+    if impact.saving_ms < 0:
+        finding.message += f"; {change} is predicted to slow {impact.target} down by {_ms(-impact.saving_ms)}"
+    else:
+        finding.message += f"; {change} is predicted to save nothing on {impact.target}"
+
+
+def _ms(value: float) -> str:
+    return f"{value:.3g} ms" if value >= 0.001 else f"{value * 1000:.3g} µs"
+
+
+def _cite(findings: list[Finding], rules: Sequence[type[Rule]]) -> None:
+    """Give every finding without a citation its rule's first reference (`Rule.reference`)."""
+    known: dict[str, str | None] = {}
+    classes = {rule.code: rule for rule in rules}
+    for finding in findings:
+        if finding.reference is None:
+            code = finding.code
+            if code not in known:
+                rule = classes.get(code)
+                known[code] = rule.reference() if rule is not None else None
+            finding.reference = known[code]
 
 
 def _run_patterns(
@@ -360,10 +405,20 @@ def _applies(rule: Rule, ctx: Context) -> bool:
 
 
 def _priced_by_runtime(finding: Finding, target: Target) -> Finding:
-    """A finding whose fix the target's runtime applies by itself (ONNX Runtime folds BN on load) is advice only."""
-    if finding.fix is not None and finding.severity != "info" and target.applies_fix(finding.fix.name):
+    """A finding whose fix the target's runtime applies by itself (ONNX Runtime folds BN on load, TIDL merges it into
+    the conv) is advice only, and cites the fact that says so. A manual fix names a form the pass does not rewrite
+    (a BN after a Concat of convs, or behind Quantize/Dequantize), and the runtime's fusion, which matches the
+    direct conv → BN pattern, does not either: that finding keeps its severity and its price."""
+    fix = finding.fix
+    if (
+        fix is not None
+        and fix.applicability != "manual"
+        and finding.severity != "info"
+        and target.applies_fix(fix.name)
+    ):
         finding.severity = "info"
         finding.message += f"; {target.label} applies {finding.fix.name} itself when it loads the model"
+        finding.reference = target.rewrite_source(finding.fix.name) or finding.reference
     return finding
 
 

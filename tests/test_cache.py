@@ -40,9 +40,10 @@ def full_report() -> ModelReport:
         FixRef("prelu-to-relu", "unsafe"),
         "use Relu",
         {"slopes": [0.25, 0.3], "pair": (1, "a"), "nested": {"ok": True, "none": None}, "f32": np.float32(0.5)},
-        Impact("qualcomm-htp (a8, chip 8450)", 1.25, 0.75, "how the advised change was priced"),
+        Impact("qualcomm-htp (a8, chip 8450)", 1.25, 0.75, "how the advised change was priced", False),
         _source("p"),
         [_source("conv")],
+        reference="Qualcomm AI Engine Direct HTP guide — https://docs.qualcomm.com/",
     )
     cost = CostSummary(
         "qualcomm-htp (a8, chip 8450)",

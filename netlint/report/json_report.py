@@ -15,7 +15,8 @@ from netlint.report.grouping import group_findings
 from netlint.rule import Finding, FixRef, Impact
 from netlint.source import Source
 
-# 1.1: model.precision and model.chip; 1.2: finding.impact and model.cost; 1.3: finding.source and model.groups
+# 1.1: model.precision and model.chip; 1.2: finding.impact and model.cost; 1.3: finding.source, finding.reference
+# and model.groups
 SCHEMA_VERSION = "1.3"
 
 
@@ -30,6 +31,7 @@ def finding_json(finding: Finding) -> dict[str, Any]:
         "fix": {"name": finding.fix.name, "applicability": finding.fix.applicability} if finding.fix else None,
         "help": finding.help,
         "impact": impact_json(finding.impact),
+        "reference": finding.reference,
         "source": source_json(finding.source, finding.other_sources),
     }
 
@@ -103,6 +105,8 @@ def impact_json(impact: Impact | None) -> dict[str, Any] | None:
     }
     if impact.basis is not None:  # manual rules: how the advised change was priced (docs/cost-model.md)
         found["basis"] = impact.basis
+    if not impact.modelled:  # the saving is a placeholder (not modelled there, or an accuracy finding): 1.3
+        found["modelled"] = False
     return found
 
 
@@ -161,7 +165,7 @@ def _finding_text(finding: Finding, newline: str) -> str:
     (or a list of strings) raises TypeError: to_json then leaves the whole document to json."""
     enc = encode_basestring  # raises TypeError for anything but a str (a str subclass json writes the same)
     inner = newline + "  "
-    nodes, tensors, impact = finding.nodes, finding.tensors, finding.impact
+    nodes, tensors, impact, reference = finding.nodes, finding.tensors, finding.impact, finding.reference
     source, others = finding.source, finding.other_sources
     if type(nodes) not in _LISTS or type(tensors) not in _LISTS:
         raise TypeError("a list field that is not a list is left to json")
@@ -173,6 +177,7 @@ def _finding_text(finding: Finding, newline: str) -> str:
         f'{inner}"tensors": {f"[{deeper}{between.join(map(enc, tensors))}{inner}]" if tensors else "[]"},'
         f"{_tail(finding.fix, finding.help, inner)}"
         f'{inner}"impact": {"null" if impact is None else _indented(impact_json(impact), inner)},'
+        f'{inner}"reference": {"null" if reference is None else enc(reference)},'
         f'{inner}"source": {"null" if source is None else _source_text(source, others, inner)}{newline}}}'
     )
 

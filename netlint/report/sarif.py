@@ -158,6 +158,7 @@ def to_sarif(reports: list[ModelReport], rules: Iterable[type[Rule]] = ()) -> st
                     "fix": {"name": finding.fix.name, "applicability": finding.fix.applicability}
                     if finding.fix
                     else None,
+                    "reference": finding.reference,  # the citation of the fact this result rests on
                 },
             }
             if finding.code in index:

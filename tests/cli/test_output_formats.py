@@ -38,10 +38,27 @@ MODEL_KEYS = {
     "cost",
     "groups",
 }
-FINDING_KEYS = {"code", "name", "severity", "message", "nodes", "tensors", "fix", "help", "impact", "source"}
+FINDING_KEYS = {"code", "name", "severity", "message", "nodes", "tensors", "fix", "help", "impact", "reference"}
+FINDING_KEYS |= {"source"}
 SOURCE_KEYS = {"node", "module", "module_class", "owner_class", "layer", "file", "path", "line", "function", "code"}
 GROUP_KEYS = {"code", "severity", "by", "where", "path", "file", "line", "owner_class", "pattern", "count"}
 GROUP_KEYS |= {"findings", "saving_ms"}
+# These tests are about the report formats: they run on a small target file (no cost model, so no price lines) that
+# fuses Relu and not PRelu into a conv, where each PRelu after a conv is an FU004 finding of its own (info)
+ORT = ("--target", "npu.toml")
+NPU = (
+    '[target]\nname = "npu"\nsources = ["vendor guide — p. 1"]\n[fusion]\nsource = "vendor guide — p. 1"\n'
+    'hosts = ["Conv"]\n[fusion.precision.all]\nactivations = ["Relu"]\n'
+)
+
+
+@pytest.fixture(autouse=True)
+def npu_target(tmp_path: Path) -> Path:
+    path = tmp_path / "npu.toml"
+    path.write_text(NPU, encoding="utf-8")
+    return path
+
+
 SKIP_KEYS = {"code", "node", "reason"}
 SEVERITIES = {"error", "warning", "info"}
 FINDING_LINE = re.compile(
@@ -54,7 +71,7 @@ HOSTILE = "ev\x1b[31mil<script>alert(1)</script>\nnext"
 def prelu_model(path: Path, name: str = "prelu", slopes=(0.1, 0.2, 0.3)) -> Path:
     b = GraphBuilder()
     x = b.input("x", [1, len(slopes), 4, 4])
-    b.output(b.prelu(x, list(slopes), name=name))
+    b.output(b.prelu(b.conv(x, len(slopes), name="conv"), list(slopes), name=name))
     return b.save(path)
 
 
@@ -105,6 +122,7 @@ def assert_valid_document(document: dict) -> None:
             assert finding["nodes"] and all(isinstance(node, str) for node in finding["nodes"])
             assert all(isinstance(tensor, str) for tensor in finding["tensors"])
             assert finding["help"] is None or isinstance(finding["help"], str)
+            assert finding["reference"] is None or isinstance(finding["reference"], str)
             if finding["fix"] is not None:
                 assert set(finding["fix"]) == {"name", "applicability"}
                 assert finding["fix"]["applicability"] in ("safe", "unsafe", "manual")
@@ -123,14 +141,14 @@ def assert_valid_document(document: dict) -> None:
 
 # --- JSON ------------------------------------------------------------------------------------------------------------
 def test_json_contract_on_a_real_model(check, facenet):
-    result = check(facenet, "--format", "json", "--select", "FU004")
+    result = check(facenet, "--format", "json", "--select", "FU004", *ORT)
     assert result.returncode == 0  # info-only findings: 0 under the default --fail-on warning
     document = json.loads(result.stdout)
     assert_valid_document(document)
     (model,) = document["models"]
     assert model["path"] == FACENET
     assert model["format"] == "onnx"
-    assert model["target"] == "generic"
+    assert model["target"] == "npu"
     assert model["errors"] == model["skipped"] == model["notes"] == []
     assert [f["nodes"][0] for f in model["findings"]] == ["/prelu1/PRelu", "/prelu2/PRelu", "/prelu3/PRelu"]
     first = model["findings"][0]
@@ -141,6 +159,7 @@ def test_json_contract_on_a_real_model(check, facenet):
     assert first["tensors"] == ["/prelu1/PRelu_output_0"]
     assert first["help"] == "consider Relu and retrain; measure accuracy before and after"
     assert first["message"].startswith("PRelu '/prelu1/PRelu' has 10 slopes varying from 0.2298 to 0.2936")
+    assert first["reference"] == "vendor guide — p. 1"  # the fact it rests on: the target's fusion table
 
 
 def test_json_has_the_keys_of_the_readme_example(check, facenet):
@@ -148,7 +167,7 @@ def test_json_has_the_keys_of_the_readme_example(check, facenet):
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     section = readme[readme.index("## JSON report") :]
     example = json.loads(re.search(r"```json\n(.*?)\n```", section, re.DOTALL).group(1))
-    actual = json.loads(check(facenet, "--format", "json").stdout)
+    actual = json.loads(check(facenet, "--format", "json", *ORT).stdout)
     assert set(actual) == set(example) == TOP_KEYS
     assert set(actual["models"][0]) == set(example["models"][0]) == MODEL_KEYS
     assert set(actual["models"][0]["findings"][0]) == set(example["models"][0]["findings"][0]) == FINDING_KEYS
@@ -194,14 +213,14 @@ def test_json_skipped_node_when_weights_are_missing(check, tmp_path):
 
 def test_json_unreadable_model(check, tmp_path, facenet):
     (tmp_path / "broken.onnx").write_bytes(b"\x08\x07garbage that is not onnx")
-    result = check("broken.onnx", facenet, "--format", "json", "--select", "FU004")
+    result = check("broken.onnx", facenet, "--format", "json", "--select", "FU004", *ORT)
     assert result.returncode == 2
     document = json.loads(result.stdout)  # stdout stays valid JSON
     assert_valid_document(document)
     broken, good = document["models"]
     assert broken["path"] == "broken.onnx"
     assert broken["format"] is None
-    assert broken["target"] == "generic"
+    assert broken["target"] == "npu"
     assert len(broken["errors"]) == 1 and broken["errors"][0]
     assert broken["findings"] == broken["skipped"] == []
     assert good["format"] == "onnx"
@@ -222,7 +241,7 @@ def test_json_tflite_model(check, tmp_path, data_dir):
 # --- text ------------------------------------------------------------------------------------------------------------
 def test_text_finding_lines_each_followed_by_help(check, tmp_path, facenet):
     prelu_model(tmp_path / "second.onnx")
-    result = check(facenet, "second.onnx", "--select", "FU004")
+    result = check(facenet, "second.onnx", "--select", "FU004", *ORT)
     assert result.returncode == 0  # info-only findings: 0 under the default --fail-on warning
     lines = result.stdout.splitlines()
     findings = [i for i, line in enumerate(lines) if FINDING_LINE.match(line)]
@@ -237,15 +256,15 @@ def test_text_finding_lines_each_followed_by_help(check, tmp_path, facenet):
         "  help: consider Relu and retrain; measure accuracy before and after (fix: prelu-to-relu, unsafe)"
     )
     assert lines[findings[-1]].startswith("second.onnx:prelu: FU004 [info] ")
-    assert lines[-1] == "Found 4 findings (4 info) in 2 models."
+    assert lines[-1] == "Found 4 findings (4 info) in 2 models for npu."
     # every line is a finding, its source, its help, or the summary
     assert len(lines) == 2 * len(findings) + len(sources) + 1
 
 
 def test_text_summary_counts_severities(check, tmp_path, facenet):
     prelu_model(tmp_path / "relu_like.onnx", slopes=(0.0, 0.0, 0.0))  # exactly Relu: a warning
-    result = check(facenet, "relu_like.onnx", "--select", "FU004")
-    assert result.stdout.splitlines()[-1] == "Found 4 findings (1 warning, 3 info) in 2 models."
+    result = check(facenet, "relu_like.onnx", "--select", "FU004", *ORT)
+    assert result.stdout.splitlines()[-1] == "Found 4 findings (1 warning, 3 info) in 2 models for npu."
     single = check("relu_like.onnx", "--select", "FU004")
     assert single.stdout.splitlines()[-1] == "Found 1 finding (1 warning) in 1 model."
     assert re.match(r"^relu_like\.onnx:prelu: FU004 \[warning\] .* exactly Relu", single.stdout)
@@ -253,8 +272,8 @@ def test_text_summary_counts_severities(check, tmp_path, facenet):
 
 def test_text_summary_names_a_chosen_target(check, tmp_path):
     prelu_model(tmp_path / "m.onnx", slopes=(0.0, 0.0, 0.0))
-    last = check("m.onnx", "--select", "FU004", "--target", "qualcomm-htp", "--chip", "8550").stdout.splitlines()[-1]
-    assert last == "Found 1 finding (1 warning) in 1 model for qualcomm-htp (a8, chip 8550)."
+    last = check("m.onnx", "--select", "FU004", "--target", "qualcomm-htp", "--chip", "8450").stdout.splitlines()[-1]
+    assert last == "Found 1 finding (1 warning) in 1 model for qualcomm-htp (a8, chip 8450)."
     generic_fp16 = check("m.onnx", "--select", "FU004", "--precision", "fp16").stdout.splitlines()[-1]
     assert generic_fp16 == "Found 1 finding (1 warning) in 1 model for generic (fp16)."
 
@@ -299,12 +318,12 @@ def test_text_notes_for_missing_external_data(check, tmp_path, data_dir):
 
 # --- colour ----------------------------------------------------------------------------------------------------------
 def test_color_always_emits_ansi_escapes(check, facenet):
-    result = check(facenet, "--color", "always")
+    result = check(facenet, "--color", "always", *ORT)
     assert result.returncode == 1
     assert "\x1b[" in result.stdout
     plain = ANSI.sub("", result.stdout)
     assert "\x1b" not in plain  # nothing but well-formed SGR sequences
-    assert plain == check(facenet, "--color", "never").stdout
+    assert plain == check(facenet, "--color", "never", *ORT).stdout
 
 
 @pytest.mark.parametrize(
@@ -318,7 +337,7 @@ def test_color_always_emits_ansi_escapes(check, facenet):
     ],
 )
 def test_no_colour_unless_asked_on_a_pipe(check, facenet, flags, env):
-    result = check(facenet, *flags, env=env)
+    result = check(facenet, *flags, *ORT, env=env)
     assert result.returncode == 1
     assert "\x1b" not in result.stdout
     assert "\x1b" not in result.stderr
@@ -335,7 +354,7 @@ def test_json_is_never_coloured(check, facenet):
 @pytest.mark.parametrize("colour", ["never", "always"])
 def test_hostile_node_name_never_reaches_the_text_output_raw(check, tmp_path, colour):
     prelu_model(tmp_path / "m.onnx", name=HOSTILE)
-    result = check("m.onnx", "--color", colour)
+    result = check("m.onnx", "--color", colour, "--select", "FU004", *ORT)
     assert result.returncode == 0  # info-only findings: 0 under the default --fail-on warning
     plain = ANSI.sub("", result.stdout) if colour == "always" else result.stdout
     assert "\x1b" not in plain  # the name's escape sequence is shown escaped, never sent to the terminal
@@ -345,12 +364,12 @@ def test_hostile_node_name_never_reaches_the_text_output_raw(check, tmp_path, co
     assert "\\x1b[31m" in lines[0]
     assert "\\n" in lines[0]
     assert lines[1].startswith("  help: ")
-    assert lines[2] == "Found 1 finding (1 info) in 1 model."
+    assert lines[2] == "Found 1 finding (1 info) in 1 model for npu."
 
 
 def test_hostile_node_name_is_exact_in_json(check, tmp_path):
     prelu_model(tmp_path / "m.onnx", name=HOSTILE)
-    result = check("m.onnx", "--format", "json")
+    result = check("m.onnx", "--format", "json", "--select", "FU004", *ORT)
     assert "\x1b" not in result.stdout  # JSON escapes control characters ...
     (finding,) = json.loads(result.stdout)["models"][0]["findings"]
     assert finding["nodes"] == [HOSTILE]  # ... and keeps the exact name
@@ -362,13 +381,13 @@ def test_hostile_file_name_never_reaches_the_text_output_raw(check, tmp_path):
     folder = tmp_path / "models"
     folder.mkdir()
     prelu_model(folder / "ev\x1b[2Jil\nname.onnx")
-    result = check("models")
+    result = check("models", "--select", "FU004", *ORT)
     assert result.returncode == 0  # info-only findings: 0 under the default --fail-on warning
     assert "\x1b" not in result.stdout
     lines = result.stdout.splitlines()
     assert len(lines) == 3
     assert lines[0].startswith("models/ev\\x1b[2Jil\\nname.onnx:prelu: FU004 [info] ")
-    path = json.loads(check("models", "--format", "json").stdout)["models"][0]["path"]
+    path = json.loads(check("models", "--format", "json", "--select", "FU004", *ORT).stdout)["models"][0]["path"]
     assert path == "models/ev\x1b[2Jil\nname.onnx"
 
 
@@ -423,14 +442,14 @@ def two_models(tmp_path, data_dir) -> Path:
 
 
 def test_tty_auto_colours_and_shows_progress(tmp_path, two_models):
-    code, output = on_tty(["check", "models", "--select", "FU004"], tmp_path)
+    code, output = on_tty(["check", "models", "--select", "FU004", *ORT], tmp_path)
     assert code == 0  # info-only findings: 0 under the default --fail-on warning
     assert "[1/2] models/facenet_mtcnn_pnet.onnx" in output
     assert "[2/2] models/second.onnx" in output
     report = PROGRESS.sub("", output)
     assert "\x1b[" in report  # coloured on a terminal
     assert "\x1b" not in ANSI.sub("", report)
-    assert ANSI.sub("", report).splitlines()[-1] == "Found 4 findings (4 info) in 2 models."
+    assert ANSI.sub("", report).splitlines()[-1] == "Found 4 findings (4 info) in 2 models for npu."
 
 
 @pytest.mark.parametrize(
@@ -445,17 +464,17 @@ def test_tty_auto_colours_and_shows_progress(tmp_path, two_models):
     ],
 )
 def test_tty_no_color_ci_and_quiet(tmp_path, two_models, flags, env, colour, progress):
-    code, output = on_tty(["check", "models", "--select", "FU004", *flags], tmp_path, env)
+    code, output = on_tty(["check", "models", "--select", "FU004", *ORT, *flags], tmp_path, env)
     assert code == 0  # info-only findings: 0 under the default --fail-on warning
     assert ("[1/2] " in output) is progress
     report = PROGRESS.sub("", output)
     assert ("\x1b" in report) is colour
-    assert ANSI.sub("", report).splitlines()[-1] == "Found 4 findings (4 info) in 2 models."
+    assert ANSI.sub("", report).splitlines()[-1] == "Found 4 findings (4 info) in 2 models for npu."
 
 
 def test_tty_progress_never_shows_a_hostile_file_name_raw(tmp_path, two_models):
     prelu_model(two_models / "z\x1b]0;pwned\x07\x1b[2J.onnx")
-    code, output = on_tty(["check", "models", "--color", "never"], tmp_path)
+    code, output = on_tty(["check", "models", "--color", "never", *ORT], tmp_path)
     assert code == 1
     assert "[3/3] " in output
     # netlint's own progress control sequences are the only escapes on the terminal
