@@ -5,13 +5,16 @@ export); nothing here needs torch."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 import pytest
 
 from netlint.io.provenance import parse_stack_trace
 from netlint.source import Frame, Source
-from netlint.testing import GraphBuilder, TfliteBuilder, lint, load
+from netlint.testing import GraphBuilder, TfliteBuilder, load
+from netlint.testing import lint as _lint
 from netlint.testing.exports import (
     CONV_FRAME,
     SEQUENTIAL_FRAME,
@@ -24,6 +27,13 @@ from netlint.testing.exports import (
 
 NET = "/home/alice/proj/models/net.py"
 PACKAGES = "/opt/conda/lib/python3.11/site-packages"
+# a target that fuses only Relu into a conv, so each SiLU after a conv is a finding of its own (without a target they
+# are summarised as one finding per kind)
+NPU = str(Path(__file__).parents[1] / "data" / "targets" / "npu-relu.toml")
+
+
+def lint(model, select=None):
+    return _lint(model, select, target=NPU)
 
 
 def _by_code(report, code: str) -> list:

@@ -40,6 +40,9 @@ NET_PY = "\n".join(
     ]
 )
 SCHEMA = Path(__file__).parents[1] / "data" / "sarif-2.1.0-rtm.5.json"
+# a target that fuses only Relu into a conv: each SiLU after a conv is a finding of its own (without a target they are
+# summarised as one finding per kind)
+NPU = ("--target", str(Path(__file__).parents[1] / "data" / "targets" / "npu-relu.toml"))
 
 
 def make_repo(root: Path, marker: str = "", *, folded: bool = True, with_code: bool = True) -> Path:
@@ -55,7 +58,7 @@ def make_repo(root: Path, marker: str = "", *, folded: bool = True, with_code: b
 
 def check(monkeypatch, capsys, folder: Path, *args: str) -> tuple[int, str]:
     monkeypatch.chdir(folder)
-    code = main(["check", "net.onnx", *args])
+    code = main(["check", "net.onnx", *NPU, *args])
     out, _ = capsys.readouterr()
     return code, out
 
@@ -82,7 +85,7 @@ def test_text_points_at_the_line_and_groups_the_instances(monkeypatch, capsys, t
     assert lines[-2:] == [
         "4 findings shown as 1 entry: one per rule and line of model code, or module path up to its indices "
         "(--group none lists each).",
-        "Found 4 findings (4 warning) in 1 model.",
+        "Found 4 findings (4 warning) in 1 model for npu.",
     ]
 
 
@@ -100,7 +103,7 @@ def test_group_none_lists_each_finding_with_its_source(monkeypatch, capsys, tmp_
         f"  --> models/net.py:13 in ConvBNAct.forward ({module}: nn.SiLU)"
         for module in ("stem.act", "features.0.act", "features.1.act", "features.2.act")
     ]
-    assert lines[-1] == "Found 4 findings (4 warning) in 1 model."
+    assert lines[-1] == "Found 4 findings (4 warning) in 1 model for npu."
 
 
 def test_a_file_outside_the_repository_is_shown_as_recorded(monkeypatch, capsys, tmp_path) -> None:
@@ -179,13 +182,13 @@ def test_github_annotates_the_line_of_model_code(monkeypatch, capsys, tmp_path) 
 def test_html_folds_the_instances_and_shows_each_source(monkeypatch, capsys, tmp_path) -> None:
     make_repo(tmp_path)
     monkeypatch.chdir(tmp_path)
-    assert main(["report", "net.onnx", "-o", "report.html", "-q"]) == 0
+    assert main(["report", "net.onnx", *NPU, "-o", "report.html", "-q"]) == 0
     html = (tmp_path / "report.html").read_text(encoding="utf-8")
     assert html.count('<details class="instances"') == 1
     assert "4 instances of models.net.ConvBNAct (models/net.py:13)" in html
     assert html.count('<details class="finding"') == 4  # every finding is still on the page
     assert html.count("<code>models/net.py:13 in ConvBNAct.forward (") == 4
-    assert main(["report", "net.onnx", "-o", "flat.html", "-q", "--group", "none"]) == 0
+    assert main(["report", "net.onnx", *NPU, "-o", "flat.html", "-q", "--group", "none"]) == 0
     assert '<details class="instances"' not in (tmp_path / "flat.html").read_text(encoding="utf-8")
 
 
@@ -196,12 +199,12 @@ def test_a_comment_on_the_creating_line_suppresses_in_every_export(monkeypatch, 
     make_repo(tmp_path, "  # netlint: ignore[FU003]")
     (tmp_path / "unfolded.onnx").write_bytes(convbnact_net(folded=False).SerializeToString())
     monkeypatch.chdir(tmp_path)
-    assert main(["check", "net.onnx", "unfolded.onnx", "--format", "json", "-j", "1"]) == 1
+    assert main(["check", "net.onnx", "unfolded.onnx", *NPU, "--format", "json", "-j", "1"]) == 1
     folded, unfolded = json.loads(capsys.readouterr().out)["models"]
     assert folded["findings"] == [] and folded["groups"] == []
     assert [f["code"] for f in unfolded["findings"]] == ["FU006"] * 4  # the marker names FU003 only; it was used
     # alone, the unfolded export has no FU003 for the marker to suppress: NL100 says so, at the comment
-    assert main(["check", "unfolded.onnx", "--format", "json"]) == 1
+    assert main(["check", "unfolded.onnx", *NPU, "--format", "json"]) == 1
     (model,) = json.loads(capsys.readouterr().out)["models"]
     assert [f["code"] for f in model["findings"]] == ["FU006"] * 4 + ["NL100"]
     unused = model["findings"][-1]
@@ -237,7 +240,7 @@ def test_nl100_reports_an_unused_source_marker_at_its_line(monkeypatch, capsys, 
     physical = results[0]["locations"][0]["physicalLocation"]
     assert (physical["artifactLocation"]["uri"], physical["region"]["startLine"]) == ("models/net.py", 13)
     code, out = check(monkeypatch, capsys, tmp_path, "--ignore", "NL100")
-    assert code == 0 and out.splitlines()[-1] == "No findings in 1 model."
+    assert code == 0 and out.splitlines()[-1] == "No findings in 1 model for npu."
 
 
 def test_editing_a_marker_takes_effect_on_a_cached_model(monkeypatch, capsys, tmp_path) -> None:
@@ -249,7 +252,7 @@ def test_editing_a_marker_takes_effect_on_a_cached_model(monkeypatch, capsys, tm
     net.write_text(NET_PY.format(marker="  # netlint: ignore[unfusable-activation]"), encoding="utf-8")
     assert any((tmp_path / "cache").rglob("*.json"))
     code, out = check(monkeypatch, capsys, tmp_path, *cache)
-    assert code == 0 and out.splitlines()[-1] == "No findings in 1 model."
+    assert code == 0 and out.splitlines()[-1] == "No findings in 1 model for npu."
 
 
 def test_baselines_count_each_grouped_finding(monkeypatch, capsys, tmp_path) -> None:
@@ -258,7 +261,7 @@ def test_baselines_count_each_grouped_finding(monkeypatch, capsys, tmp_path) -> 
     recorded = json.loads((tmp_path / "baseline.json").read_text())["models"]["net.onnx"]
     assert sum(recorded.values()) == 4
     code, out = check(monkeypatch, capsys, tmp_path, "--baseline", "baseline.json")
-    assert code == 0 and out.splitlines()[-1] == "No findings in 1 model."
+    assert code == 0 and out.splitlines()[-1] == "No findings in 1 model for npu."
 
 
 # --- the repository --------------------------------------------------------------------------------------------------
