@@ -49,7 +49,7 @@ if typing.TYPE_CHECKING:
     from netlint.config import Settings
 
 # Bump when the entry layout changes (2: dataclasses as lists of their fields; 3: lists of dataclasses by columns).
-CACHE_FORMAT = 3
+CACHE_FORMAT = 4  # 4: FixRef.reason
 DEFAULT_DIR = ".netlint_cache"
 CACHEDIR_TAG = (
     "Signature: 8a477f597d28d172789f06886806bc55\n"
@@ -245,7 +245,7 @@ LINT_CODE = (
     "cache.py",
     "report/baseline.py",
 )
-LINT_PACKAGES = ("ir", "io", "cost", "targets")  # with the rule modules: the code a report depends on
+LINT_PACKAGES = ("ir", "io", "cost", "targets", "fixes")  # with the rule modules: the code a report depends on
 
 
 @cache

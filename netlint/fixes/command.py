@@ -38,7 +38,7 @@ def _run_fix(args: argparse.Namespace) -> int:
         raise UsageError("say where the fixed model goes: -o FILE or --in-place (or --diff to only show changes)")
     path = Path(args.path)
     tflite_input = _is_tflite(path)
-    proto, model = (None, None) if tflite_input else _load(path)
+    original, model = _load_tflite(path) if tflite_input else _load(path)
     overrides = overrides_from(args)
     if args.config:
         file_config = read_config_file(Path(args.config))
@@ -47,29 +47,22 @@ def _run_fix(args: argparse.Namespace) -> int:
     settings = settings_for(file_config, overrides)
     settings.keep_slower_fixes = bool(getattr(args, "keep_slower_fixes", False))
     report = Path(args.report) if getattr(args, "report", None) else None
-    if report is not None and (tflite_input or report.resolve() == path.resolve()):
-        raise UsageError(f"--report {report}: " + ("not for TFLite models yet" if tflite_input else "is the input"))
-    if tflite_input:
-        from netlint.fixes.tflite.command import run_fix_tflite
-
-        return run_fix_tflite(args, path, settings)
+    if report is not None and report.resolve() == path.resolve():
+        raise UsageError(f"--report {report}: is the input")
     to_fp16 = bool(getattr(args, "to_fp16", False))
-    loaded = [model]
-    model = model if report is not None else None  # only the report needs the input's IR later: else it is freed
     from netlint.fixes.output import has_external_data
 
-    external = has_external_data(proto)  # of the input: with keep_original=False the proto is edited
+    external = not tflite_input and has_external_data(original)  # of the input: the proto may be edited in place
     result = fix_model(
-        proto,
-        str(path),
-        path.parent,
+        model,
+        original,
         settings,
         unsafe=args.unsafe_fixes,
-        model=loaded.pop(),
         to_fp16=to_fp16,
         keep_original=args.verify is not False or report is not None,  # else neither the input nor a snapshot is read
         cores=_cores(args),
     )
+    del model  # the fixed IR; the report re-reads both models
     records: list[dict[str, Any]] = []
     lines = _verify(result, path, args.verify, records)
     out = path if args.in_place else Path(args.output) if args.output else None
@@ -79,12 +72,15 @@ def _run_fix(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(_summary(result, path, lines, out, detailed=args.diff))
     if written:
-        from netlint.fixes.output import write_model
+        from netlint.fixes.output import write_bytes_atomically, write_model
 
-        # only the report reads the fixed model afterwards: else its rewritten references need not be put back
-        write_model(result.fixed, out, path, external=external, restore=report is not None)  # type: ignore[arg-type]
+        if tflite_input:
+            write_bytes_atomically(out, result.fixed)  # type: ignore[arg-type]
+        else:
+            # only the report reads the fixed model afterwards: else its rewritten references need not be put back
+            write_model(result.fixed, out, path, external=external, restore=report is not None)  # type: ignore[arg-type]
     if report is not None:
-        _write_report(report, result, path, out if written else None, model, settings.target, lines, records)
+        _write_report(report, result, path, out if written else None, settings.target, lines, records)
     if getattr(args, "exit_non_zero_on_fix", False) and result.applied:
         return EXIT_FINDINGS  # like ruff: the model was changed (or, with --diff, would be)
     return EXIT_CLEAN
@@ -102,20 +98,29 @@ def _write_report(
     result: FixResult,
     path: Path,
     out: Path | None,
-    model: Model | None,
     target: Any,
     lines: list[str],
     records: list[dict[str, Any]],
 ) -> None:
     """`--report FILE`: the HTML page of the fixes (netlint.report.html.render_fix_report), written atomically."""
     from netlint.cli import write_atomically
-    from netlint.fixes.engine import _convert
     from netlint.report.html import render_fix_report
 
-    original = model or _convert(result.original, str(path), path.parent)
-    fixed = _convert(result.fixed, str(path), path.parent) if result.applied else original
+    original = _model_of(result.original, result.format, path)
+    fixed = _model_of(result.fixed, result.format, path) if result.applied else original
     text = render_fix_report(str(path), str(out) if out else None, original, fixed, result, target, lines, records)
     write_atomically(report, text)
+
+
+def _model_of(written: Any, fmt: str, path: Path) -> Model:
+    """The IR of a model the fix run holds (a ModelProto or a flatbuffer's bytes)."""
+    if fmt == "tflite":
+        from netlint.io.tflite_io import model_from_buffer
+
+        return model_from_buffer(written, str(path))
+    from netlint.io.onnx_io import model_from_proto
+
+    return model_from_proto(written, str(path), path.parent)
 
 
 def _is_tflite(path: Path) -> bool:
@@ -127,8 +132,21 @@ def _is_tflite(path: Path) -> bool:
         raise UsageError(f"{path}: {exc}") from None
 
 
+def _load_tflite(path: Path) -> tuple[bytes, Model]:
+    """The TFLite input's bytes and IR (the same validation `check` applies)."""
+    from netlint.io.tflite_io import model_from_buffer
+
+    try:
+        data = path.read_bytes()
+        return data, model_from_buffer(data, str(path))
+    except ModelLoadError as exc:
+        raise UsageError(f"{path}: {exc}") from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
+
+
 def _load(path: Path) -> tuple[onnx.ModelProto, Model]:
-    """The ONNX input (run_fix sends TFLite files elsewhere first)."""
+    """The ONNX input's ModelProto and IR."""
     from netlint.io.onnx_io import model_from_proto
 
     try:
@@ -145,7 +163,21 @@ def _load(path: Path) -> tuple[onnx.ModelProto, Model]:
 def _verify(
     result: FixResult, path: Path, wanted: bool | None, records: list[dict[str, Any]] | None = None
 ) -> list[str]:
-    """onnxruntime's verification of an ONNX fix (see verification_lines)."""
+    """onnxruntime's (ONNX) or LiteRT's (TFLite: integer outputs must be equal) verification of a fix (see
+    verification_lines)."""
+    if result.format == "tflite":
+        from netlint.fixes import litert
+
+        return verification_lines(
+            result,
+            wanted,
+            records,
+            available=litert.available(),
+            missing="ai-edge-litert is not installed: pip install 'netlint[verify]'",
+            compare=lambda fixed: litert.compare(result.original, fixed),
+            runtime="LiteRT",
+            tolerance="; integer outputs exactly",
+        )
     from netlint.fixes import verify
 
     return verification_lines(

@@ -42,6 +42,7 @@ def to_github(reports: list[ModelReport]) -> str:
             if finding.help:
                 message += f"\nhelp: {finding.help}"
             if finding.fix is not None:
-                message += f" (fix: {finding.fix.name}, {finding.fix.applicability})"
+                why = f": {finding.fix.reason}" if finding.fix.reason else ""
+                message += f" (fix: {finding.fix.name}, {finding.fix.applicability}{why})"
             lines.append(_command(COMMANDS[finding.severity], {"file": path, "title": finding.code}, message))
     return "".join(line + "\n" for line in lines)

@@ -19,6 +19,7 @@ from urllib.parse import quote
 from netlint import __version__
 from netlint.engine import ModelReport
 from netlint.report.baseline import keys_of
+from netlint.report.json_report import fix_json
 from netlint.rule import Rule, all_rules
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -110,9 +111,7 @@ def to_sarif(reports: list[ModelReport], rules: Iterable[type[Rule]] = ()) -> st
                     "severity": finding.severity,
                     "nodes": finding.nodes,
                     "tensors": finding.tensors,
-                    "fix": {"name": finding.fix.name, "applicability": finding.fix.applicability}
-                    if finding.fix
-                    else None,
+                    "fix": fix_json(finding.fix) if finding.fix else None,
                 },
             }
             if finding.code in index:

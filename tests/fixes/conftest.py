@@ -1,45 +1,148 @@
-"""Helpers for the fix tests: fix an in-memory model with the same engine as `netlint fix`, run models with
-onnxruntime on seeded inputs, and give onnx's light models random weights (their own are one constant)."""
+"""Helpers for the fix tests, for ONNX models (ModelProtos) and TFLite flatbuffers (bytes) alike: fix in memory with
+the engine `netlint fix` uses, run models with onnxruntime / LiteRT on seeded inputs, re-lint, count ops, and give
+onnx's light models random weights (their own are one constant)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
-import pytest
+import tflite
 from onnx import helper, numpy_helper
 
-from netlint.config import FileConfig, Overrides, settings_for
-from netlint.fixes import verify
-from netlint.fixes.engine import FixResult, fix_model
+from netlint.fixes import litert, verify
+from netlint.fixes.engine import FixResult
+from netlint.io.tflite_io import model_from_buffer
+from netlint.io.tflite_writer import op_counts, read_tree
+from netlint.rule import FixRef
 from netlint.testing import codes, findings_of
+from netlint.testing import fix as fix_in_memory
+
+FORMATS = ("onnx", "tflite")
 
 
-def run_fix(
-    model: onnx.ModelProto, select: list[str] | None = None, unsafe: bool = False, check: bool = True
+def fixed(
+    model: onnx.ModelProto | bytes, select: list[str] | None = None, *, check: bool = True, **options: Any
 ) -> FixResult:
-    settings = settings_for(FileConfig(), Overrides(select=select))
-    result = fix_model(model, "<memory>.onnx", Path("."), settings, unsafe=unsafe)
-    if check:
+    """What `netlint fix` does to `model` (left as it is); the fixed model is checked as the format's tools would:
+    onnx.checker with full checks, or the TFLite loader."""
+    result = fix_in_memory(model, select, **options)
+    if check and isinstance(result.fixed, onnx.ModelProto):
         onnx.checker.check_model(result.fixed, full_check=True)
+    elif check:
+        model_from_buffer(result.fixed, "<fixed>.tflite")
     return result
 
 
-def outputs(model: onnx.ModelProto) -> dict[str, np.ndarray]:
-    return verify.run(model, Path("."), verify.random_inputs(model))
+def fixed_path(path: Path, select: list[str] | None = None, **options: Any) -> FixResult:
+    """`fixed` for a model file (ONNX external data resolved in its folder, as `netlint fix PATH` does)."""
+    from netlint.config import FileConfig, Overrides, settings_for
+    from netlint.fixes.engine import fix_model
+    from netlint.io.onnx_io import model_from_proto
+
+    proto = onnx.load(str(path), load_external_data=False)
+    settings = settings_for(FileConfig(), Overrides(select=select))
+    return fix_model(model_from_proto(proto, str(path), path.parent), proto, settings, **options)
 
 
-def assert_equivalent(before: onnx.ModelProto, after: onnx.ModelProto, rtol: float = 1e-5, atol: float = 1e-6) -> None:
+def planned(model: onnx.ModelProto | bytes, finding: Any, fix_pass: Any) -> tuple[Any, onnx.ModelProto | bytes | None]:
+    """A pass run on one finding directly: its plan (or reason) and, when it applies, the model it writes."""
+    import copy
+
+    from netlint.io.onnx_writer import write_onnx
+    from netlint.io.tflite_writer import write_tflite
+    from netlint.ir.edit import Edit
+    from netlint.testing import load
+
+    ir = load(model)
+    plan = fix_pass().plan(ir.graph, finding, {})
+    if isinstance(plan, str):
+        return plan, None
+    edit = Edit(ir.graph)
+    plan.apply(edit)
+    edit.commit()
+    if isinstance(model, bytes):
+        return plan, write_tflite(model, ir)
+    written = copy.deepcopy(model)
+    write_onnx(written, ir)
+    onnx.checker.check_model(written, full_check=True)
+    return plan, written
+
+
+def outputs(model: onnx.ModelProto | bytes) -> list[np.ndarray]:
+    """The model's outputs on seeded random inputs (onnxruntime without graph optimizations, or LiteRT)."""
+    if isinstance(model, bytes):
+        return list(litert.run(model, litert.random_inputs(model)).values())
+    return list(verify.run(model, Path("."), verify.random_inputs(model)).values())
+
+
+def assert_equivalent(
+    before: onnx.ModelProto | bytes, after: onnx.ModelProto | bytes, rtol: float = 1e-5, atol: float = 1e-6
+) -> None:
+    """Float outputs within rtol/atol, integer outputs (quantized TFLite) equal."""
     expected, got = outputs(before), outputs(after)
-    assert set(expected) == set(got)
-    for name, value in expected.items():
-        np.testing.assert_allclose(got[name], value, rtol=rtol, atol=atol, err_msg=name)
+    assert len(expected) == len(got)
+    for index, (want, have) in enumerate(zip(expected, got, strict=True)):
+        if np.issubdtype(want.dtype, np.floating):
+            np.testing.assert_allclose(have, want, rtol=rtol, atol=atol, err_msg=f"output {index}")
+        else:
+            np.testing.assert_array_equal(have, want, err_msg=f"output {index}")
 
 
-def rechecked(model: onnx.ModelProto, code: str) -> list[str]:
+def ops(model: onnx.ModelProto | bytes) -> Counter[str]:
+    """Op counts: ONNX op types, TFLite builtin operators."""
+    if isinstance(model, bytes):
+        return op_counts(model)
+    return Counter(node.op_type for node in model.graph.node)
+
+
+def op_list(model: onnx.ModelProto) -> list[str]:
+    return [node.op_type for node in model.graph.node]
+
+
+def operators(data: bytes) -> list[tuple[str, list[int], list[int], int | None]]:
+    """(builtin, inputs, outputs, fused activation) of each operator of a flatbuffer's first subgraph."""
+    tree = read_tree(data)
+    codes_ = tree["OperatorCodes"]
+    names = {v: k for k, v in vars(tflite.BuiltinOperator).items() if not k.startswith("_")}
+    found = []
+    for op in tree["Subgraphs"][0]["Operators"]:
+        code = codes_[op["OpcodeIndex"]]
+        options = op["BuiltinOptions"]
+        fused = (options.fields.get("FusedActivationFunction") or 0) if options is not None else None
+        builtin = names.get(max(code["BuiltinCode"] or 0, code["DeprecatedBuiltinCode"] or 0), "?")
+        found.append((builtin, ints(op["Inputs"]), ints(op["Outputs"]), fused))
+    return found
+
+
+def tensor(data: bytes, index: int) -> tuple[str, np.ndarray | None]:
+    """(name, constant values or None) of tensor `index` of a flatbuffer's first subgraph."""
+    tree = read_tree(data)
+    table = tree["Subgraphs"][0]["Tensors"][index]
+    buffer = tree["Buffers"][table["Buffer"] or 0]["Data"]
+    types = {v: k.lower() for k, v in vars(tflite.TensorType).items() if not k.startswith("_")}
+    values = None
+    if buffer is not None and len(buffer):
+        raw = np.asarray(buffer, np.uint8).tobytes()
+        values = np.frombuffer(raw, np.dtype(types[table["Type"]])).reshape(ints(table["Shape"]) or ())
+    return table["Name"].decode(), values
+
+
+def ints(values: Any) -> list[int]:
+    return [] if values is None else [int(v) for v in np.asarray(values).reshape(-1)]
+
+
+def rechecked(model: onnx.ModelProto | bytes, code: str, **target: Any) -> list[str]:
     """Codes of `code` findings on the fixed model (what `netlint check` would say)."""
-    return codes(findings_of(model, select=[code]))
+    return codes(findings_of(model, select=[code], **target))
+
+
+def advertised(model: onnx.ModelProto | bytes, code: str, **target: Any) -> list[FixRef]:
+    """The fix each `code` finding of `model` advertises (what `check` says `fix` will do)."""
+    return [f.fix for f in findings_of(model, select=[code], **target)]
 
 
 def randomized(path: Path, seed: int = 0) -> onnx.ModelProto:
@@ -67,8 +170,3 @@ def randomized(path: Path, seed: int = 0) -> onnx.ModelProto:
             model.graph.output.append(helper.make_tensor_value_info(node.input[0], onnx.TensorProto.FLOAT, [1, None]))
     onnx.checker.check_model(model)
     return model
-
-
-@pytest.fixture
-def fix():
-    return run_fix

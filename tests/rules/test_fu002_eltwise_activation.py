@@ -52,7 +52,9 @@ def test_add_of_two_tensors_then_prelu_on_htp_8550_has_the_full_shape() -> None:
     assert (f.code, f.name, f.severity) == ("FU002", "eltwise-activation", "warning")
     assert f.nodes == ["add", "prelu"]
     assert f.tensors == ["add_out"]
-    assert (f.fix.name, f.fix.applicability) == ("eltwise-as-conv", "safe")
+    # the rewrite applies, but the Concat + 1x1 conv is predicted a little slower on this chip: the fix says so
+    assert (f.fix.name, f.fix.applicability) == ("eltwise-as-conv", "none")
+    assert f.fix.reason.startswith("predicted ") and "slower on qualcomm-htp (a8, chip 8550)" in f.fix.reason
     assert "Add 'add' feeds PRelu 'prelu' (its only use)" in f.message
     assert "qualcomm-htp (a8, chip 8550) fuses PRelu into a convolution but not after an Add" in f.message
     assert "1x1 Conv over the concatenated inputs with identity weights" in f.message
