@@ -72,6 +72,27 @@ def planned(model: onnx.ModelProto | bytes, finding: Any, fix_pass: Any) -> tupl
     return plan, written
 
 
+def assert_priced_as_written(model: onnx.ModelProto | bytes, code: str, target: str, **options: Any) -> None:
+    """Pricing runs the pass: the findings' predicted savings (each priced alone, by applying its own plan to the
+    neighbourhood) add up to what the written fixed model saves on the whole, within 1%. The findings must all be
+    fixed in one round (independent: no two touch the same value), which is checked."""
+    from netlint.cost import cost_model
+    from netlint.targets import load_target
+    from netlint.testing import load
+
+    result = fixed(model, [code], target=target, keep_slower_fixes=True, **options)
+    # independent: one round fixes them all (then one round finds nothing; an unsafe run has a safe stage first)
+    assert result.applied and result.rounds == 2 + bool(options.get("unsafe")), "the findings must be independent"
+    assert all(a.impact is not None for a in result.applied), "every fix is priced"
+    priced = sum(a.impact.saving_ms for a in result.applied)  # type: ignore[union-attr]
+    chosen = load_target(target, options.get("precision"), options.get("chip"))
+    before = cost_model(load(model), chosen).latency_us
+    after = cost_model(load(result.fixed), chosen).latency_us
+    assert before is not None and after is not None
+    whole = (before - after) / 1000
+    assert abs(priced - whole) <= 0.01 * abs(whole) + 1e-9, (priced, whole)
+
+
 def outputs(model: onnx.ModelProto | bytes) -> list[np.ndarray]:
     """The model's outputs on seeded random inputs (onnxruntime without graph optimizations, or LiteRT)."""
     if isinstance(model, bytes):

@@ -8,7 +8,17 @@ from itertools import count
 import numpy as np
 import onnx
 import pytest
-from conftest import FORMATS, advertised, assert_equivalent, fixed, op_list, ops, randomized, rechecked
+from conftest import (
+    FORMATS,
+    advertised,
+    assert_equivalent,
+    assert_priced_as_written,
+    fixed,
+    op_list,
+    ops,
+    randomized,
+    rechecked,
+)
 
 from netlint.testing import GraphBuilder, TfliteBuilder
 
@@ -269,3 +279,8 @@ def test_NEG_a_first_transpose_with_another_reader_stays(fmt: str) -> None:
     assert rechecked(model, "DM002") == []  # DM002 leaves such a pair alone: nothing to advertise
     result = fixed(model, ["DM002"])
     assert result.applied == [] and ops(result.fixed) == ops(model)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_price_is_what_the_written_fix_saves(fmt: str) -> None:
+    assert_priced_as_written(pair(fmt), "DM002", "ti-tda4vm")

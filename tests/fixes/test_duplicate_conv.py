@@ -8,7 +8,18 @@ import numpy as np
 import onnx
 import pytest
 import tflite
-from conftest import FORMATS, advertised, assert_equivalent, fixed, ints, op_list, operators, ops, rechecked
+from conftest import (
+    FORMATS,
+    advertised,
+    assert_equivalent,
+    assert_priced_as_written,
+    fixed,
+    ints,
+    op_list,
+    operators,
+    ops,
+    rechecked,
+)
 
 from netlint.cli import main
 from netlint.fixes import litert as verify
@@ -324,3 +335,9 @@ def test_NEG_info_finding_on_a_target_exempting_relu_advertises_none(fmt: str) -
     assert fix.applicability == "none" and "only adds MACs" in fix.reason
     result = fixed(model, ["FU001"], target="qualcomm-htp", keep_slower_fixes=True)
     assert result.applied == [] and [s.reason for s in result.skipped] == [fix.reason]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_price_is_what_the_written_fix_saves(fmt: str) -> None:
+    model = conv_relu_add(silu=True) if fmt == "onnx" else conv_act_add("hard_swish")
+    assert_priced_as_written(model, "FU001", "qualcomm-htp", chip="8550")

@@ -12,6 +12,7 @@ from conftest import (
     FORMATS,
     advertised,
     assert_equivalent,
+    assert_priced_as_written,
     fixed,
     fixed_path,
     op_list,
@@ -276,3 +277,12 @@ def test_NEG_three_d_tensors_advertise_none(fmt: str) -> None:
     assert fix.applicability == "none" and "4-D" in fix.reason
     result = fix_on_htp(model)
     assert result.applied == [] and ops(result.fixed) == ops(model)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_price_is_what_the_written_fix_saves(fmt: str) -> None:
+    if fmt == "onnx":
+        model = const_then_act("Mul", np.arange(1, 5).reshape(4, 1, 1), act="PRelu")
+    else:
+        model = tflite_const_then_act("MUL", np.arange(1, 5, dtype=np.float32), act="PRELU")
+    assert_priced_as_written(model, "FU002", **HTP)

@@ -17,6 +17,7 @@ from conftest import (
     FORMATS,
     advertised,
     assert_equivalent,
+    assert_priced_as_written,
     fixed,
     operators,
     ops,
@@ -321,3 +322,9 @@ def test_NEG_an_op_between_the_conv_and_the_add_advertises_none(fmt: str) -> Non
     assert fix.applicability == "none" and fix.reason.startswith("not fixed automatically: ")
     result = fix_on_ort(model)
     assert result.applied == [] and [s.reason for s in result.skipped] == [fix.reason]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_price_is_what_the_written_fix_saves(fmt: str) -> None:
+    model = residual(op="Sum") if fmt == "onnx" else tflite_residual(op="ADD_N")
+    assert_priced_as_written(model, "FU005", "ort-cpu")

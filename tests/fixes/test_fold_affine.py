@@ -11,6 +11,7 @@ from conftest import (
     FORMATS,
     advertised,
     assert_equivalent,
+    assert_priced_as_written,
     fixed,
     fixed_path,
     op_list,
@@ -376,3 +377,9 @@ def test_fold_NEG_shared_weights_are_advertised_none_and_left_alone(fmt: str) ->
     result = fixed(model, ["FU008"])
     assert result.applied == [] and [s.reason for s in result.skipped] == [fix.reason]
     assert ops(result.fixed) == ops(model)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_price_is_what_the_written_fix_saves(fmt: str) -> None:
+    model = onnx_conv_mul_add() if fmt == "onnx" else conv_mul_add(activation="RELU")
+    assert_priced_as_written(model, "FU008", "ti-tda4vm")

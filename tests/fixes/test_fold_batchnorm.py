@@ -11,7 +11,18 @@ import time
 import numpy as np
 import onnx
 import pytest
-from conftest import FORMATS, advertised, assert_equivalent, fixed, op_list, ops, outputs, randomized, rechecked
+from conftest import (
+    FORMATS,
+    advertised,
+    assert_equivalent,
+    assert_priced_as_written,
+    fixed,
+    op_list,
+    ops,
+    outputs,
+    randomized,
+    rechecked,
+)
 from flatbuffers import flexbuffers
 from onnx import TensorProto, helper
 
@@ -387,3 +398,16 @@ def test_fold_NEG_shared_weights_are_advertised_none_and_left_alone(fmt: str) ->
     result = fixed(model, ["FU006"])
     assert result.applied == [] and [s.reason for s in result.skipped] == [fix.reason]
     assert result.fixed is not None and ops(result.fixed) == ops(model)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_price_is_what_the_written_fix_saves(fmt: str) -> None:
+    if fmt == "tflite":
+        model = flex_bn()
+    else:
+        b = GraphBuilder(seed=7)
+        x = b.input("x", [1, 4, 16, 16])
+        y = b.relu(b.batchnorm(b.conv(x, 8, name="c1"), name="bn1"))
+        b.output(b.relu(b.batchnorm(b.conv(y, 8, name="c2"), name="bn2")))
+        model = b.build()
+    assert_priced_as_written(model, "FU006", "ti-tda4vm")

@@ -8,7 +8,17 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from conftest import FORMATS, advertised, assert_equivalent, fixed, op_list, ops, randomized, rechecked
+from conftest import (
+    FORMATS,
+    advertised,
+    assert_equivalent,
+    assert_priced_as_written,
+    fixed,
+    op_list,
+    ops,
+    randomized,
+    rechecked,
+)
 from onnx import numpy_helper
 
 from netlint.cli import main
@@ -354,3 +364,8 @@ def test_fold_NEG_a_negative_scale_is_unsafe_and_not_applied_in_a_safe_run(fmt: 
     assert (fix.name, fix.applicability) == ("fold-preactivation-batchnorm", "unsafe")  # make-gamma-positive
     result = fixed(model, ["FU007"])
     assert result.applied == [] and ops(result.fixed) == ops(model)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_price_is_what_the_written_fix_saves(fmt: str) -> None:
+    assert_priced_as_written(model_of(fmt), "FU007", "ti-tda4vm")

@@ -8,7 +8,17 @@ from itertools import count
 import numpy as np
 import onnx
 import pytest
-from conftest import FORMATS, advertised, assert_equivalent, fixed, op_list, ops, outputs, rechecked
+from conftest import (
+    FORMATS,
+    advertised,
+    assert_equivalent,
+    assert_priced_as_written,
+    fixed,
+    op_list,
+    ops,
+    outputs,
+    rechecked,
+)
 from onnx import TensorProto, external_data_helper, helper, numpy_helper
 
 from netlint.testing import GraphBuilder, TfliteBuilder
@@ -231,3 +241,8 @@ def test_NEG_a_chain_with_a_shared_middle_stays(fmt: str) -> None:
     model = chain(fmt, shared=True)
     result = fixed(model, ["DM003"])
     assert result.applied == [] and ops(result.fixed) == ops(model)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_price_is_what_the_written_fix_saves(fmt: str) -> None:
+    assert_priced_as_written(chain(fmt), "DM003", "ti-tda4vm")

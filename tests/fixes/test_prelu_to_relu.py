@@ -6,7 +6,17 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from conftest import FORMATS, advertised, assert_equivalent, fixed, op_list, ops, outputs, rechecked
+from conftest import (
+    FORMATS,
+    advertised,
+    assert_equivalent,
+    assert_priced_as_written,
+    fixed,
+    op_list,
+    ops,
+    outputs,
+    rechecked,
+)
 
 from netlint.testing import GraphBuilder, TfliteBuilder
 
@@ -203,3 +213,8 @@ def test_slopes_within_the_rules_tolerance_of_one_are_removed_as_the_rule_says()
     result = fixed(model, ["FU004"])
     assert op_list(result.fixed) == ["Conv", "Conv"]
     assert_equivalent(model, result.fixed, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_price_is_what_the_written_fix_saves(fmt: str) -> None:
+    assert_priced_as_written(model_of(fmt, [0.25] * 4), "FU004", "ti-tda4vm")

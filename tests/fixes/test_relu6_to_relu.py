@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import FORMATS, advertised, assert_equivalent, fixed, op_list, outputs, planned
+from conftest import FORMATS, advertised, assert_equivalent, assert_priced_as_written, fixed, op_list, outputs, planned
 from test_relu6_to_relu8 import INT8, TI, activation, conv_model
 
 from netlint.fixes import litert
@@ -74,3 +74,9 @@ def test_the_pass_run_directly_on_a_fused_relu6_gives_a_fused_relu() -> None:
     if litert.available():
         raw = outputs(conv_model("NONE"))[0]
         np.testing.assert_allclose(outputs(written)[0], np.maximum(raw, 0), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_price_is_what_the_written_fix_saves(names_relu, fmt: str) -> None:
+    model = activation("clip", 6.0) if fmt == "onnx" else conv_model("RELU6")
+    assert_priced_as_written(model, "QT001", TI, unsafe=True)

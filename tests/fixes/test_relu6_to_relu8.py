@@ -10,7 +10,17 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from conftest import FORMATS, advertised, assert_equivalent, fixed, op_list, ops, outputs, rechecked
+from conftest import (
+    FORMATS,
+    advertised,
+    assert_equivalent,
+    assert_priced_as_written,
+    fixed,
+    op_list,
+    ops,
+    outputs,
+    rechecked,
+)
 from onnx import external_data_helper, numpy_helper
 
 from netlint.fixes import litert, verify
@@ -239,3 +249,9 @@ def test_NEG_quantized_relu6_is_advertised_none_on_tflite_and_a_free_relu6_is_no
     [fix_] = advertised(data, "QT001", **INT8)
     assert fix_.applicability == "none" and "quantized" in fix_.reason
     assert fixed(data, ["QT001"], unsafe=True, **INT8).applied == []
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_price_is_what_the_written_fix_saves(fmt: str) -> None:
+    model = activation("clip", 6.0) if fmt == "onnx" else conv_model("RELU6")
+    assert_priced_as_written(model, "QT001", TI, unsafe=True)

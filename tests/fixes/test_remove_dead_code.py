@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from conftest import FORMATS, advertised, assert_equivalent, fixed, op_list, ops, rechecked
+from conftest import FORMATS, advertised, assert_equivalent, assert_priced_as_written, fixed, op_list, ops, rechecked
 from onnx import TensorProto, helper
 
 import netlint.cost.impact
@@ -239,3 +239,8 @@ def test_NEG_identity_read_inside_a_subgraph_body_is_kept_and_says_why() -> None
 
 def _info(name: str) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, 2])
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_price_is_what_the_written_fix_saves(fmt: str) -> None:
+    assert_priced_as_written(dead_branch(fmt), "GR001", "ti-tda4vm")

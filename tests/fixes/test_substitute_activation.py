@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from conftest import FORMATS, advertised, fixed, op_list, ops, outputs, planned, rechecked
+from conftest import FORMATS, advertised, assert_priced_as_written, fixed, op_list, ops, outputs, planned, rechecked
 from onnx import numpy_helper
 
 from netlint.cli import main
@@ -337,3 +337,9 @@ def test_NEG_a_target_fusing_no_substitute_advertises_none(fmt: str) -> None:
     nothing = dataclasses.replace(finding, data={**finding.data, "fusable": ["LeakyRelu"]})
     plan, written = planned(model, nothing, SubstituteActivation)
     assert plan == "the target fuses neither HardSigmoid nor Relu: no substitute for Sigmoid" and written is None
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_price_is_what_the_written_fix_saves(fmt: str) -> None:
+    model = conv_act("HardSwish") if fmt == "onnx" else conv_model("hard_swish")
+    assert_priced_as_written(model, "FU003", "ti-tda4vm", unsafe=True)
