@@ -4,12 +4,14 @@ onnx's light models random weights (their own are one constant)."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnx
+import pytest
 import tflite
 from onnx import helper, numpy_helper
 
@@ -22,6 +24,17 @@ from netlint.testing import codes, findings_of
 from netlint.testing import fix as fix_in_memory
 
 FORMATS = ("onnx", "tflite")
+PASS_MODELS = Path(__file__).parents[1] / "data" / "passes"
+MANIFEST = json.loads((PASS_MODELS / "MANIFEST.json").read_text())["files"]
+# what issue 19 changed on purpose in the manifest's negatives: now fixed, or refused in other words
+NOW_FIXED = {"cancel_transposes_neg.tflite"}  # the bracket form is rewritten on TFLite too
+REFUSALS = {
+    "eltwise_as_conv_neg.tflite": "the data is not float",
+    "substitute_activation_neg.tflite": "read from outside",
+    "relu6_to_relu_neg.tflite": "into a graph output",
+}
+FIX_FLAGS = {"--unsafe-fixes": "unsafe", "--to-fp16": "to_fp16", "--keep-slower-fixes": "keep_slower_fixes"}
+TARGET_FLAGS = {"--target": "target", "--precision": "precision", "--chip": "chip"}
 
 
 def fixed(
@@ -191,3 +204,50 @@ def randomized(path: Path, seed: int = 0) -> onnx.ModelProto:
             model.graph.output.append(helper.make_tensor_value_info(node.input[0], onnx.TensorProto.FLOAT, [1, None]))
     onnx.checker.check_model(model)
     return model
+
+
+def pass_models(fix: str) -> list[Any]:
+    """The manifest's models of tests/data/passes for pass `fix` (a positive and a negative per format)."""
+    return [pytest.param(name, id=name) for name, entry in sorted(MANIFEST.items()) if entry["pass"] == fix]
+
+
+def check_pass_model(name: str, monkeypatch: Any) -> None:
+    """A positive model: a full `fix` run with the manifest's options applies the pass, verified (outputs within
+    rtol 1e-4 / atol 1e-5 when only safe fixes ran; they run otherwise) and the fixed model advertises no fix `fix`
+    would still apply. A negative: each finding of the rule that the pass refuses advertises `none` with the reason
+    (the guard the manifest names), `fix --select RULE` skips it with that reason and writes nothing."""
+    from netlint.rules.qt001_relu6_saturation import Relu6Saturation
+
+    entry = MANIFEST[name]
+    data = (PASS_MODELS / name).read_bytes()
+    model: Any = data if entry["format"] == "tflite" else onnx.load_from_string(data)
+    if entry.get("declare_fix"):
+        monkeypatch.setattr(Relu6Saturation, "fix", FixRef(entry["declare_fix"], "unsafe"))
+    options = {FIX_FLAGS[f]: True for f in entry["options"] if f in FIX_FLAGS}
+    flags = iter(entry["options"])
+    target = {TARGET_FLAGS[f]: next(flags) for f in flags if f in TARGET_FLAGS}
+    flags = iter(entry.get("check_options", []))
+    target.update({TARGET_FLAGS[f]: next(flags) for f in flags})
+    if entry["kind"] == "pos" or name in NOW_FIXED:
+        result = fixed(model, **options, **target)
+        assert entry["pass"] in {a.fix for a in result.applied}
+        if entry["format"] == "tflite" and not litert.available():
+            return
+        try:
+            before = outputs(model)
+        except (RuntimeError, verify.VerifyUnavailable):  # a Select-TF op, a conv LiteRT cannot prepare: not compared
+            before = None
+        after = outputs(result.fixed)
+        if before is not None and not options:
+            assert_equivalent(model, result.fixed, rtol=1e-4, atol=1e-5)
+        assert all(np.isfinite(a).all() for a in after if np.issubdtype(a.dtype, np.floating))
+        applicable = {"safe", "unsafe"} if options.get("unsafe") else {"safe"}
+        left = [f for f in findings_of(result.fixed, **target) if f.fix and f.fix.applicability in applicable]
+        assert left == [], [(f.code, f.fix) for f in left]
+        return
+    refused = [f for f in findings_of(model, select=[entry["rule"]], **target) if f.fix.applicability == "none"]
+    assert refused and all(f.fix.name == entry["pass"] and f.fix.reason for f in refused)
+    assert any(REFUSALS.get(name, entry["refusal"]) in f.fix.reason for f in refused), [f.fix for f in refused]
+    result = fixed(model, [entry["rule"]], **options, **target)
+    assert result.applied == [] and result.fixed is result.original
+    assert {f.fix.reason for f in refused} <= {s.reason for s in result.skipped}

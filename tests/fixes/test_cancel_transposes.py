@@ -13,9 +13,11 @@ from conftest import (
     advertised,
     assert_equivalent,
     assert_priced_as_written,
+    check_pass_model,
     fixed,
     op_list,
     ops,
+    pass_models,
     randomized,
     rechecked,
 )
@@ -284,3 +286,9 @@ def test_NEG_a_first_transpose_with_another_reader_stays(fmt: str) -> None:
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_price_is_what_the_written_fix_saves(fmt: str) -> None:
     assert_priced_as_written(pair(fmt), "DM002", "ti-tda4vm")
+
+
+@pytest.mark.parametrize("name", pass_models("cancel-transposes"))
+def test_the_pass_models(name: str, monkeypatch) -> None:
+    """tests/data/passes: the positive models are fixed (verified, nothing left to fix), the negatives refused."""
+    check_pass_model(name, monkeypatch)

@@ -13,11 +13,13 @@ from conftest import (
     advertised,
     assert_equivalent,
     assert_priced_as_written,
+    check_pass_model,
     fixed,
     ints,
     op_list,
     operators,
     ops,
+    pass_models,
     rechecked,
 )
 
@@ -341,3 +343,9 @@ def test_NEG_info_finding_on_a_target_exempting_relu_advertises_none(fmt: str) -
 def test_price_is_what_the_written_fix_saves(fmt: str) -> None:
     model = conv_relu_add(silu=True) if fmt == "onnx" else conv_act_add("hard_swish")
     assert_priced_as_written(model, "FU001", "qualcomm-htp", chip="8550")
+
+
+@pytest.mark.parametrize("name", pass_models("duplicate-conv"))
+def test_the_pass_models(name: str, monkeypatch) -> None:
+    """tests/data/passes: the positive models are fixed (verified, nothing left to fix), the negatives refused."""
+    check_pass_model(name, monkeypatch)

@@ -13,11 +13,13 @@ from conftest import (
     advertised,
     assert_equivalent,
     assert_priced_as_written,
+    check_pass_model,
     fixed,
     fixed_path,
     op_list,
     operators,
     ops,
+    pass_models,
     rechecked,
     tensor,
 )
@@ -286,3 +288,9 @@ def test_price_is_what_the_written_fix_saves(fmt: str) -> None:
     else:
         model = tflite_const_then_act("MUL", np.arange(1, 5, dtype=np.float32), act="PRELU")
     assert_priced_as_written(model, "FU002", **HTP)
+
+
+@pytest.mark.parametrize("name", pass_models("eltwise-as-conv"))
+def test_the_pass_models(name: str, monkeypatch) -> None:
+    """tests/data/passes: the positive models are fixed (verified, nothing left to fix), the negatives refused."""
+    check_pass_model(name, monkeypatch)

@@ -18,10 +18,12 @@ from conftest import (
     advertised,
     assert_equivalent,
     assert_priced_as_written,
+    check_pass_model,
     fixed,
     operators,
     ops,
     outputs,
+    pass_models,
     randomized,
     rechecked,
     tensor,
@@ -328,3 +330,9 @@ def test_NEG_an_op_between_the_conv_and_the_add_advertises_none(fmt: str) -> Non
 def test_price_is_what_the_written_fix_saves(fmt: str) -> None:
     model = residual(op="Sum") if fmt == "onnx" else tflite_residual(op="ADD_N")
     assert_priced_as_written(model, "FU005", "ort-cpu")
+
+
+@pytest.mark.parametrize("name", pass_models("enable-conv-sum"))
+def test_the_pass_models(name: str, monkeypatch) -> None:
+    """tests/data/passes: the positive models are fixed (verified, nothing left to fix), the negatives refused."""
+    check_pass_model(name, monkeypatch)

@@ -12,11 +12,13 @@ from conftest import (
     advertised,
     assert_equivalent,
     assert_priced_as_written,
+    check_pass_model,
     fixed,
     fixed_path,
     op_list,
     ops,
     outputs,
+    pass_models,
     randomized,
     rechecked,
 )
@@ -383,3 +385,9 @@ def test_fold_NEG_shared_weights_are_advertised_none_and_left_alone(fmt: str) ->
 def test_price_is_what_the_written_fix_saves(fmt: str) -> None:
     model = onnx_conv_mul_add() if fmt == "onnx" else conv_mul_add(activation="RELU")
     assert_priced_as_written(model, "FU008", "ti-tda4vm")
+
+
+@pytest.mark.parametrize("name", pass_models("fold-affine"))
+def test_the_pass_models(name: str, monkeypatch) -> None:
+    """tests/data/passes: the positive models are fixed (verified, nothing left to fix), the negatives refused."""
+    check_pass_model(name, monkeypatch)

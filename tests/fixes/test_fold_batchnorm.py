@@ -16,10 +16,12 @@ from conftest import (
     advertised,
     assert_equivalent,
     assert_priced_as_written,
+    check_pass_model,
     fixed,
     op_list,
     ops,
     outputs,
+    pass_models,
     randomized,
     rechecked,
 )
@@ -411,3 +413,9 @@ def test_price_is_what_the_written_fix_saves(fmt: str) -> None:
         b.output(b.relu(b.batchnorm(b.conv(y, 8, name="c2"), name="bn2")))
         model = b.build()
     assert_priced_as_written(model, "FU006", "ti-tda4vm")
+
+
+@pytest.mark.parametrize("name", pass_models("fold-batchnorm"))
+def test_the_pass_models(name: str, monkeypatch) -> None:
+    """tests/data/passes: the positive models are fixed (verified, nothing left to fix), the negatives refused."""
+    check_pass_model(name, monkeypatch)

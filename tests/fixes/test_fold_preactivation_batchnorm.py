@@ -13,9 +13,11 @@ from conftest import (
     advertised,
     assert_equivalent,
     assert_priced_as_written,
+    check_pass_model,
     fixed,
     op_list,
     ops,
+    pass_models,
     randomized,
     rechecked,
 )
@@ -369,3 +371,9 @@ def test_fold_NEG_a_negative_scale_is_unsafe_and_not_applied_in_a_safe_run(fmt: 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_price_is_what_the_written_fix_saves(fmt: str) -> None:
     assert_priced_as_written(model_of(fmt), "FU007", "ti-tda4vm")
+
+
+@pytest.mark.parametrize("name", pass_models("fold-preactivation-batchnorm"))
+def test_the_pass_models(name: str, monkeypatch) -> None:
+    """tests/data/passes: the positive models are fixed (verified, nothing left to fix), the negatives refused."""
+    check_pass_model(name, monkeypatch)

@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 import pytest
 import tflite
-from conftest import FORMATS, advertised, fixed, ops, outputs, randomized
+from conftest import FORMATS, advertised, check_pass_model, fixed, ops, outputs, pass_models, randomized
 from onnx import TensorProto
 
 from netlint.cli import main
@@ -306,3 +306,9 @@ def test_NEG_keep_fp32_advertises_none_with_the_reason(fmt: str) -> None:
     assert fixes and all(fix.applicability == "none" for fix in fixes)
     words = "--to-fp16" if fmt == "onnx" else "no per-operator precision"
     assert all(words in fix.reason for fix in fixes)
+
+
+@pytest.mark.parametrize("name", pass_models("keep-fp32"))
+def test_the_pass_models(name: str, monkeypatch) -> None:
+    """tests/data/passes: the positive models are fixed (verified, nothing left to fix), the negatives refused."""
+    check_pass_model(name, monkeypatch)

@@ -13,10 +13,12 @@ from conftest import (
     advertised,
     assert_equivalent,
     assert_priced_as_written,
+    check_pass_model,
     fixed,
     op_list,
     ops,
     outputs,
+    pass_models,
     rechecked,
 )
 from onnx import TensorProto, external_data_helper, helper, numpy_helper
@@ -246,3 +248,9 @@ def test_NEG_a_chain_with_a_shared_middle_stays(fmt: str) -> None:
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_price_is_what_the_written_fix_saves(fmt: str) -> None:
     assert_priced_as_written(chain(fmt), "DM003", "ti-tda4vm")
+
+
+@pytest.mark.parametrize("name", pass_models("merge-reshapes"))
+def test_the_pass_models(name: str, monkeypatch) -> None:
+    """tests/data/passes: the positive models are fixed (verified, nothing left to fix), the negatives refused."""
+    check_pass_model(name, monkeypatch)

@@ -11,10 +11,12 @@ from conftest import (
     advertised,
     assert_equivalent,
     assert_priced_as_written,
+    check_pass_model,
     fixed,
     op_list,
     ops,
     outputs,
+    pass_models,
     rechecked,
 )
 
@@ -218,3 +220,9 @@ def test_slopes_within_the_rules_tolerance_of_one_are_removed_as_the_rule_says()
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_price_is_what_the_written_fix_saves(fmt: str) -> None:
     assert_priced_as_written(model_of(fmt, [0.25] * 4), "FU004", "ti-tda4vm")
+
+
+@pytest.mark.parametrize("name", pass_models("prelu-to-relu"))
+def test_the_pass_models(name: str, monkeypatch) -> None:
+    """tests/data/passes: the positive models are fixed (verified, nothing left to fix), the negatives refused."""
+    check_pass_model(name, monkeypatch)

@@ -6,7 +6,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import FORMATS, advertised, assert_equivalent, assert_priced_as_written, fixed, op_list, outputs, planned
+from conftest import (
+    FORMATS,
+    advertised,
+    assert_equivalent,
+    assert_priced_as_written,
+    check_pass_model,
+    fixed,
+    op_list,
+    outputs,
+    pass_models,
+    planned,
+)
 from test_relu6_to_relu8 import INT8, TI, activation, conv_model
 
 from netlint.fixes import litert
@@ -80,3 +91,9 @@ def test_the_pass_run_directly_on_a_fused_relu6_gives_a_fused_relu() -> None:
 def test_price_is_what_the_written_fix_saves(names_relu, fmt: str) -> None:
     model = activation("clip", 6.0) if fmt == "onnx" else conv_model("RELU6")
     assert_priced_as_written(model, "QT001", TI, unsafe=True)
+
+
+@pytest.mark.parametrize("name", pass_models("relu6-to-relu"))
+def test_the_pass_models(name: str, monkeypatch) -> None:
+    """tests/data/passes: the positive models are fixed (verified, nothing left to fix), the negatives refused."""
+    check_pass_model(name, monkeypatch)

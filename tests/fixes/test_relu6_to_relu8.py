@@ -15,10 +15,12 @@ from conftest import (
     advertised,
     assert_equivalent,
     assert_priced_as_written,
+    check_pass_model,
     fixed,
     op_list,
     ops,
     outputs,
+    pass_models,
     rechecked,
 )
 from onnx import external_data_helper, numpy_helper
@@ -255,3 +257,9 @@ def test_NEG_quantized_relu6_is_advertised_none_on_tflite_and_a_free_relu6_is_no
 def test_price_is_what_the_written_fix_saves(fmt: str) -> None:
     model = activation("clip", 6.0) if fmt == "onnx" else conv_model("RELU6")
     assert_priced_as_written(model, "QT001", TI, unsafe=True)
+
+
+@pytest.mark.parametrize("name", pass_models("relu6-to-relu8"))
+def test_the_pass_models(name: str, monkeypatch) -> None:
+    """tests/data/passes: the positive models are fixed (verified, nothing left to fix), the negatives refused."""
+    check_pass_model(name, monkeypatch)

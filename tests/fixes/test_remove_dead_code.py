@@ -6,7 +6,18 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from conftest import FORMATS, advertised, assert_equivalent, assert_priced_as_written, fixed, op_list, ops, rechecked
+from conftest import (
+    FORMATS,
+    advertised,
+    assert_equivalent,
+    assert_priced_as_written,
+    check_pass_model,
+    fixed,
+    op_list,
+    ops,
+    pass_models,
+    rechecked,
+)
 from onnx import TensorProto, helper
 
 import netlint.cost.impact
@@ -244,3 +255,9 @@ def _info(name: str) -> onnx.ValueInfoProto:
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_price_is_what_the_written_fix_saves(fmt: str) -> None:
     assert_priced_as_written(dead_branch(fmt), "GR001", "ti-tda4vm")
+
+
+@pytest.mark.parametrize("name", pass_models("remove-dead-code"))
+def test_the_pass_models(name: str, monkeypatch) -> None:
+    """tests/data/passes: the positive models are fixed (verified, nothing left to fix), the negatives refused."""
+    check_pass_model(name, monkeypatch)

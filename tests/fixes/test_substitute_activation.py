@@ -10,7 +10,19 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from conftest import FORMATS, advertised, assert_priced_as_written, fixed, op_list, ops, outputs, planned, rechecked
+from conftest import (
+    FORMATS,
+    advertised,
+    assert_priced_as_written,
+    check_pass_model,
+    fixed,
+    op_list,
+    ops,
+    outputs,
+    pass_models,
+    planned,
+    rechecked,
+)
 from onnx import numpy_helper
 
 from netlint.cli import main
@@ -343,3 +355,9 @@ def test_NEG_a_target_fusing_no_substitute_advertises_none(fmt: str) -> None:
 def test_price_is_what_the_written_fix_saves(fmt: str) -> None:
     model = conv_act("HardSwish") if fmt == "onnx" else conv_model("hard_swish")
     assert_priced_as_written(model, "FU003", "ti-tda4vm", unsafe=True)
+
+
+@pytest.mark.parametrize("name", pass_models("substitute-activation"))
+def test_the_pass_models(name: str, monkeypatch) -> None:
+    """tests/data/passes: the positive models are fixed (verified, nothing left to fix), the negatives refused."""
+    check_pass_model(name, monkeypatch)
