@@ -13,9 +13,10 @@ from collections.abc import Callable
 import numpy as np
 
 from netlint.fixes.registry import Plan
-from netlint.io.tflite_ops import builtin_for
+from netlint.io.tflite_ops import FUSED_ACTIVATION_BUILTINS, builtin_for
 from netlint.ir import PASS_THROUGH_OPS, Graph, Node
 from netlint.ir.edit import Edit
+from netlint.ir.ops import FUSED_ACTIVATIONS
 
 FOLDABLE = frozenset({"Conv", "ConvTranspose", "Gemm"})
 TFLITE_FOLDABLE = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED"})
@@ -82,6 +83,11 @@ def is_float(graph: Graph, name: str) -> bool:
     return value is None or (value.quant is None and (value.dtype is None or value.dtype.startswith("float")))
 
 
+def op_name(graph: Graph, op: str, attrs: dict | None = None) -> str:
+    """How a description names an op a pass writes: its TFLite builtin on TFLite, the ONNX op type otherwise."""
+    return (builtin_for(op, attrs or {}) or op) if graph.format == "tflite" else op
+
+
 def new_node(
     graph: Graph,
     node_id: str,
@@ -94,9 +100,13 @@ def new_node(
     fused: str | None = None,
 ) -> Node:
     """A node a pass writes: `like` is the file node it takes the place of (its name, doc string and suppression
-    markers are kept); on TFLite its source op is the builtin the writer lowers it to."""
+    markers are kept); on TFLite its source op is the builtin the writer lowers it to, and a builtin with a fused
+    activation field says so as the loader does (`fused_activation_function`; the writer writes `fused`)."""
     attrs = attrs or {}
     source = (builtin_for(op, attrs) or op) if graph.format == "tflite" else op
+    if graph.format == "tflite" and source in FUSED_ACTIVATION_BUILTINS:
+        codes = {kind: code for code, kind in FUSED_ACTIVATIONS.items()}
+        attrs.setdefault("fused_activation_function", codes.get(fused, "NONE"))
     node = Node(node_id, op, inputs, outputs, attrs, source_op=source, fused_activation=fused)
     if like is not None:
         node.origin, node.markers = like.origin, like.markers

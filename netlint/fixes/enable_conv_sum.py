@@ -47,9 +47,13 @@ class EnableConvSum(FixPass):
             return "the finding carries no FU005 data (a rule pack older than this pass?)"
         if data["fuses"]:
             return "only the add's activation is blocked: use an activation the target applies after the sum (manual)"
-        others = [b["reason"] for b in data.get("blocked", []) if b["key"] not in FIXABLE]
+        others = [b for b in data.get("blocked", []) if b["key"] not in FIXABLE]
         if others:
-            return f"not fixed automatically: {'; '.join(others)}"
+            first = ""  # an op between the conv and the add: folded into the conv by a pass of its own when it can
+            if all(b["key"] == "between" for b in others):
+                first = " (a full `netlint fix` run first folds it into the conv where fold-batchnorm or fold-affine"
+                first += " can)"
+            return f"not fixed automatically: {'; '.join(dict.fromkeys(b['reason'] for b in others))}{first}"
         biasless: list[tuple[Node, np.ndarray, QuantParams | None]] = []
         for conv_id in dict.fromkeys(data.get("conv_without_bias", [])):
             conv = graph.node(conv_id)

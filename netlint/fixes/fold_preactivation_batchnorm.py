@@ -39,6 +39,7 @@ from netlint.fixes._common import (
     names,
     new_node,
     new_weights,
+    op_name,
     per_channel,
     stem,
     weights_problem,
@@ -136,8 +137,8 @@ class FoldPreactivationBatchnorm(FixPass):
         described = ", ".join(conv.label() for conv in convs)
         count = len(chain)
         description = (
-            f"folded the scale of {first.label()} ({count} node{'s' if count > 1 else ''}) {across} into "  # type: ignore[union-attr]
-            f"{described}; kept one Add{note}"
+            f"folded the scale of {first.label()} ({count} op{'s' if count > 1 else ''}) {across} into "  # type: ignore[union-attr]
+            f"{described}; kept one {op_name(graph, 'Add')}{note}"
         )
         return Plan(touched, description, apply, applicability)  # type: ignore[arg-type]
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from netlint.fixes._common import bypass, finding_nodes, lone_reader, names, new_node, same_encoding, stem
+from netlint.fixes._common import bypass, finding_nodes, lone_reader, names, new_node, op_name, same_encoding, stem
 from netlint.fixes.registry import FixPass, Plan, register_fix
 from netlint.ir import Graph, Node
 from netlint.ir.edit import Edit
@@ -80,7 +80,8 @@ class MergeReshapes(FixPass):
             edit.replace(last, merged)
 
         ops = " → ".join(node.label() for node in chain)
-        return Plan(names(*chain), f"merged {ops} into one Reshape to {list(shape)}", apply)
+        into = f"one {op_name(graph, 'Reshape')} to {[int(d) for d in shape]}"
+        return Plan(names(*chain), f"merged {ops} into {into}", apply)
 
 
 def _remove(chain: list[Node], step: Plan) -> Plan:

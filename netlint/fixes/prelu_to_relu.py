@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from netlint.fixes._common import bypass, names, new_node
+from netlint.fixes._common import bypass, names, new_node, op_name
 from netlint.fixes.registry import FixPass, Plan, register_fix
 from netlint.ir import Graph
 from netlint.ir.edit import Edit
@@ -61,4 +61,5 @@ class PreluToRelu(FixPass):
         def apply(edit: Edit) -> None:
             edit.replace(node, replacement)
 
-        return Plan(names(node), f"replaced {node.label()} by {op} ({note})", apply, applicability)  # type: ignore[arg-type]
+        what = f"replaced {node.label()} by {op_name(graph, op, attrs)} ({note})"
+        return Plan(names(node), what, apply, applicability)  # type: ignore[arg-type]

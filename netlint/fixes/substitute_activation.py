@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from netlint.fixes._common import captured, names, new_node
+from netlint.fixes._common import captured, names, new_node, op_name
 from netlint.fixes.registry import FixPass, Plan, register_fix
 from netlint.io.tflite_ops import builtin_for
 from netlint.ir import Graph, Node
@@ -91,7 +91,7 @@ class SubstituteActivation(FixPass):
         x, y = graph.value(source), graph.value(out)
         if x is not None and y is not None and x.dtype and y.dtype and x.dtype != y.dtype:
             return f"the {kind}'s input and output have different types"
-        touched = names(*members)
+        touched, written = names(*members), op_name(graph, op, attrs)
         producer = graph.producer(source)
         finding_nodes = set(finding.nodes)
         if producer is not None and substitute in FUSED and _fusable_into(graph, producer, source, ids, finding_nodes):
@@ -103,7 +103,7 @@ class SubstituteActivation(FixPass):
                 for member in members:
                     edit.remove(member)
 
-            description = f"unsafe: replaced {kind} {last.label()} by {substitute} fused into {into.label()}"
+            description = f"unsafe: replaced {kind} {last.label()} by {written} fused into {into.label()}"
             return Plan(touched | names(into), description, fuse, "unsafe")
 
         def replace(edit: Edit) -> None:
@@ -112,7 +112,7 @@ class SubstituteActivation(FixPass):
             edit.replace(last, new_node(graph, last.id, op, [source], [out], dict(attrs), like=last))
 
         what = f"{kind} '{node.id}'"
-        return Plan(touched, f"unsafe: replaced {what} by {substitute} ({last.label()})", replace, "unsafe")
+        return Plan(touched, f"unsafe: replaced {what} by {written} ({last.label()})", replace, "unsafe")
 
 
 def _refuse(node: Node, kind: str, substitute: str) -> Plan | str:

@@ -7,9 +7,9 @@ attributes written over it; a new node is built from the IR. Initializers the gr
 from the graph inputs that list them, before IR 4), new constants are computed (lazy until now) and added inline (the
 save layer, netlint.fixes.output, moves large ones to the external data file when the input had one); external
 references of the others stay as they are. value_info follows: entries of values that no longer exist are dropped,
-retyped or reshaped values get their new type, and new run-time values with a known type are declared. Lowerings: a
-Clip with `min`/`max` attributes is written with bound initializers from opset 11 on; a TENSOR attribute held as an
-array is written as a TensorProto.
+retyped or reshaped values get their new type, and new run-time values with a known type are declared (when the
+file declares its values at all). Lowerings: a Clip with `min`/`max` attributes is written with bound initializers
+from opset 11 on; a TENSOR attribute held as an array is written as a TensorProto.
 """
 
 from __future__ import annotations
@@ -213,7 +213,9 @@ def _write_initializers(proto: onnx.ModelProto, ir: Graph, lowered: list[onnx.Te
 
 def _write_value_info(graph: onnx.GraphProto, ir: Graph) -> None:
     """Drop the entries of values that no longer exist (or an edit made constants), retype the edited ones, and
-    declare new run-time values of known type."""
+    declare new run-time values of known type when the file declares its values (a file without value_info stays
+    without)."""
+    declares = len(graph.value_info) > 0
     outputs = {o.name for o in graph.output}
     declared: set[str] = set()
     remove: list[bool] = []
@@ -226,6 +228,8 @@ def _write_value_info(graph: onnx.GraphProto, ir: Graph) -> None:
             _set_type(info, value)  # type: ignore[arg-type]
     if any(remove):
         delete_where(graph.value_info, remove)
+    if not declares:
+        return
     inputs = {i.name for i in graph.input}
     for name, value in ir.values.items():
         if (

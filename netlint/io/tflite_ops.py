@@ -109,6 +109,10 @@ LOWERED = {
     "QuantizeLinear": "QUANTIZE",
     "Cast": "CAST",
 }
+# Builtins whose options carry a FusedActivationFunction (those a fix writes among them)
+FUSED_ACTIVATION_BUILTINS = frozenset(
+    {"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "ADD", "SUB", "MUL", "DIV", "CONCATENATION", "CONV_3D"}
+)
 # Clip bounds a builtin computes (TFLite has no Clip of other bounds)
 CLIP_BUILTINS = {(0.0, 6.0): "RELU6", (-1.0, 1.0): "RELU_N1_TO_1", (0.0, 1.0): "RELU_0_TO_1", (0.0, None): "RELU"}
 
