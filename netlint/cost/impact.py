@@ -20,6 +20,7 @@ saying how.
 
 from __future__ import annotations
 
+import re
 import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import replace
@@ -166,21 +167,29 @@ def _saving_us(
         return 0.0  # the runtime does it on load: the model it runs is already fixed
     if plan is None or isinstance(plan, str):
         return None
+    # The block the plan rewrites: the finding's nodes and the writers and readers of the values the plan declares
+    # (constants' readers aside), one hop around. A block equal to one priced before (same ops, attributes, shapes,
+    # wiring and borders), rewritten as described in the same words but for names, costs the same: priced once.
+    declared = [node for node_id in finding.nodes if (node := graph.node(node_id)) is not None]
+    declared += _declared_nodes(graph, plan.touched)
+    kinds = _kinds_of(graph, memo)
+    around, outside, borders, codes, before = _block(graph, declared, kinds, facts)
+    quick: tuple | None = (fix, _NAMES.sub("", plan.description), before)
+    if quick in memo:
+        return memo[quick]
     edit = Edit(graph)
     try:
         plan.apply(edit)
         changed = edit.changes()
     except Exception:  # a plan that cannot apply to the graph as it is: no price, never a failed report
         return None
-    base = [node for node_id in finding.nodes if (node := graph.node(node_id)) is not None]
-    base += changed.removed + [before for before, _ in changed.modified]
-    around = _neighbourhood(graph, list({node.id: node for node in base}.values()))
-    after = edit.ordered(around)
-    outside = _read_outside(graph, around)
-    kinds = _kinds_of(graph, memo)
-    borders, codes = _borders(graph, around, outside, facts)
-    new_values = changed.new_values
-    key = (fix, _signature(around, outside, {}, kinds, codes), _signature(after, outside, new_values, kinds, codes))
+    kept = {node.id for node in around}
+    moved = changed.removed + [old for old, _ in changed.modified]
+    if any(node.id not in kept for node in moved):  # it changed more than it declared: priced on its own
+        around, outside, borders, codes, before = _block(graph, [*declared, *moved], kinds, facts)
+        quick = None
+    new_values, after = changed.new_values, edit.ordered(around)
+    key = (fix, before, _signature(after, outside, new_values, kinds, codes))
     if key not in memo:
         try:
             memo[key] = price(
@@ -191,7 +200,37 @@ def _saving_us(
             )
         except Exception:
             memo[key] = None
+    if quick is not None:
+        memo[quick] = memo[key]
     return memo[key]
+
+
+_NAMES = re.compile(r"'[^']*'")  # the names a plan's description quotes
+
+
+def _declared_nodes(graph: Graph, touched: Iterable[str]) -> list[Node]:
+    """The writers and readers of the values a plan declares it reads or writes (but the readers of constants, which
+    may be shared by thousands of nodes: a plan changing one names that node's own values too)."""
+    producers, consumers = graph.producer_index(), graph.consumer_index()
+    found: dict[str, Node] = {}
+    for name in touched:
+        writer = producers.get(name)
+        if writer is not None:
+            found[writer.id] = writer
+        if not graph.is_const(name):
+            for reader in consumers.get(name, ()):
+                found[reader.id] = reader
+    return list(found.values())
+
+
+def _block(
+    graph: Graph, nodes: list[Node], kinds: _Kinds, facts: Facts | None
+) -> tuple[list[Node], set[str], Borders | None, dict[str, int], tuple]:
+    """The neighbourhood of `nodes`, its outputs read outside it, its borders and border codes, and its signature."""
+    around = _neighbourhood(graph, list({node.id: node for node in nodes}.values()))
+    outside = _read_outside(graph, around)
+    borders, codes = _borders(graph, around, outside, facts)
+    return around, outside, borders, codes, _signature(around, outside, {}, kinds, codes)
 
 
 def _saving_on_the_accelerator(
@@ -249,7 +288,7 @@ def _neighbourhood(graph: Graph, nodes: list[Node]) -> list[Node]:
             for reader in consumers.get(out, ()) if out else ():
                 if reader.id not in chosen:
                     chosen[reader.id] = reader
-    if len(chosen) == len(nodes):
+    if len(chosen) == 1:
         return list(chosen.values())
     position = _positions(graph)
     order = {node.id: index for index, node in enumerate(nodes)}

@@ -8,6 +8,7 @@ transB, [N, K]; TFLite CONV_2D OHWI, DEPTHWISE_CONV_2D 1HWO, FULLY_CONNECTED [O,
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -152,6 +153,10 @@ def bypass(graph: Graph, node: Node, source: str, description: str) -> Plan | st
 def const_loader(graph: Graph, name: str, dequantize: bool = True) -> Callable[[], np.ndarray]:
     """A function computing the constant `name` as Graph.const does, from the nodes and values it is computed from
     now (an edit may remove them before a writer asks): nothing is read until it is called."""
+    own = graph.value(name)
+    if own is not None and own.data is not None and (own.quant is None or not dequantize):  # an initializer
+        data = own.data
+        return data.array
     nodes: list[Node] = []
     values = {}
     stack, seen = [name], set()
@@ -220,16 +225,18 @@ def uniform(graph: Graph, name: str) -> tuple[np.ndarray, tuple[int, ...]] | Non
     return value, dims
 
 
-def new_weights(edit: Edit, graph: Graph, node: Node, factor: np.ndarray, tag: str) -> str:
-    """`node`'s weights times `factor` (which broadcasts to them), computed when written, named `<weights>_<tag>`.
-    Weights stored as a ConstantOfShape stay one when the result is uniform (else they are materialised)."""
+def new_weights(edit: Edit, graph: Graph, node: Node, factor: np.ndarray | Callable[[], np.ndarray], tag: str) -> str:
+    """`node`'s weights times `factor` (which broadcasts to them; or the function computing it, called when the
+    weights are written), computed when written, named `<weights>_<tag>`. Weights stored as a ConstantOfShape stay
+    one when the result is uniform (else they are materialised)."""
     weight = node.inputs[1]
     value = graph.value(weight)
     dtype = np.dtype(value.dtype if value is not None and value.dtype else "float32")
     stored = uniform(graph, weight)
     if stored is not None:
         fill, dims = stored
-        compact = (np.full((1,) * len(dims), fill[0], np.float64) * factor).astype(fill.dtype)
+        scaled = factor() if callable(factor) else factor  # the compact form decides the node: computed now
+        compact = (np.full((1,) * len(dims), fill[0], np.float64) * scaled).astype(fill.dtype)
         flat = compact.reshape(-1)
         if flat.size and np.all(flat == flat[0]):
             name = edit.activation(f"{weight}_{tag}", dtype=fill.dtype.name, shape=dims, quant=None)
@@ -241,9 +248,10 @@ def new_weights(edit: Edit, graph: Graph, node: Node, factor: np.ndarray, tag: s
             f"{weight}_{tag}", lambda: np.ascontiguousarray(np.broadcast_to(compact, dims)), fill.dtype.name, dims
         )
     load = const_loader(graph, weight)
-    shape = tuple(int(d) for d in value.shape) if value is not None and value.shape else np.shape(factor)
+    shape = tuple(int(d) for d in value.shape) if value is not None and value.shape else weights_shape(graph, node)
+    scale = factor if callable(factor) else lambda: factor
     return edit.constant(
-        f"{weight}_{tag}", lambda: (np.asarray(load(), np.float64) * factor).astype(dtype), dtype.name, shape
+        f"{weight}_{tag}", lambda: (np.asarray(load(), np.float64) * scale()).astype(dtype), dtype.name, shape
     )
 
 
@@ -329,42 +337,59 @@ def out_factor(conv: Node, shape: tuple[int, ...], scale: np.ndarray) -> np.ndar
 
 
 def fold(
-    graph: Graph, conv: Node, scale: np.ndarray, shift: np.ndarray, tag: str, output: str, fused: str | None = None
+    graph: Graph,
+    conv: Node,
+    factors: Callable[[], tuple[np.ndarray, np.ndarray]],
+    size: int,
+    tag: str,
+    output: str,
+    fused: str | None = None,
 ) -> Callable[[Edit], None] | str:
-    """Fold y ↦ scale·y + shift (per output channel, float64) into `conv` (fold_problem passed): new lazy weights
-    W·scale, bias B·scale + shift (a Gemm's bias beta·C·scale + shift, beta set to 1), the conv writing `output`
-    with the fused activation `fused`. Returns the edit, or why the shapes do not match."""
+    """Fold y ↦ scale·y + shift (per output channel, float64; `factors` computes them, once, when the new weights
+    are written: a precheck reads no weight values) into `conv` (fold_problem passed): new lazy weights W·scale, bias
+    B·scale + shift (a Gemm's bias beta·C·scale + shift, beta set to 1), the conv writing `output` with the fused
+    activation `fused`. `size`: the number of channels the factors have. Returns the edit, or why the shapes do not
+    match."""
     found = out_channels(graph, conv)
     if isinstance(found, str):
         return found
     channels, shape = found
-    if scale.size != channels:
+    if size != channels:
         return f"the folded parameters do not match the output channels of {conv.label()}"
     if conv.op == "ConvTranspose" and shape[0] % int(conv.attrs.get("group", 1) or 1):
         return f"the weights of {conv.label()} do not match its groups"
     bias_name = conv.inputs[2] if len(conv.inputs) > 2 and conv.inputs[2] else None
     dtype = np.dtype(graph.value(conv.inputs[1]).dtype or "float32")  # type: ignore[union-attr]
-    bias = np.asarray(graph.const(bias_name), np.float64) if bias_name is not None else np.zeros(channels)
+    bias_shape = const_shape(graph, bias_name) if bias_name is not None else (channels,)
     gemm = conv.op == "Gemm" and conv.source_op != "FULLY_CONNECTED"
     if gemm:
-        bias = bias * float(conv.attrs.get("beta", 1.0))
-        if np.ndim(bias) and np.shape(bias)[-1] not in (1, channels):
+        if len(bias_shape) and bias_shape[-1] not in (1, channels):
             return f"the bias of {conv.label()} does not match its output features"
-        new_bias = bias * scale + shift
-        new_bias = np.broadcast_to(new_bias, np.broadcast_shapes(np.shape(new_bias), (channels,)))
+        new_shape = np.broadcast_shapes(bias_shape, (channels,))
     else:
-        bias = bias.reshape(-1)
-        if bias.size != channels:
+        if math.prod(bias_shape) != channels:
             return f"the bias of {conv.label()} does not match its output channels"
-        new_bias = bias * scale + shift
-    new_bias = np.ascontiguousarray(new_bias).astype(dtype)
-    factor = out_factor(conv, shape, scale)
+        new_shape = (channels,)
+    computed: list[tuple[np.ndarray, np.ndarray]] = []
+    load_bias = const_loader(graph, bias_name) if bias_name is not None else lambda: np.zeros(channels)
+
+    def scale_shift() -> tuple[np.ndarray, np.ndarray]:
+        if not computed:
+            computed.append(factors())
+        return computed[0]
+
+    def new_bias() -> np.ndarray:
+        scale, shift = scale_shift()
+        bias = np.asarray(load_bias(), np.float64)
+        bias = bias * float(conv.attrs.get("beta", 1.0)) if gemm else bias.reshape(-1)
+        return np.ascontiguousarray(np.broadcast_to(bias * scale + shift, new_shape)).astype(dtype)
+
     base = stem(graph, conv)
 
     def apply(edit: Edit) -> None:
-        weights = new_weights(edit, graph, conv, factor, tag)
+        weights = new_weights(edit, graph, conv, lambda: out_factor(conv, shape, scale_shift()[0]), tag)
         hint = f"{bias_name}_{tag}" if bias_name else f"{base}_bias_{tag}"
-        bias_value = edit.constant(hint, new_bias)
+        bias_value = edit.constant(hint, new_bias, dtype.name, new_shape)
         attrs = conv.attrs
         if gemm and "beta" in attrs:
             attrs = {**attrs, "beta": 1.0}
@@ -372,6 +397,14 @@ def fold(
         edit.change(conv.id, inputs=inputs, outputs=[output, *conv.outputs[1:]], attrs=attrs, fused_activation=fused)
 
     return apply
+
+
+def const_shape(graph: Graph, name: str) -> tuple[int, ...]:
+    """The shape of the constant `name`, from its value when known (read only when it is not)."""
+    value = graph.value(name)
+    if value is not None and value.shape is not None and all(isinstance(d, int) for d in value.shape):
+        return tuple(int(d) for d in value.shape)  # type: ignore[arg-type]
+    return tuple(np.shape(graph.const(name)))
 
 
 def per_channel(value: np.ndarray, channels: int, rank: int, axis: int) -> np.ndarray | None:

@@ -73,7 +73,8 @@ class FoldAffine(FixPass):
                 return f"{node.label()} divides by a constant with a zero"
             scale, shift = affine_step(node.op, slot, vector, scale, shift)
         last = chain[-1][0]
-        apply = fold(graph, conv, scale, shift, "affinefolded", last.outputs[0], last.fused_activation)
+        factors = (scale, shift)
+        apply = fold(graph, conv, lambda: factors, channels, "affinefolded", last.outputs[0], last.fused_activation)
         if isinstance(apply, str):
             return apply
 

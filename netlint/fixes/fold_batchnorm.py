@@ -22,11 +22,21 @@ not NHWC, or its parameters do not match the output channels.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
-from netlint.fixes._common import captured, fold, fold_problem, lone_reader, names
+from netlint.fixes._common import (
+    captured,
+    const_loader,
+    const_problem,
+    const_shape,
+    fold,
+    fold_problem,
+    lone_reader,
+    names,
+)
 from netlint.fixes.registry import FixPass, Plan, register_fix
 from netlint.io.tflite_flex import UNREADABLE
 from netlint.ir import Graph
@@ -57,17 +67,25 @@ class FoldBatchnorm(FixPass):
         problem = fold_problem(graph, conv)
         if problem:
             return problem
-        params = []
-        for name in bn.inputs[1:5]:
-            value = graph.const(name) if name else None
-            if value is None:
-                return "a batch norm parameter is not a constant"
-            params.append(np.asarray(value, np.float64).reshape(-1))
-        gamma, beta, mean, var = params
-        scale = gamma / np.sqrt(var + float(bn.attrs.get("epsilon", 1e-5)))
-        if not (gamma.size == beta.size == mean.size == var.size):
+        params = bn.inputs[1:5]
+        if not all(name and graph.is_const(name) for name in params):
+            return "a batch norm parameter is not a constant"
+        problem = next((p for name in params if (p := const_problem(graph, name)) is not None), None)
+        if problem:
+            return problem
+        sizes = {math.prod(const_shape(graph, name)) for name in params}
+        if len(sizes) != 1:
             return "the batch norm's parameters do not have one value per channel each"
-        apply = fold(graph, conv, scale, beta - mean * scale, "bnfolded", bn.outputs[0])
+        epsilon = float(bn.attrs.get("epsilon", 1e-5))
+
+        loaders = [const_loader(graph, name) for name in params]  # the values as they are now, read when written
+
+        def factors() -> tuple[np.ndarray, np.ndarray]:
+            gamma, beta, mean, var = (np.asarray(load(), np.float64).reshape(-1) for load in loaders)
+            scale = gamma / np.sqrt(var + epsilon)
+            return scale, beta - mean * scale
+
+        apply = fold(graph, conv, factors, sizes.pop(), "bnfolded", bn.outputs[0])
         if isinstance(apply, str):
             return apply
 

@@ -64,6 +64,21 @@ def register_fix(cls: type[FixPass]) -> type[FixPass]:
     return cls
 
 
+def find_pass(name: str) -> type[FixPass] | None:
+    """The pass `name`, importing only its module (netlint.fixes.<name with underscores>) when it has one: `check`
+    prechecks the findings' fixes without importing every pass."""
+    if name not in _PASSES and not _LOADED:
+        module = f"{__package__ or 'netlint.fixes'}.{name.replace('-', '_')}"
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name != module:
+                raise
+        if name not in _PASSES:
+            all_passes()
+    return _PASSES.get(name)
+
+
 def all_passes() -> dict[str, type[FixPass]]:
     if not _LOADED:
         package = importlib.import_module(__package__ or "netlint.fixes")
@@ -104,20 +119,19 @@ def advertise(
     `none` with the reason. Findings whose fix is manual or names no pass are left as the rule made them. A pass
     that crashes, or needs weight values that cannot be read, says so as its reason."""
     plans = plans if plans is not None else Plans()
-    passes: dict[str, type[FixPass]] | None = None  # loaded at the first finding with a fix: a clean model needs none
     for finding in findings:
         declared = finding.fix
         if declared is None or declared.applicability not in ("safe", "unsafe"):
             continue
-        passes = passes if passes is not None else all_passes()
+        fix_pass = find_pass(declared.name)  # imported at the first finding that names it: a clean model needs none
         graph = graph_of(finding)
-        if declared.name not in passes or graph is None:
+        if fix_pass is None or graph is None:
             continue
         if graph.parent is not None:
             plan: Plan | str = SUBGRAPH
         else:
             try:
-                plan = passes[declared.name]().plan(graph, finding, options)
+                plan = fix_pass().plan(graph, finding, options)
             except ConstantUnavailable as exc:
                 plan = f"needs weight values: {exc}"
             except Exception as exc:  # a bug in a pass costs its own finding's fix, never the report

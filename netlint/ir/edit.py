@@ -108,6 +108,20 @@ class Edit:
         found.update(self._readers.get(name, {}))
         return list(found.values())
 
+    def is_read(self, name: str) -> bool:
+        """Whether any node reads `name` now: `consumers` stopping at the first (a constant shared by thousands of
+        nodes would otherwise cost a pass over all of them per edit)."""
+        if self._readers.get(name):
+            return True
+        current = self._current
+        for reader in self.graph.consumers(name):
+            if reader.id not in current:
+                return True
+            now = current[reader.id]
+            if now is not None and name in now.inputs:
+                return True
+        return False
+
     def value(self, name: str) -> Value | None:
         if name in self._values:
             return self._values[name]
@@ -293,7 +307,7 @@ class Edit:
         inputs = set(graph.inputs)
         while stack:
             name = stack.pop()
-            if not name or name in self._dropped or name in inputs or self.is_output(name) or self.consumers(name):
+            if not name or name in self._dropped or name in inputs or self.is_output(name) or self.is_read(name):
                 continue
             writer = self.producer(name)
             if writer is None:
@@ -301,7 +315,7 @@ class Edit:
                 if value is not None and value.data is not None:
                     self.drop_value(name)
                 continue
-            if writer.subgraphs or any(out and (self.consumers(out) or self.is_output(out)) for out in writer.outputs):
+            if writer.subgraphs or any(out and (self.is_read(out) or self.is_output(out)) for out in writer.outputs):
                 continue
             self.remove(writer)
             stack.extend(self._seeds)
@@ -321,7 +335,7 @@ class Edit:
                 changed.modified.append((before, now))
         changed.added = [node for node in self._added.values() if node is not None]
         for name in [*self._values]:  # a value the edit made and then left unused is not made at all
-            if name not in graph.values and self.producer(name) is None and not self.consumers(name):
+            if name not in graph.values and self.producer(name) is None and not self.is_read(name):
                 del self._values[name]
         changed.new_values = dict(self._values)
         changed.dropped_values = sorted(self._gone())
@@ -336,7 +350,7 @@ class Edit:
                 self._producer[name] is None
                 and name in self.graph.values
                 and name not in self._values
-                and not self.consumers(name)
+                and not self.is_read(name)
                 and not self.is_output(name)
                 and name not in self.graph.inputs
             ):

@@ -69,8 +69,12 @@ def test_a_failing_verification_writes_nothing(tmp_path, monkeypatch, capsys):
 
     real = fold_batchnorm.fold
 
-    def wrong(graph, conv, scale, shift, *args, **kwargs):
-        return real(graph, conv, scale, shift + 0.01, *args, **kwargs)  # a wrong "exact" fold
+    def wrong(graph, conv, factors, *args, **kwargs):
+        def off():
+            scale, shift = factors()
+            return scale, shift + 0.01  # a wrong "exact" fold
+
+        return real(graph, conv, off, *args, **kwargs)
 
     monkeypatch.setattr(fold_batchnorm, "fold", wrong)
     model = conv_bn_model(tmp_path / "m.onnx")
