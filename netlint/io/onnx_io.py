@@ -566,8 +566,8 @@ def _unique_id(candidate: str, used: dict[str, Node], prefix: str) -> str:
 
 def _attributes(attributes: Any) -> dict[str, Any]:
     """A node's attributes (none of them a subgraph) as the table the IR keeps. Nodes whose serialized attributes are
-    equal share the table and its lists: the IR is read-only (netlint.fixes edits the protobuf, and the cost model
-    copies a table before it changes one)."""
+    equal share the table and its lists: the IR is read-only (an edit, netlint.ir.edit, replaces a node by an edited
+    copy with a table of its own, and the cost model copies a table before it changes one)."""
     return {attr.name: attribute_value(attr) for attr in attributes}
 
 
