@@ -196,7 +196,7 @@ def phases_child(model: str) -> None:
     timed(engine, "lint_model", "lint")
     timed(edit_module.Edit, "commit", "commit")
     timed(engine._Writer, "write", "serialize")  # the IR written into the proto, and onnx.checker on the new nodes
-    timed(output, "write_model", "write")
+    timed(output, "save_onnx", "write")
     timed(command, "_run_fix", "command")
     timed(command, "run_fix", "collector")
     out = Path(tempfile.mkdtemp(prefix="netlint-bench-phases-")) / "fixed.onnx"
