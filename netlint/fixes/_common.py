@@ -388,8 +388,7 @@ def fold(
 
     def apply(edit: Edit) -> None:
         weights = new_weights(edit, graph, conv, lambda: out_factor(conv, shape, scale_shift()[0]), tag)
-        hint = f"{bias_name}_{tag}" if bias_name else f"{base}_bias_{tag}"
-        bias_value = edit.constant(hint, new_bias, dtype.name, new_shape)
+        bias_value = edit.constant(f"{base}_bias_{tag}", new_bias, dtype.name, new_shape)
         attrs = conv.attrs
         if gemm and "beta" in attrs:
             attrs = {**attrs, "beta": 1.0}

@@ -135,9 +135,9 @@ class FoldPreactivationBatchnorm(FixPass):
         touched = names(*chain, *([act] if act else []), *convs)  # type: ignore[arg-type]
         across = f"across {act.label()}" if act is not None else "across the fused RELU"
         described = ", ".join(conv.label() for conv in convs)
-        count = len(chain)
+        count, unit = len(chain), "op" if graph.format == "tflite" else "node"
         description = (
-            f"folded the scale of {first.label()} ({count} op{'s' if count > 1 else ''}) {across} into "  # type: ignore[union-attr]
+            f"folded the scale of {first.label()} ({count} {unit}{'s' if count > 1 else ''}) {across} into "  # type: ignore[union-attr]
             f"{described}; kept one {op_name(graph, 'Add')}{note}"
         )
         return Plan(touched, description, apply, applicability)  # type: ignore[arg-type]

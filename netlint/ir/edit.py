@@ -76,8 +76,7 @@ class Edit:
         self._producer: dict[str, Node | None] = {}  # name -> its writer, where the edit changed it
         self._readers: dict[str, dict[str, Node]] = {}  # name -> {id: node} among the added and changed nodes
         self._seeds: list[str] = []  # values that lost a reader: pruned when nothing reads them any more
-        self._taken: set[str] = set()  # value names handed out by unique_name
-        self._taken_ids: set[str] = set()  # node ids handed out by unique_id
+        self._taken: set[str] = set()  # names and ids handed out by unique_name / unique_id
         self.journal: list[str] = []  # ids of the nodes changed, in order (a fix's share: journal[since:])
 
     # --- reading the graph as edited -------------------------------------------------------------------------------
@@ -141,26 +140,23 @@ class Edit:
     # --- names ---------------------------------------------------------------------------------------------------
     def unique_name(self, hint: str) -> str:
         """A value name nothing in the graph or the edit has (nor any node id: ONNX names nodes and tensors apart,
-        but a value named like another node confuses readers), `hint` or `hint_1`, `hint_2`, ..."""
-        graph = self.graph
-
-        def taken(name: str) -> bool:
-            return name in graph.values or name in self._values or self._id_taken(name) or name in self._taken
-
-        return self._pick(hint, taken)
+        but a name shared by both confuses readers), `hint` or `hint_1`, `hint_2`, ..."""
+        return self._unique(hint)
 
     def unique_id(self, hint: str) -> str:
-        """A node id no node of the graph or the edit has (a node may share its name with the value it writes)."""
-        return self._pick(hint, self._id_taken)
+        return self._unique(hint)
 
-    def _id_taken(self, name: str) -> bool:
-        return self.graph.node(name) is not None or name in self._added or name in self._taken_ids
-
-    def _pick(self, hint: str, taken: Callable[[str], bool]) -> str:
-        name, suffix = hint, 1
-        while taken(name):
+    def _unique(self, hint: str) -> str:
+        graph, name, suffix = self.graph, hint, 1
+        while (
+            name in self._taken
+            or name in graph.values
+            or graph.node(name) is not None
+            or name in self._values
+            or name in self._added
+        ):
             name, suffix = f"{hint}_{suffix}", suffix + 1
-        (self._taken_ids if taken == self._id_taken else self._taken).add(name)
+        self._taken.add(name)
         return name
 
     # --- values --------------------------------------------------------------------------------------------------
