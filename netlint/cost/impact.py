@@ -116,19 +116,46 @@ def price_findings(
     memo: dict[Any, float | None] = {}
     for finding in findings:
         basis: str | None = None
+        modelled = True
         if _advised(finding):
             from netlint.cost.advice import price_advice  # manual rules' advised changes (imported when needed)
 
             priced = price_advice(graph, finding, target, cost, memo)
             saving, basis = (priced.saving_us, priced.basis) if priced is not None else (None, None)
+            modelled = priced.modelled if priced is not None else True
+            if priced is not None and priced.before_us is not None:
+                start = priced.before_us
+                finding.impact = Impact(label, start / 1000, (start - priced.saving_us) / 1000, basis, modelled)
+                continue
         elif finding.code == UNSUPPORTED_OP_RULE:
             saving = _saving_on_the_accelerator(graph, finding, target, memo, cost.layout_facts)
         else:
             found = plans.get(finding) if plans is not None else None
             plan = found.plan if found is not None and found.graph is graph else None
+            if plan is None and finding.fix is not None and finding.fix.applicability == "manual":
+                from netlint.cost.advice import hand_fold  # a fold the pass does not rewrite, advised by hand
+
+                by_hand = hand_fold(graph, finding)
+                plan, basis = by_hand if by_hand is not None else (None, None)
             saving = _saving_us(graph, finding, plan, target, memo, cost.layout_facts, price)
+            if saving is not None and _relu8_by_runtime(finding, plan, target):
+                basis = RELU8_BY_RUNTIME
         if saving is not None:
-            finding.impact = Impact(label, total / 1000, (total - saving) / 1000, basis)
+            finding.impact = Impact(label, total / 1000, (total - saving) / 1000, basis, modelled)
+
+
+RELU8_BY_RUNTIME = (
+    'relu6-to-relu8 where the runtime already runs ReLU6 as ReLU8 (TIDL: "This is automatically done by TIDL"): the '
+    "same kernels before and after, no latency change; the fix is about the numbers (the trained network then "
+    "matches the deployed one)"
+)
+
+
+def _relu8_by_runtime(finding: Finding, plan: Any, target: Target) -> bool:
+    """Whether the finding's fix is relu6-to-relu8 on a target whose runtime runs a ReLU6 as a ReLU8 already
+    (`relu6_cost = "relu8"`): the price (what the written ReLU8 saves, 0 where the ReLU6 already fused) says why."""
+    fixed = finding.fix is not None and finding.fix.name == "relu6-to-relu8" and plan is not None
+    return fixed and not isinstance(plan, str) and target.relu6_cost == "relu8"
 
 
 def summarises(finding: Finding) -> bool:
@@ -163,8 +190,10 @@ def _saving_us(
     applies = memo.get(("applies", fix))
     if applies is None:
         applies = memo[("applies", fix)] = target.applies_fix(fix)
-    if applies:
-        return 0.0  # the runtime does it on load: the model it runs is already fixed
+    if applies and finding.fix.applicability != "manual":  # type: ignore[union-attr]
+        # the runtime does it on load: the model it runs is already fixed (a manual fix names a form its pass does
+        # not match, e.g. a BN after a Concat of convs: see engine._priced_by_runtime)
+        return 0.0
     if plan is None or isinstance(plan, str):
         return None
     # The block the plan rewrites: the finding's nodes and the writers and readers of the values the plan declares

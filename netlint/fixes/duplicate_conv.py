@@ -12,10 +12,10 @@ consumers and any graph output keep the original conv. One activation is moved p
 Why it is exact: the twin computes the same function of the same inputs, so every value is unchanged. It is not
 free: the conv's MACs are computed twice, and the plan's description says how many (netlint.cost.ops' count).
 
-Guards (the finding's fix says why it does not apply): the conv or the activation is gone, the activation reads the
-conv through an Identity, Cast or Q/DQ (the twin would feed that node, which is not the activation), the activation
-is already the conv's only consumer, and a finding of severity info (the target fuses this activation even when the
-conv has other consumers: the copy would only add MACs).
+Guards (the finding is skipped, with the reason): the conv or the activation is gone, the activation reads the conv
+through an Identity, Cast or Q/DQ (the twin would feed that node, which is not the activation), no activation reads
+the conv's output directly. (FU001 reports only activations the target fuses into a lone-consumer conv; where the
+copy is predicted to cost more than it saves, the fix engine skips it unless --keep-slower-fixes.)
 """
 
 from __future__ import annotations
@@ -43,8 +43,6 @@ class DuplicateConv(FixPass):
         conv = graph.node(finding.nodes[0]) if finding.nodes else None
         if conv is None or conv.op not in CONV_OPS or not conv.outputs or not conv.outputs[0]:
             return "the conv is gone"
-        if finding.severity == "info":
-            return "the target fuses this activation even when the conv has other consumers: a copy only adds MACs"
         out = conv.outputs[0]
         members = _activation_members(graph, finding.nodes[1:], out)
         if isinstance(members, str):

@@ -10,6 +10,7 @@ import pytest
 import tflite
 from conftest import (
     FORMATS,
+    FUSES_ALL,
     advertised,
     assert_equivalent,
     assert_priced_as_written,
@@ -26,7 +27,7 @@ from conftest import (
 from netlint.cli import main
 from netlint.fixes import litert as verify
 from netlint.io.tflite_writer import read_tree
-from netlint.testing import GraphBuilder, TfliteBuilder, codes, findings_of
+from netlint.testing import GraphBuilder, TfliteBuilder, codes, findings_of, priced_severity
 
 litert = pytest.mark.skipif(not verify.available(), reason="ai-edge-litert is not installed")
 needs_litert = litert
@@ -47,8 +48,8 @@ def conv_relu_add(silu: bool = False, output_conv: bool = False) -> onnx.ModelPr
 
 def test_relu_gets_its_own_conv_sharing_the_weights():
     model = conv_relu_add()
-    assert codes(findings_of(model, select=["FU001"])) == ["FU001"]
-    result = fixed(model, ["FU001"])
+    assert codes(findings_of(model, select=["FU001"], target=FUSES_ALL)) == ["FU001"]
+    result = fixed(model, ["FU001"], target=FUSES_ALL)
     assert op_list(result.fixed) == ["Conv", "Conv", "Relu", "Add"]
     assert [a.fix for a in result.applied] == ["duplicate-conv"]
     assert "+18,432 MACs" in result.applied[0].description  # 8·8·8 outputs × 4·3·3
@@ -58,13 +59,13 @@ def test_relu_gets_its_own_conv_sharing_the_weights():
     relu = result.fixed.graph.node[2]
     assert list(relu.input) == [twin.output[0]]
     assert_equivalent(model, result.fixed, rtol=1e-6, atol=1e-7)
-    assert rechecked(result.fixed, "FU001") == []
+    assert rechecked(result.fixed, "FU001", target=FUSES_ALL) == []
 
 
 def test_silu_composite_moves_as_a_whole_and_graph_outputs_stay():
     for output_conv in (False, True):
         model = conv_relu_add(silu=True, output_conv=output_conv)
-        result = fixed(model, ["FU001"])
+        result = fixed(model, ["FU001"], target=FUSES_ALL)
         assert len(result.applied) == 1, output_conv
         done = result.fixed
         twin = next(node for node in done.graph.node if node.name == "conv/dup")
@@ -72,7 +73,7 @@ def test_silu_composite_moves_as_a_whole_and_graph_outputs_stay():
         assert sorted(readers) == ["Mul", "Sigmoid"]
         assert [o.name for o in done.graph.output] == [o.name for o in model.graph.output]
         assert_equivalent(model, result.fixed, rtol=1e-6, atol=1e-7)
-        assert rechecked(done, "FU001") == []
+        assert rechecked(done, "FU001", target=FUSES_ALL) == []
 
 
 def test_two_activations_each_get_a_copy_over_two_rounds():
@@ -81,11 +82,11 @@ def test_two_activations_each_get_a_copy_over_two_rounds():
     y = b.conv(x, 4, name="conv")
     b.output(b.relu(y, name="r"), b.sigmoid(y, name="s"), b.add(y, x, name="other"))
     model = b.build()
-    result = fixed(model, ["FU001"])
+    result = fixed(model, ["FU001"], target=FUSES_ALL)
     assert len(result.applied) == 2 and result.rounds == 3
     assert op_list(result.fixed).count("Conv") == 3
     assert_equivalent(model, result.fixed, rtol=1e-6, atol=1e-7)
-    assert rechecked(result.fixed, "FU001") == []
+    assert rechecked(result.fixed, "FU001", target=FUSES_ALL) == []
 
 
 def test_activation_behind_an_identity_is_skipped():
@@ -94,25 +95,21 @@ def test_activation_behind_an_identity_is_skipped():
     y = b.conv(x, 4, name="conv")
     b.output(b.relu(b.node("Identity", [y], name="id"), name="act"), b.add(y, x, name="other"))
     model = b.build()
-    assert codes(findings_of(model, select=["FU001"])) == ["FU001"]
-    result = fixed(model, ["FU001"])
+    assert codes(findings_of(model, select=["FU001"], target=FUSES_ALL)) == ["FU001"]
+    result = fixed(model, ["FU001"], target=FUSES_ALL)
     assert result.applied == []
     assert len(result.skipped) == 1 and "pass-through" in result.skipped[0].reason
 
 
-def test_info_finding_on_a_target_exempting_relu_is_not_duplicated():
+def test_nothing_to_duplicate_where_the_target_fuses_relu_anyway_and_a_slower_copy_on_request():
+    """Qualcomm HTP fuses Relu whatever else reads the conv: no FU001 there (issue 21, item 3); where FU001 is info
+    because the copy is predicted to cost more than it saves (item 10), the pass does not duplicate the conv."""
     model = conv_relu_add()
-    findings = findings_of(model, select=["FU001"], target="qualcomm-htp")
-    assert [f.severity for f in findings] == ["info"]
-    result = fixed(model, ["FU001"], target="qualcomm-htp")
-    # the pass refuses, and its reason is the one reported; what it does not do has no price
-    assert result.applied == [] and "only adds MACs" in result.skipped[0].reason
-    assert findings[0].impact is None and findings[0].fix.reason == result.skipped[0].reason
-    # SiLU is not exempt there: that one is duplicated
-    silu = conv_relu_add(silu=True)
-    result = fixed(silu, ["FU001"], target="qualcomm-htp", keep_slower_fixes=True)
-    assert len(result.applied) == 1
-    assert findings_of(result.fixed, select=["FU001"], target="qualcomm-htp") == []
+    assert findings_of(model, select=["FU001"], target="qualcomm-htp") == []
+    [finding] = findings_of(model, select=["FU001"], target="ort-cpu")  # ORT fuses Relu only into a lone conv
+    assert finding.severity == priced_severity(finding)
+    result = fixed(model, ["FU001"], target="ort-cpu", keep_slower_fixes=True)
+    assert [a.fix for a in result.applied] == ["duplicate-conv"]  # asked for, even where it is predicted slower
 
 
 # --- TFLite -----------------------------------------------------------------------------------------------------------
@@ -176,8 +173,8 @@ def buffers_with_data(data: bytes) -> int:
 @litert
 def test_relu_is_fused_into_a_copy_that_shares_the_weights():
     data = conv_act_add()
-    assert rechecked(data, "FU001") == ["FU001"]
-    result = fixed(data, ["FU001"])
+    assert rechecked(data, "FU001", target=FUSES_ALL) == ["FU001"]
+    result = fixed(data, ["FU001"], target=FUSES_ALL)
     assert [a.fix for a in result.applied] == ["duplicate-conv"]
     assert "+18,432 MACs" in result.applied[0].description  # 8·8·8 outputs × 3·3·4
     assert ops(result.fixed) == {"CONV_2D": 2, "ADD": 1}
@@ -186,7 +183,7 @@ def test_relu_is_fused_into_a_copy_that_shares_the_weights():
     assert add[1] == [twin[2][0], conv[2][0]]  # the ADD reads the fused copy and the original, as before
     assert buffers_with_data(result.fixed) == buffers_with_data(data)  # no weight is copied
     assert_equivalent(data, result.fixed, **EXACT)
-    assert rechecked(result.fixed, "FU001") == []
+    assert rechecked(result.fixed, "FU001", target=FUSES_ALL) == []
 
 
 @litert
@@ -200,19 +197,19 @@ def test_relu_is_fused_into_a_copy_that_shares_the_weights():
 )
 def test_relu_family_fuses_into_each_conv_kind(act, kind, function):
     data = conv_act_add(act, kind)
-    result = fixed(data, ["FU001"])
+    result = fixed(data, ["FU001"], target=FUSES_ALL)
     assert len(result.applied) == 1, result.skipped
     fused = [op for op in operators(result.fixed) if op[3] == function]
     assert len(fused) == 1 and act.upper() not in ops(result.fixed)
     assert_equivalent(data, result.fixed, **EXACT)
-    assert rechecked(result.fixed, "FU001") == []
+    assert rechecked(result.fixed, "FU001", target=FUSES_ALL) == []
 
 
 @litert
 @pytest.mark.parametrize("conv_is_output", [False, True])
 def test_silu_composite_reads_its_own_copy_and_subgraph_outputs_stay(conv_is_output):
     data = conv_act_add("silu", conv_is_output=conv_is_output)
-    result = fixed(data, ["FU001"])
+    result = fixed(data, ["FU001"], target=FUSES_ALL)
     assert len(result.applied) == 1 and "for LOGISTIC" in result.applied[0].description
     found = operators(result.fixed)
     assert [op[0] for op in found] == [
@@ -227,7 +224,7 @@ def test_silu_composite_reads_its_own_copy_and_subgraph_outputs_stay(conv_is_out
     before, after = read_tree(data)["Subgraphs"][0], read_tree(result.fixed)["Subgraphs"][0]
     assert ints(after["Outputs"]) == ints(before["Outputs"])
     assert_equivalent(data, result.fixed, **EXACT)
-    assert rechecked(result.fixed, "FU001") == []
+    assert rechecked(result.fixed, "FU001", target=FUSES_ALL) == []
 
 
 @litert
@@ -240,27 +237,27 @@ def test_tflite_two_activations_each_get_a_copy_over_two_rounds():
     b.output(b.tanh(y))
     b.output(b.add(y, x))
     data = b.build()
-    result = fixed(data, ["FU001"])
+    result = fixed(data, ["FU001"], target=FUSES_ALL)
     assert len(result.applied) == 2 and result.rounds == 3
     assert ops(result.fixed)["CONV_2D"] == 3 and "RELU" not in ops(result.fixed)
     assert_equivalent(data, result.fixed, **EXACT)
-    assert rechecked(result.fixed, "FU001") == []
+    assert rechecked(result.fixed, "FU001", target=FUSES_ALL) == []
 
 
 @litert
 def test_int8_relu_with_the_conv_quantization_is_fused_exactly():
     data = conv_act_add(quant={"scale": [0.08], "zero_point": [-3]})
-    result = fixed(data, ["FU001"])
+    result = fixed(data, ["FU001"], target=FUSES_ALL)
     assert len(result.applied) == 1 and "fused into the copy" in result.applied[0].description
     assert "RELU" not in ops(result.fixed)
     assert_equivalent(data, result.fixed)  # integer outputs: exactly equal
-    assert rechecked(result.fixed, "FU001") == []
+    assert rechecked(result.fixed, "FU001", target=FUSES_ALL) == []
 
 
 @litert
 def test_int8_relu_that_requantizes_keeps_its_operator_and_reads_an_exact_copy():
     data = conv_act_add(quant={"scale": [0.05], "zero_point": [-128]})
-    result = fixed(data, ["FU001"])
+    result = fixed(data, ["FU001"], target=FUSES_ALL)
     assert len(result.applied) == 1 and "fused" not in result.applied[0].description
     found = operators(result.fixed)
     assert [op[0] for op in found] == ["CONV_2D", "CONV_2D", "RELU"] and found[2][1] == found[1][2]
@@ -268,11 +265,11 @@ def test_int8_relu_that_requantizes_keeps_its_operator_and_reads_an_exact_copy()
     original, copy = tree["Tensors"][found[0][2][0]], tree["Tensors"][found[1][2][0]]
     assert list(copy["Quantization"]["Scale"]) == list(original["Quantization"]["Scale"])  # same quantization
     assert_equivalent(data, result.fixed)
-    assert rechecked(result.fixed, "FU001") == []
+    assert rechecked(result.fixed, "FU001", target=FUSES_ALL) == []
 
 
 @needs_litert
-def test_activation_behind_a_quantize_dequantize_pair_is_skipped():
+def behind_quantize_dequantize() -> bytes:
     rng = np.random.default_rng(5)
     b = TfliteBuilder()
     x = b.input("x", [1, 6, 6, 4])
@@ -280,11 +277,22 @@ def test_activation_behind_a_quantize_dequantize_pair_is_skipped():
     q = b.quantize(y, quant={"scale": [0.05], "zero_point": [0]})
     b.output(b.relu(b.dequantize(q)))
     b.output(b.add(y, x))
-    data = b.build()
-    assert rechecked(data, "FU001") == ["FU001"]
-    result = fixed(data, ["FU001"])
+    return b.build()
+
+
+def test_activation_behind_a_quantize_dequantize_pair_is_skipped():
+    data = behind_quantize_dequantize()
+    assert rechecked(data, "FU001", target=FUSES_ALL) == ["FU001"]
+    result = fixed(data, ["FU001"], target=FUSES_ALL)
     assert result.applied == [] and result.fixed == data
     assert len(result.skipped) == 1 and "pass-through" in result.skipped[0].reason
+
+
+def test_nothing_to_duplicate_where_the_target_fuses_relu_whatever_reads_the_conv():
+    """Qualcomm HTP: "simple activation functions like Relu are not subject to the above constraint" (issue 21)."""
+    data = conv_act_add()
+    result = fixed(data, ["FU001"], target="qualcomm-htp", keep_slower_fixes=True)
+    assert result.applied == [] and result.skipped == [] and result.fixed == data
 
 
 @litert
@@ -292,11 +300,12 @@ def test_netlint_fix_on_a_tflite_file_applies_it(tmp_path, capsys):
     source = tmp_path / "m.tflite"
     source.write_bytes(conv_act_add())
     out = tmp_path / "fixed.tflite"
-    assert main(["fix", str(source), "-o", str(out), "--select", "FU001"]) == 0
+    target = ["--target", FUSES_ALL]
+    assert main(["fix", str(source), "-o", str(out), "--select", "FU001", *target]) == 0
     printed = capsys.readouterr().out
     assert "FU001 duplicate-conv (safe): 1 fix" in printed and "verify (LiteRT): 1 output matches" in printed
     assert ops(out.read_bytes()) == {"CONV_2D": 2, "ADD": 1}
-    assert main(["check", str(out), "--select", "FU001"]) == 0  # `netlint check` no longer reports it
+    assert main(["check", str(out), "--select", "FU001", *target]) == 0  # `netlint check` no longer reports it
 
 
 @litert
@@ -321,27 +330,43 @@ def test_on_ort_cpu_a_realistic_conv_is_not_duplicated_unless_asked():
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_duplicate_advertised_safe_is_applied_and_exact(fmt: str) -> None:
     model = conv_relu_add() if fmt == "onnx" else conv_act_add()
-    assert [(f.name, f.applicability) for f in advertised(model, "FU001")] == [("duplicate-conv", "safe")]
-    result = fixed(model, ["FU001"])
+    assert [(f.name, f.applicability) for f in advertised(model, "FU001", target=FUSES_ALL)] == [
+        ("duplicate-conv", "safe")
+    ]
+    result = fixed(model, ["FU001"], target=FUSES_ALL)
     assert [(a.fix, a.exact) for a in result.applied] == [("duplicate-conv", True)]
     assert ops(result.fixed)["Conv" if fmt == "onnx" else "CONV_2D"] == 2
     if fmt == "onnx" or verify.available():
         assert_equivalent(model, result.fixed, **EXACT)
-    assert rechecked(result.fixed, "FU001") == []
+    assert rechecked(result.fixed, "FU001", target=FUSES_ALL) == []
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_NEG_info_finding_on_a_target_exempting_relu_advertises_none(fmt: str) -> None:
-    model = conv_relu_add() if fmt == "onnx" else conv_act_add()
-    [fix] = advertised(model, "FU001", target="qualcomm-htp")
-    assert fix.applicability == "none" and "only adds MACs" in fix.reason
-    result = fixed(model, ["FU001"], target="qualcomm-htp", keep_slower_fixes=True)
+def test_NEG_activation_behind_a_pass_through_advertises_none(fmt: str) -> None:
+    if fmt == "onnx":
+        b = GraphBuilder()
+        x = b.input("x", [1, 4, 8, 8])
+        y = b.conv(x, 4, name="conv")
+        b.output(b.relu(b.node("Identity", [y], name="id"), name="act"), b.add(y, x, name="other"))
+        model = b.build()
+    else:
+        model = behind_quantize_dequantize()
+    [fix] = advertised(model, "FU001", target=FUSES_ALL)
+    assert fix.applicability == "none" and "pass-through" in fix.reason
+    result = fixed(model, ["FU001"], target=FUSES_ALL)
     assert result.applied == [] and [s.reason for s in result.skipped] == [fix.reason]
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_price_is_what_the_written_fix_saves(fmt: str) -> None:
-    model = conv_relu_add(silu=True) if fmt == "onnx" else conv_act_add("hard_swish")
+    if fmt == "onnx":  # HardSwish fuses into a lone-consumer conv on HTP (SiLU does not)
+        b = GraphBuilder()
+        x = b.input("x", [1, 3, 8, 8])
+        y = b.conv(x, 4, name="conv")
+        b.output(b.add(b.node("HardSwish", [y], name="act"), y, name="sum"))
+        model = b.build()
+    else:
+        model = conv_act_add("hard_swish")
     assert_priced_as_written(model, "FU001", "qualcomm-htp", chip="8550")
 
 

@@ -10,6 +10,7 @@ import onnx
 import pytest
 from conftest import (
     FORMATS,
+    FUSES_ALL,
     advertised,
     assert_equivalent,
     assert_priced_as_written,
@@ -90,9 +91,10 @@ def test_two_tensor_add_and_sub_become_concat_and_identity_conv():
         assert findings_of(result.fixed, select=["FU002"], **HTP) == []
 
 
-def test_generic_target_rewrites_too_and_the_fix_is_exact():
+def test_without_a_target_nothing_is_rewritten_and_on_a_fusing_target_the_fix_is_exact():
     model = const_then_act("Mul", np.arange(1, 5).reshape(4, 1, 1), act="PRelu")
-    result = fixed(model, ["FU002"])  # generic: an info finding, naming the accelerators
+    assert fixed(model, ["FU002"]).applied == []  # without a target: an info summary, no fix to apply
+    result = fixed(model, ["FU002"], target=FUSES_ALL)  # PRelu fuses into a conv there, not after a Mul
     assert [a.fix for a in result.applied] == ["eltwise-as-conv"]
     assert_equivalent(model, result.fixed, rtol=1e-6, atol=1e-7)
 
@@ -112,7 +114,7 @@ def test_missing_constant_values_skip(tmp_path):
     model = const_then_act("Mul", np.arange(1, 5).reshape(4, 1, 1))
     onnx.save_model(model, str(tmp_path / "m.onnx"), save_as_external_data=True, location="m.data", size_threshold=0)
     (tmp_path / "m.data").unlink()
-    result = fixed_path(tmp_path / "m.onnx", ["FU002"])
+    result = fixed_path(tmp_path / "m.onnx", ["FU002"], target=FUSES_ALL)
     assert result.applied == []
     assert (
         len(result.skipped) == 1
@@ -194,10 +196,11 @@ def test_tflite_two_tensor_add_and_sub_become_concat_and_identity_conv(op):
 
 
 @litert
-def test_generic_target_rewrites_too():
+def test_without_a_target_nothing_is_rewritten_and_a_target_without_a_cost_model_rewrites():
     data = tflite_const_then_act("MUL", np.arange(1, 5, dtype=np.float32), act="PRELU")
-    result = fixed(data, ["FU002"])
-    assert [a.fix for a in result.applied] == ["eltwise-as-conv"]  # an info finding, naming the accelerators
+    assert fixed(data, ["FU002"]).applied == []  # without a target: an info summary naming the accelerators
+    result = fixed(data, ["FU002"], target=FUSES_ALL)
+    assert [a.fix for a in result.applied] == ["eltwise-as-conv"]
     assert_equivalent(data, result.fixed, **EXACT)
 
 

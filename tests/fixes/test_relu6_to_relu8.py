@@ -29,7 +29,8 @@ from netlint.fixes import litert, verify
 from netlint.testing import GraphBuilder, TfliteBuilder, codes, findings_of
 
 TI = "ti-tda4vm"  # relu6_cost = "lut": QT001 reports every ReLU6 at its default precision
-INT8 = {"precision": "int8"}  # QT001 reports ReLU6 on fixed-point precisions only
+# QT001 reports ReLU6 on fixed-point precisions of a target that says what it costs: TIDL runs it as ReLU8 (info)
+INT8 = {"target": "ti-tda4vm", "precision": "int8"}
 needs_litert = pytest.mark.skipif(not litert.available(), reason="ai-edge-litert is not installed")
 
 
@@ -175,7 +176,8 @@ def test_the_cli_reports_the_deviation_of_the_unsafe_fix(run_cli, tmp_path, data
 
 
 # --- TFLite -----------------------------------------------------------------------------------------------------------
-INT8 = {"precision": "int8"}  # QT001 reports ReLU6 on fixed-point precisions only
+# QT001 reports ReLU6 on fixed-point precisions of a target that says what it costs: TIDL runs it as ReLU8 (info)
+INT8 = {"target": "ti-tda4vm", "precision": "int8"}
 WEIGHTS = np.random.default_rng(3).standard_normal((4, 3, 3, 3)).astype(np.float32) * 3
 
 
@@ -263,3 +265,12 @@ def test_price_is_what_the_written_fix_saves(fmt: str) -> None:
 def test_the_pass_models(name: str, monkeypatch) -> None:
     """tests/data/passes: the positive models are fixed (verified, nothing left to fix), the negatives refused."""
     check_pass_model(name, monkeypatch)
+
+
+def test_the_relu8_it_writes_is_what_tidl_fuses() -> None:
+    """Issue 21, item 2: TIDL recommends ReLU8 "via Clip/Minimum" and fuses Clip(0, 2^k): after QT001's own fix,
+    FU003 on ti-tda4vm has nothing to say about the Clip(0, 8) (it used to ask for a Relu instead)."""
+    result = fixed(activation("clip", 6.0), ["QT001"], unsafe=True, target=TI)
+    assert op_list(result.fixed) == ["Conv", "Clip", "Conv"]
+    assert findings_of(result.fixed, select=["FU003", "QT001"], target=TI) == []
+    assert findings_of(activation("clip", 5.0), select=["FU003"], target=TI) != []  # not a power of two: not fused

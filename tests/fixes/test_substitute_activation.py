@@ -12,6 +12,7 @@ import onnx
 import pytest
 from conftest import (
     FORMATS,
+    RELU_ONLY,
     advertised,
     assert_priced_as_written,
     check_pass_model,
@@ -53,15 +54,15 @@ def max_error(before: onnx.ModelProto, after: onnx.ModelProto) -> float:
     return max(float(np.abs(a - b).max()) for a, b in zip(outputs(before), outputs(after), strict=True))
 
 
-def test_needs_unsafe_fixes_and_replaces_composites_whole_on_generic():
+def test_needs_unsafe_fixes_and_replaces_composites_whole():
     for kind in ("SiLU", "Gelu", "Sigmoid", "Elu"):
         model = conv_act(kind)
-        assert rechecked(model, "FU003") == ["FU003"], kind
-        assert fixed(model, ["FU003"]).applied == []
-        result = fixed(model, ["FU003"], unsafe=True)
-        assert op_list(result.fixed) == ["Conv", "Relu", "Conv"], kind  # generic fuses only Relu and clips
+        assert rechecked(model, "FU003", target=RELU_ONLY) == ["FU003"], kind
+        assert fixed(model, ["FU003"], target=RELU_ONLY).applied == []
+        result = fixed(model, ["FU003"], target=RELU_ONLY, unsafe=True)
+        assert op_list(result.fixed) == ["Conv", "Relu", "Conv"], kind  # the target fuses only Relu and clips
         assert [a.applicability for a in result.applied] == ["unsafe"]
-        assert rechecked(result.fixed, "FU003") == []
+        assert rechecked(result.fixed, "FU003", target=RELU_ONLY) == []
         assert 1e-3 < max_error(model, result.fixed) < 50, kind  # it is not exact
 
 
@@ -83,8 +84,8 @@ def test_sigmoid_becomes_hard_sigmoid_where_that_fuses():
     """No built-in target fuses HardSigmoid but not Sigmoid, so the pass is planned on a finding that says so (in
     its structured data: the message is reworded to show the pass does not read it)."""
     model = conv_act("Sigmoid")
-    finding = findings_of(model, select=["FU003"])[0]
-    assert finding.data["fusable"] == ["Relu", "Relu6", "ReluN1To1", "Relu0To1", "Clip"]  # generic's kinds
+    finding = findings_of(model, select=["FU003"], target=RELU_ONLY)[0]
+    assert finding.data["fusable"] == ["Relu", "Relu6", "ReluN1To1", "Relu0To1", "ReluPow2", "Clip"]
     finding.data["fusable"] = ["Relu", "HardSigmoid"]
     finding.message = "reworded: the target fuses only Tanh"
     plan, done = planned(model, finding, SubstituteActivation)
@@ -110,16 +111,18 @@ def _random_fill(path: Path, seed: int = 0) -> onnx.ModelProto:
     return model
 
 
-def test_mixnet_silus_become_relu(data_dir):
+def test_mixnet_silus_become_relu_and_its_squeeze_excite_gates_stay(data_dir):
     model = _random_fill(data_dir / "timm_mixnet_s_noweights.onnx")
-    findings = findings_of(model, select=["FU003"])
+    findings = findings_of(model, select=["FU003"], target=RELU_ONLY)
     assert len(findings) == 33
-    result = fixed(model, ["FU003"], unsafe=True)
-    assert len(result.applied) == 33
-    assert rechecked(result.fixed, "FU003") == []
+    gates = [f for f in findings if f.fix is None]  # the 13 Sigmoids that scale a block's channels: kept
+    assert len(gates) == 13 and all(f.severity == "info" and "gates another tensor" in f.message for f in gates)
+    result = fixed(model, ["FU003"], target=RELU_ONLY, unsafe=True)
+    assert len(result.applied) == 20
+    assert rechecked(result.fixed, "FU003", target=RELU_ONLY) == ["FU003"] * 13  # the gates, still info
     sigmoids = sum(node.op_type == "Sigmoid" for node in model.graph.node)
-    assert result.ops_after["Sigmoid"] == sigmoids - 33  # one Sigmoid per SiLU (the SE gates' Sigmoids stay)
-    assert result.ops_after["Relu"] == result.ops_before["Relu"] + 33
+    assert result.ops_after["Sigmoid"] == sigmoids - 20  # one Sigmoid per SiLU; the gates' Sigmoids stay
+    assert result.ops_after["Relu"] == result.ops_before["Relu"] + 20
 
 
 # --- TFLite -----------------------------------------------------------------------------------------------------------
@@ -173,12 +176,13 @@ def test_activation_becomes_relu_fused_into_the_conv(tail):
 @needs_litert
 def test_tanh_becomes_relu_n1_to_1_where_the_target_fuses_clips():
     data = conv_model("tanh")
-    result = fixed(data, ["FU003"], unsafe=True)  # generic fuses Relu, Relu6, ReluN1To1, Relu0To1, Clip
+    # the target fuses Relu, Relu6, ReluN1To1, Relu0To1, Clip
+    result = fixed(data, ["FU003"], target=RELU_ONLY, unsafe=True)
     assert applied(result) == ["substitute-activation"]
     assert ops(result.fixed) == {"CONV_2D": 1}
     assert np.abs(RAW).max() > 1.5
     np.testing.assert_allclose(outputs(result.fixed)[0], np.clip(RAW, -1, 1), rtol=1e-5, atol=1e-5)
-    assert rechecked(result.fixed, "FU003") == []
+    assert rechecked(result.fixed, "FU003", target=RELU_ONLY) == []
     # On a target that fuses only Relu, Tanh becomes Relu (the ONNX pass's table).
     relu = fixed(data, ["FU003"], unsafe=True, **TI)
     np.testing.assert_allclose(outputs(relu.fixed)[0], np.maximum(RAW, 0), rtol=1e-5, atol=1e-5)
