@@ -332,3 +332,31 @@ def test_the_casts_of_an_op_on_the_fallback_run_beside_it_and_add_no_border() ->
     assert rates is not None and rates.transfer_overhead_us is not None
     assert impact.saving_ms < 0
     assert -impact.saving_ms * 1000 < rates.transfer_overhead_us  # Casts on the accelerator would add two borders
+
+
+# --- FU006 / FU007 / FU008 whose fix is manual: the advised fold, done by hand --------------------------------------
+def concat_bn() -> onnx.ModelProto:
+    """A BN after a channel Concat of two convs: FU006 with a manual fix (the pass folds a BN after one conv only)."""
+    b = GraphBuilder(seed=1)
+    x = b.input("x", [1, 16, 56, 56])
+    y = b.node("Concat", [b.conv(x, 16, name="c1"), b.conv(x, 16, name="c2")], axis=1, shape=[1, 32, 56, 56])
+    b.output(b.relu(b.batchnorm(y, name="bn"), name="relu"))
+    return b.build()
+
+
+@pytest.mark.parametrize("target", ["ort-cpu", "ti-tda4vm"])
+def test_a_manual_fold_is_priced_as_the_batch_norm_gone(target: str) -> None:
+    """The runtimes that fold a BN on load fold only a direct conv -> BN: the BN after the Concat stays a pass there,
+    and the price is what removing it saves (the advised change, applied as a plan, never a hand-kept simulation)."""
+    [finding] = lint(concat_bn(), select=["FU006"], target=target).findings
+    assert finding.fix is not None and finding.fix.applicability == "manual"
+    impact = finding.impact
+    assert impact is not None and impact.saving_ms > 0 and "done by hand" in (impact.basis or "")
+    b = GraphBuilder(seed=1)  # the same model with the BN folded away by hand
+    x = b.input("x", [1, 16, 56, 56])
+    y = b.node("Concat", [b.conv(x, 16, name="c1"), b.conv(x, 16, name="c2")], axis=1, shape=[1, 32, 56, 56])
+    b.output(b.relu(y, name="relu"))
+    chosen = load_target(target)
+    before = model_cost(load(concat_bn()).graph, chosen).latency_us
+    after = model_cost(load(b.build()).graph, chosen).latency_us
+    assert impact.saving_ms == pytest.approx((before - after) / 1000, rel=0.01)
