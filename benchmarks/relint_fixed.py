@@ -7,12 +7,15 @@ too where the run had --unsafe-fixes. Each such finding is a lie of `check` or a
 the expected count is 0. Models `fix` refuses (bad input: exit 2 with a one-line error) are counted apart.
 
     python benchmarks/relint_fixed.py                       # corpus + tests/data, every configuration
-    python benchmarks/relint_fixed.py DIR ... -j 2 --configs generic-safe,ti-unsafe
+    python benchmarks/relint_fixed.py DIR ... --configs generic-safe,ti-unsafe
+    python benchmarks/relint_fixed.py --subprocess -j 2     # the installed command, a process per run
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import subprocess
 import sys
@@ -22,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+SUBPROCESS = False
 CONFIGS: dict[str, list[str]] = {
     "generic-safe": [],
     "generic-unsafe": ["--unsafe-fixes"],
@@ -40,8 +44,21 @@ def models(folders: list[Path]) -> list[Path]:
 
 
 def netlint(*args: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "netlint", *args, "--isolated", "--no-cache"]
-    return subprocess.run(command, capture_output=True, text=True, check=False)
+    """The `netlint` command: in this process (netlint.cli.main, output captured; no start-up per run) unless
+    --subprocess."""
+    argv = [*args, "--isolated", "--no-cache"]
+    if SUBPROCESS:
+        command = [sys.executable, "-m", "netlint", *argv]
+        return subprocess.run(command, capture_output=True, text=True, check=False)
+    from netlint.cli import main as cli
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = cli(argv)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 2
+    return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
 
 
 def advertised(model: Path, flags: list[str]) -> list[str]:
@@ -70,15 +87,19 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folders", nargs="*", type=Path)
     parser.add_argument("--configs", default=",".join(CONFIGS))
-    parser.add_argument("-j", "--jobs", type=int, default=1)
+    parser.add_argument("-j", "--jobs", type=int, default=1, help="parallel runs (with --subprocess only)")
+    parser.add_argument("--subprocess", action="store_true", help="run the installed command in a process per run")
     args = parser.parse_args()
+    global SUBPROCESS
+    SUBPROCESS = args.subprocess
+    jobs = args.jobs if SUBPROCESS else 1
     folders = args.folders or [p for p in (ROOT.parent / "shared" / "corpus", ROOT / "tests" / "data") if p.is_dir()]
     chosen = {name: CONFIGS[name] for name in args.configs.split(",")}
     paths = models(folders)
     outcomes: Counter[str] = Counter()
     lies: list[str] = []
     before = 0
-    with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(args.jobs) as pool:
+    with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(jobs) as pool:
         jobs = {
             (path, name): pool.submit(run_one, path, name, flags, Path(tmp))
             for path in paths
