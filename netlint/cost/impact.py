@@ -138,7 +138,7 @@ def price_findings(
                 by_hand = hand_fold(graph, finding)
                 plan, basis = by_hand if by_hand is not None else (None, None)
             saving = _saving_us(graph, finding, plan, target, memo, cost.layout_facts, price)
-            if saving is not None and _relu8_by_runtime(finding, plan, target):
+            if saving is not None and abs(saving) < 1e-9 and _relu8_by_runtime(finding, plan, target):
                 basis = RELU8_BY_RUNTIME
         if saving is not None:
             finding.impact = Impact(label, total / 1000, (total - saving) / 1000, basis, modelled)
@@ -153,7 +153,7 @@ RELU8_BY_RUNTIME = (
 
 def _relu8_by_runtime(finding: Finding, plan: Any, target: Target) -> bool:
     """Whether the finding's fix is relu6-to-relu8 on a target whose runtime runs a ReLU6 as a ReLU8 already
-    (`relu6_cost = "relu8"`): the price (what the written ReLU8 saves, 0 where the ReLU6 already fused) says why."""
+    (`relu6_cost = "relu8"`): where the written ReLU8 saves nothing (the ReLU6 ran as one), the basis says why."""
     fixed = finding.fix is not None and finding.fix.name == "relu6-to-relu8" and plan is not None
     return fixed and not isinstance(plan, str) and target.relu6_cost == "relu8"
 

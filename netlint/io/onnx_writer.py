@@ -199,7 +199,7 @@ def _write_initializers(proto: onnx.ModelProto, ir: Graph, lowered: list[onnx.Te
         if value.origin >= 0 and not value.edited:
             keep.add(value.origin)
         elif value.edited and ir.producer(name) is None:
-            new.append(tensor_from_array(np.ascontiguousarray(value.data.array()), name))
+            new.append(tensor_from_array(np.asarray(value.data.array()), name))
     gone = {t.name for index, t in enumerate(graph.initializer) if index not in keep}
     if gone:
         delete_where(graph.initializer, [index not in keep for index in range(len(graph.initializer))])

@@ -12,6 +12,7 @@ import onnx
 import pytest
 from conftest import (
     FORMATS,
+    PASS_MODELS,
     advertised,
     assert_equivalent,
     assert_priced_as_written,
@@ -274,3 +275,13 @@ def test_the_relu8_it_writes_is_what_tidl_fuses() -> None:
     assert op_list(result.fixed) == ["Conv", "Clip", "Conv"]
     assert findings_of(result.fixed, select=["FU003", "QT001"], target=TI) == []
     assert findings_of(activation("clip", 5.0), select=["FU003"], target=TI) != []  # not a power of two: not fused
+
+
+def test_a_raised_scalar_bound_stays_a_scalar() -> None:
+    """The bound the pass writes has the shape of the one it replaces: a 0-d constant stays 0-d (the ONNX writer
+    used to write a new 0-d constant as [1])."""
+    model = onnx.load(str(PASS_MODELS / "relu6_to_relu_neg.onnx"))  # Conv -> Relu -> Min(·, six), six 0-d
+    assert [list(t.dims) for t in model.graph.initializer if t.name == "six"] == [[]]
+    result = fixed(model, ["QT001"], unsafe=True, target=TI)
+    [bound] = [t for t in result.fixed.graph.initializer if "relu8" in t.name]
+    assert list(bound.dims) == [] and float(numpy_helper.to_array(bound)) == 8.0
