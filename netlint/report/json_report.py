@@ -7,20 +7,23 @@ import json
 from dataclasses import asdict
 from functools import lru_cache
 from json.encoder import encode_basestring
-from typing import Any
+from typing import Any, NamedTuple
 
 from netlint import __version__
 from netlint.engine import CostSummary, ModelReport
 from netlint.report.grouping import group_findings
 from netlint.rule import Finding, FixRef, Impact
-from netlint.source import Source
+from netlint.source import Frame, Source
 
 # 1.1: model.precision and model.chip; 1.2: finding.impact and model.cost; 1.3: finding.source, finding.reference,
-# model.groups and finding.fix.reason (applicability "none": the fix cannot apply to this occurrence, and why)
+# model.groups and finding.fix.reason (applicability "none": the fix cannot apply to this occurrence, and why), and
+# model.stacks (each distinct recorded stack once; a source names its stack by index: a dynamo export's stacks repeat
+# in every finding of a block, and writing them per finding made the document 3.6 times larger)
 SCHEMA_VERSION = "1.3"
 
 
-def finding_json(finding: Finding) -> dict[str, Any]:
+def finding_json(finding: Finding, stacks: StackTable | None = None) -> dict[str, Any]:
+    """The finding's entry; `stacks` numbers the model's distinct stacks (`StackTable`), for the source's `stack`."""
     return {
         "code": finding.code,
         "name": finding.name,
@@ -32,7 +35,7 @@ def finding_json(finding: Finding) -> dict[str, Any]:
         "help": finding.help,
         "impact": impact_json(finding.impact),
         "reference": finding.reference,
-        "source": source_json(finding.source, finding.other_sources),
+        "source": source_json(finding.source, finding.other_sources, stacks=stacks),
     }
 
 
@@ -47,11 +50,15 @@ def fix_json(fix: FixRef | None) -> dict[str, Any] | None:
 
 
 def source_json(
-    source: Source | None, others: list[Source] | None = None, frames: bool = True
+    source: Source | None,
+    others: list[Source] | None = None,
+    frames: bool = True,
+    stacks: StackTable | None = None,
 ) -> dict[str, Any] | None:
     """Where the model's code created the node the finding's advice is about (None when the export does not say):
     module path and class, the creating frame (file as recorded, `path` in the repository when found), the whole
-    stack in `frames`, and the finding's other nodes' sources in `related` (without their frames)."""
+    stack as `stack`, an index into the model's `stacks` (null when none was recorded), and the finding's other
+    nodes' sources in `related` (without their stacks). `frames=False` leaves both out (SARIF's properties)."""
     if source is None:
         return None
     found: dict[str, Any] = {
@@ -67,12 +74,39 @@ def source_json(
         "code": source.code,
     }
     if frames:
-        found["frames"] = [
-            {"file": frame.file, "line": frame.line, "function": frame.function, "code": frame.code}
-            for frame in source.frames
-        ]
+        found["stack"] = stacks.index(source.frames) if stacks is not None else None
         found["related"] = [source_json(other, frames=False) for other in others or ()]
     return found
+
+
+class StackTable:
+    """The distinct stacks of a model's findings' sources, numbered in order of first use: the model's `stacks`."""
+
+    def __init__(self, findings: list[Finding]) -> None:
+        self.stacks: list[list[Frame]] = []
+        by_value: dict[tuple[Frame, ...], int] = {}
+        self._by_list: dict[int, tuple[list[Frame], int]] = {}  # the sources of one stack share one list of frames
+        for finding in findings:
+            frames = finding.source.frames if finding.source is not None else None
+            if frames and id(frames) not in self._by_list:
+                index = by_value.setdefault(tuple(frames), len(self.stacks))
+                if index == len(self.stacks):
+                    self.stacks.append(frames)
+                self._by_list[id(frames)] = (frames, index)
+
+    def index(self, frames: list[Frame]) -> int | None:
+        """The stack's number, None for an empty one (or one no finding of the table has)."""
+        known = self._by_list.get(id(frames)) if frames else None
+        return known[1] if known is not None and known[0] is frames else None
+
+    def json(self) -> list[list[dict[str, Any]]]:
+        return [
+            [
+                {"file": frame.file, "line": frame.line, "function": frame.function, "code": frame.code}
+                for frame in stack
+            ]
+            for stack in self.stacks
+        ]
 
 
 def groups_json(findings: list[Finding]) -> list[dict[str, Any]]:
@@ -139,10 +173,11 @@ def cost_json(cost: CostSummary | None) -> dict[str, Any] | None:
 
 
 def model_json(report: ModelReport) -> dict[str, Any]:
-    return _model_json(report, [finding_json(finding) for finding in report.findings])
+    stacks = StackTable(report.findings)
+    return _model_json(report, [finding_json(finding, stacks) for finding in report.findings], stacks)
 
 
-def _model_json(report: ModelReport, findings: list[Any]) -> dict[str, Any]:
+def _model_json(report: ModelReport, findings: list[Any], stacks: StackTable) -> dict[str, Any]:
     return {
         "path": report.path,
         "format": report.format,
@@ -155,25 +190,38 @@ def _model_json(report: ModelReport, findings: list[Any]) -> dict[str, Any]:
         "notes": report.notes,
         "cost": cost_json(report.cost),
         "groups": groups_json(report.findings),
+        "stacks": stacks.json(),
     }
 
 
 def to_json(reports: list[ModelReport]) -> str:
     head = {"netlint_version": __version__, "schema_version": SCHEMA_VERSION}
     try:  # the findings as they are: `_indented` writes each with `_finding_text`
-        document = {**head, "models": [_model_json(report, report.findings) for report in reports]}
+        models = []
+        for report in reports:
+            stacks = StackTable(report.findings)
+            models.append(_model_json(report, [_Located(finding, stacks) for finding in report.findings], stacks))
+        document = {**head, "models": models}
         return _indented(document, "\n") + "\n"
     except TypeError:  # something `_indented` does not know: json says what (or knows it after all)
         document = {**head, "models": [model_json(report) for report in reports]}
         return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
 
 
-def _finding_text(finding: Finding, newline: str) -> str:
+class _Located(NamedTuple):
+    """A finding as to_json leaves it for `_indented`, with its model's numbered stacks."""
+
+    finding: Finding
+    stacks: StackTable
+
+
+def _finding_text(located: _Located, newline: str) -> str:
     """`_indented(finding_json(finding), newline)`, written directly (a large graph gives tens of thousands of
     findings, and the generic walk took a quarter of a second for 30k); the fields findings share (code, name,
     severity, fix, help) are written once per distinct value. A field of a type json would not write as a string
     (or a list of strings) raises TypeError: to_json then leaves the whole document to json."""
     enc = encode_basestring  # raises TypeError for anything but a str (a str subclass json writes the same)
+    finding = located.finding
     inner = newline + "  "
     nodes, tensors, impact, reference = finding.nodes, finding.tensors, finding.impact, finding.reference
     source, others = finding.source, finding.other_sources
@@ -188,26 +236,26 @@ def _finding_text(finding: Finding, newline: str) -> str:
         f"{_tail(finding.fix, finding.help, inner)}"
         f'{inner}"impact": {"null" if impact is None else _indented(impact_json(impact), inner)},'
         f'{inner}"reference": {"null" if reference is None else enc(reference)},'
-        f'{inner}"source": {"null" if source is None else _source_text(source, others, inner)}{newline}}}'
+        f'{inner}"source": {_source_text(source, others, located.stacks, inner)}{newline}}}'
     )
 
 
-def _source_text(source: Source, others: list[Source] | None, newline: str) -> str:
-    """`_indented(source_json(source, others), newline)`, written directly: a large dynamo export has tens of
-    thousands of findings with a source each, and the sources of one stack share their frames list (written once)."""
+def _source_text(source: Source | None, others: list[Source] | None, stacks: StackTable, newline: str) -> str:
+    """`_indented(source_json(source, others, stacks=stacks), newline)`, written directly: a large dynamo export has
+    tens of thousands of findings with a source each."""
+    if source is None:
+        return "null"
     if type(source) is not Source or (others is not None and type(others) is not list):
         raise TypeError("a source that is not a Source is left to json")
     inner = newline + "  "
-    key = (id(source.frames), inner)
-    frames = _FRAMES.get(key)
-    if frames is None or frames[0] is not source.frames:
-        frames = _FRAMES[key] = (source.frames, _indented(source_json(source)["frames"], inner))
+    stack = stacks.index(source.frames)
+    stack_text = "null" if stack is None else int.__repr__(stack)
     deeper = inner + "  "
     related = "[]"
     if others:
         entries = (_source_fields(other, deeper) + deeper + "}" for other in others)
         related = f"[{deeper}{(',' + deeper).join(entries)}{inner}]"
-    return f'{_source_fields(source, newline)},{inner}"frames": {frames[1]},{inner}"related": {related}{newline}}}'
+    return f'{_source_fields(source, newline)},{inner}"stack": {stack_text},{inner}"related": {related}{newline}}}'
 
 
 def _source_fields(source: Source, newline: str) -> str:
@@ -247,9 +295,6 @@ _ENCODED: dict[str, str] = {}
 _ENCODED_MAX = 1 << 16
 
 
-_FRAMES: dict[tuple[int, str], tuple[list[Any], str]] = {}  # (id of a frames list, indent) -> (the list, its text)
-
-
 _LISTS = (list, tuple)
 
 
@@ -283,7 +328,7 @@ def _indented(value: Any, newline: str) -> str:
     scalar = _SCALARS.get(type(value))
     if scalar is not None:
         return scalar(value)
-    if type(value) is Finding:  # to_json leaves findings as they are
+    if type(value) is _Located:  # to_json leaves findings as they are
         return _finding_text(value, newline)
     if type(value) is dict:
         if not value:

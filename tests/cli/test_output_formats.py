@@ -37,6 +37,7 @@ MODEL_KEYS = {
     "notes",
     "cost",
     "groups",
+    "stacks",
 }
 FINDING_KEYS = {"code", "name", "severity", "message", "nodes", "tensors", "fix", "help", "impact", "reference"}
 FINDING_KEYS |= {"source"}
@@ -133,9 +134,11 @@ def assert_valid_document(document: dict) -> None:
                 assert fix.get("reason", "x") != ""
             source = finding["source"]
             if source is not None:
-                assert set(source) == SOURCE_KEYS | {"frames", "related"}
-                assert all(set(frame) == {"file", "line", "function", "code"} for frame in source["frames"])
+                assert set(source) == SOURCE_KEYS | {"stack", "related"}
+                assert source["stack"] is None or 0 <= source["stack"] < len(model["stacks"])
                 assert all(set(other) == SOURCE_KEYS for other in source["related"])
+        for stack in model["stacks"]:
+            assert stack and all(set(frame) == {"file", "line", "function", "code"} for frame in stack)
         grouped = [index for group in model["groups"] for index in group["findings"]]
         assert len(grouped) == len(set(grouped)) and set(grouped) <= set(range(len(model["findings"])))
         for group in model["groups"]:

@@ -126,7 +126,12 @@ def test_json_keeps_every_finding_and_lists_the_groups(monkeypatch, capsys, tmp_
         "path": "models/net.py",
         "line": 13,
     }
-    assert source["file"] == "/home/alice/proj/models/net.py" and len(source["frames"]) == 3
+    assert source["file"] == "/home/alice/proj/models/net.py" and len(model["stacks"][source["stack"]]) == 3
+    # each distinct stack is written once; the four batchnorms of one line of code were made by one stack each
+    assert sorted({f["source"]["stack"] for f in findings}) == list(range(len(model["stacks"])))
+    assert {"file": source["file"], "line": 13} in [
+        {k: f[k] for k in ("file", "line")} for f in model["stacks"][source["stack"]]
+    ]
     assert [r["module"] for r in source["related"]] == ["stem.conv"]
     (group,) = model["groups"]
     assert group["findings"] == [0, 1, 2, 3] and group["count"] == 4
