@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from netlint._lazy import numpy as np  # loaded on first use: a run served by the cache needs no numpy
 from netlint.ir import Graph, Node, Value
 from netlint.ir.ops import quantized_between, quantized_weights
+from netlint.ir.shapes import static_shape
 from netlint.pattern import Match, Op
 from netlint.rule import Context, FixRef, Rule, register
 
@@ -201,8 +202,9 @@ def _foldable(graph: Graph, node: Node, const: str, out: Value | None) -> str | 
 
 def _const_shape(graph: Graph, name: str) -> tuple[int, ...]:
     value = graph.value(name)
-    if value is not None and value.shape is not None and all(isinstance(d, int) for d in value.shape):
-        return tuple(int(d) for d in value.shape)  # type: ignore[arg-type]
+    shape = static_shape(value.shape) if value is not None else None
+    if shape is not None:
+        return shape
     values = graph.const(name)  # shape not recorded (e.g. a folded constant): read it
     return tuple(np.shape(values)) if values is not None else ()
 

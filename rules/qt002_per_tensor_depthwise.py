@@ -8,6 +8,7 @@ from typing import ClassVar
 
 from netlint._lazy import numpy as np  # loaded on first use: a run served by the cache needs no numpy
 from netlint.ir import ConstantUnavailable, Graph, Node
+from netlint.ir.shapes import static_shape
 from netlint.pattern import Match, Op
 from netlint.rule import Context, Option, Rule, Severity, register
 
@@ -238,8 +239,9 @@ def _weight_quant(graph: Graph, conv: Node, weight: str) -> WeightQuant | None:
 def _size(graph: Graph, name: str) -> int:
     """Element count of a (scale) tensor, from its declared shape when known, else from its data."""
     value = graph.value(name)
-    if value is not None and value.shape is not None and all(isinstance(d, int) for d in value.shape):
-        return math.prod(value.shape)  # type: ignore[arg-type]
+    shape = static_shape(value.shape) if value is not None else None
+    if shape is not None:
+        return math.prod(shape)
     data = graph.const(name)
     return int(np.asarray(data).size) if data is not None else 1
 
