@@ -11,31 +11,35 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from netlint.ir import Graph, Node
 
+E = TypeVar("E")  # the evidence a rule's check found (netlint.rule.Rule)
+
 
 @dataclass(slots=True, init=False)  # one per candidate anchor: a 100k-node graph makes a quarter of a million
-class Match:
-    """What a pattern bound: nodes and values by name, in the order the pattern names them (anchor first)."""
+class Match(Generic[E]):
+    """What a pattern bound: nodes and values by name, in the order the pattern names them (anchor first), and the
+    evidence the rule's `check` returned for them (what its message, help and fix data are made of)."""
 
     anchor: Node
     nodes: dict[str, Node]
     values: dict[str, str]
-    data: dict[str, object]  # what a rule's check computed, for its message
+    evidence: E
+    data: dict[str, object]  # unused by the built-in rules; kept for rule packs written before `evidence`
 
     def __init__(
         self,
         anchor: Node,
         nodes: dict[str, Node] | None = None,
         values: dict[str, str] | None = None,
-        data: dict[str, object] | None = None,
     ) -> None:
         # by hand: half the cost of the generated __init__, whose default factories are calls
         self.anchor = anchor
         self.nodes = {} if nodes is None else nodes
         self.values = {} if values is None else values
-        self.data = {} if data is None else data
+        self.data = {}  # `evidence` stays unset until the rule's check returns it
 
     def __getitem__(self, name: str) -> Node:
         return self.nodes[name]
@@ -144,7 +148,7 @@ class Opt(Pattern):
         self.op = op
 
     def bind(self, graph: Graph, value: str, match: Match) -> bool:
-        trial = Match(match.anchor, dict(match.nodes), dict(match.values), dict(match.data))
+        trial = Match(match.anchor, dict(match.nodes), dict(match.values))
         if self.op.bind(graph, value, trial):
             match.nodes, match.values = trial.nodes, trial.values
             return True

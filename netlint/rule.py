@@ -3,6 +3,10 @@
 A rule is one class in one file of the rule pack: its docstring *is* its documentation (fixed headings, like ruff's),
 its code, name, category, default severity and fix are declared up front, and it either gives a `pattern` (the engine
 indexes it by anchor op type) plus a plain-Python `check`, or overrides `scan` for whole-graph rules.
+
+`check` returns a reason not to report the match (a string), or the evidence of the problem: `None` when the match
+itself says it all, or a typed object (`Rule[MyEvidence]`) that the message, help and fix-data hooks read back as
+`match.evidence`. CONTRIBUTING.md walks through writing one.
 """
 
 from __future__ import annotations
@@ -15,12 +19,12 @@ import re
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, wraps
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal
 
 from netlint.ir import Graph, Node
-from netlint.pattern import Match, Op
+from netlint.pattern import E, Match, Op
 from netlint.source import Source
 
 if TYPE_CHECKING:
@@ -121,7 +125,9 @@ class Context:
 PORTABLE = "portable"  # Finding.data key of a target-dependent finding made without a target (see Rule.verdict)
 
 
-class Rule:
+class Rule(Generic[E]):
+    """A rule whose `check` returns evidence of type E (`None` for a rule that needs none)."""
+
     code: ClassVar[str]
     name: ClassVar[str]
     category: ClassVar[str]
@@ -140,28 +146,29 @@ class Rule:
         must agree with `check`, which still decides on its own when called directly."""
         return True
 
-    def check(self, graph: Graph, match: Match, ctx: Context) -> str | None:
-        """None to report the match; otherwise the reason it is not a problem (kept for debugging, not reported)."""
+    def check(self, graph: Graph, match: Match[E], ctx: Context) -> str | E | None:
+        """A string: the reason the match is not a problem (kept for debugging, not reported). Otherwise the match is
+        reported, and what `check` returned is its evidence (`match.evidence` in the hooks below)."""
         return None
 
-    def message(self, graph: Graph, match: Match, ctx: Context) -> str:
+    def message(self, graph: Graph, match: Match[E], ctx: Context) -> str:
         raise NotImplementedError
 
-    def help(self, graph: Graph, match: Match, ctx: Context) -> str | None:
+    def help(self, graph: Graph, match: Match[E], ctx: Context) -> str | None:
         """One line on how to fix this occurrence."""
         return None
 
-    def fix_for(self, graph: Graph, match: Match) -> FixRef | None:
+    def fix_for(self, graph: Graph, match: Match[E]) -> FixRef | None:
         return self.fix
 
-    def severity_for(self, graph: Graph, match: Match, ctx: Context) -> Severity:
+    def severity_for(self, graph: Graph, match: Match[E], ctx: Context) -> Severity:
         return self.severity
 
-    def data(self, graph: Graph, match: Match, ctx: Context) -> dict[str, Any]:
+    def data(self, graph: Graph, match: Match[E], ctx: Context) -> dict[str, Any]:
         """Structured facts for the fix pass (`Finding.data`): what it needs, so that it never parses the message."""
         return {}
 
-    def tensors(self, graph: Graph, match: Match) -> list[str]:
+    def tensors(self, graph: Graph, match: Match[E]) -> list[str]:
         return [out for out in match.anchor.outputs if out]
 
     def advice_node(self, finding: Finding) -> str | None:
@@ -198,7 +205,15 @@ class Rule:
         return _first_reference(cls.docs())
 
     # --- shared machinery ---------------------------------------------------------------------------------------------
-    def finding(self, graph: Graph, match: Match, ctx: Context) -> Finding:
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """The engine reports a match when `check` returns None: a rule's own `check`, which returns its evidence
+        instead, is wrapped to keep that evidence on the match and return None."""
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("check")
+        if own is not None:
+            cls.check = _keeping_evidence(own)  # type: ignore[method-assign]
+
+    def finding(self, graph: Graph, match: Match[E], ctx: Context) -> Finding:
         anchor = match.anchor
         bound = match.nodes
         nodes = [anchor.id]  # the anchor, then each other node the match bound, once, in binding order
@@ -230,6 +245,18 @@ class Rule:
     @classmethod
     def docs(cls) -> str:
         return inspect.getdoc(cls) or ""
+
+
+def _keeping_evidence(check: Any) -> Any:
+    @wraps(check)
+    def keep(self: Rule[Any], graph: Graph, match: Match[Any], ctx: Context) -> str | None:
+        result = check(self, graph, match, ctx)
+        if result is None or isinstance(result, str):
+            return result
+        match.evidence = result
+        return None
+
+    return keep
 
 
 @cache

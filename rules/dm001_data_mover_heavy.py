@@ -5,12 +5,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from functools import cache
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
 
 from netlint._lazy import numpy as np  # loaded on first use: a run served by the cache needs no numpy
 from netlint.ir import Graph, Node, Value
 from netlint.ir.graph import PASS_THROUGH_OPS
 from netlint.ir.ops import ACTIVATION_OPS, UNARY_MATH_OPS
+from netlint.ir.unionfind import UnionFind
 from netlint.rule import Context, Finding, Option, Rule, Severity, register
 
 if TYPE_CHECKING:
@@ -81,32 +82,26 @@ def _sizes(graph: Graph) -> TensorSizes:
     return tensor_sizes(graph)
 
 
-class _Classes:
+T = TypeVar("T")  # the fact a class of values holds
+
+
+class _Classes(UnionFind[str], Generic[T]):
     """Union-find over value names, each class holding one known property (an element count, a dtype)."""
 
     def __init__(self) -> None:
-        self.parent: dict[str, str] = {}
-        self.known: dict[str, object] = {}
+        super().__init__()
+        self.known: dict[str, T] = {}
 
-    def find(self, name: str) -> str:
-        root = name
-        while self.parent.get(root, root) != root:
-            root = self.parent[root]
-        while name != root:  # path compression
-            self.parent[name], name = root, self.parent[name]
-        return root
+    def union(self, a: str, b: str) -> tuple[str, str]:
+        ra, rb = super().union(a, b)
+        if ra != rb and rb in self.known:
+            self.known.setdefault(ra, self.known.pop(rb))
+        return ra, rb
 
-    def union(self, a: str, b: str) -> None:
-        ra, rb = self.find(a), self.find(b)
-        if ra != rb:
-            self.parent[rb] = ra
-            if rb in self.known:
-                self.known.setdefault(ra, self.known.pop(rb))
-
-    def learn(self, name: str, fact: object) -> None:
+    def learn(self, name: str, fact: T) -> None:
         self.known.setdefault(self.find(name), fact)
 
-    def get(self, name: str) -> object | None:
+    def get(self, name: str) -> T | None:
         return self.known.get(self.find(name))
 
 
@@ -132,8 +127,8 @@ class _Sizer:
             self.bytes = index.nbytes  # every name the nodes touch is in it (_tally reads the index directly)
             return
         self.axes = dynamic_axes(graph)
-        self.counts = _Classes()
-        self.dtypes = _Classes()
+        self.counts: _Classes[int] = _Classes()
+        self.dtypes: _Classes[str] = _Classes()
         for node in graph.nodes:
             if node.op in SAME_COUNT and node.inputs and node.inputs[0] and node.outputs and node.outputs[0]:
                 self.counts.union(node.inputs[0], node.outputs[0])
@@ -147,8 +142,9 @@ class _Sizer:
                     self._learn(name)
             if node.op == "Concat" and node.outputs and node.outputs[0]:
                 parts = [self.counts.get(name) for name in node.inputs if name]
-                if parts and all(isinstance(part, int) for part in parts):
-                    self.counts.learn(node.outputs[0], sum(parts))  # type: ignore[arg-type]
+                known = [part for part in parts if part is not None]
+                if parts and len(known) == len(parts):
+                    self.counts.learn(node.outputs[0], sum(known))
 
     def _learn(self, name: str) -> None:
         value = self.graph.value(name)
@@ -157,9 +153,9 @@ class _Sizer:
         if value.dtype is not None:
             self.dtypes.learn(name, value.dtype)
         if value.shape is not None:
-            dims = [d if isinstance(d, int) else 1 if d in self.axes else None for d in value.shape]
-            if all(d is not None for d in dims):
-                self.counts.learn(name, math.prod(dims))  # type: ignore[arg-type]
+            dims = [d if isinstance(d, int) else 1 for d in value.shape if isinstance(d, int) or d in self.axes]
+            if len(dims) == len(value.shape):
+                self.counts.learn(name, math.prod(dims))
 
     def _union_bytes(self, name: str) -> int | None:
         if name in self._bytes:  # a value is asked for by its producer and by each consumer
@@ -218,6 +214,7 @@ def _tally(
     total = moved = 0
     unsized: list[Node] = []
     precounted = check_own_sizes and limit is not None
+    bound = math.inf if limit is None else limit  # (precounted: the limit)
     if precounted:
         for node in graph.nodes:
             if node.op in DATA_MOVERS and _counted(node, static):
@@ -269,7 +266,7 @@ def _tally(
             continue
         total += size
         if precounted:
-            settled = total > 0 and moved / total <= limit  # type: ignore[operator]
+            settled = total > 0 and moved / total <= bound
         elif node.op in DATA_MOVERS:
             moved += size
             movers.append((size, node))

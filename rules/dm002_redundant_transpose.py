@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from netlint._lazy import numpy as np  # loaded on first use: a run served by the cache needs no numpy
 from netlint.ir import Graph, Node
 from netlint.ir.graph import PASS_THROUGH_OPS
@@ -71,8 +73,20 @@ def _data_input(graph: Graph, node: Node) -> str | None:
     return None
 
 
+@dataclass
+class Transposes:
+    """What the transpose is: "identity" (its perm alone), "cancel" or "merge" (with the transpose before it), or
+    "bracket" (the two are inverses around the layout-agnostic ops of `chain`); their perms and what they compose to."""
+
+    kind: str
+    perm: list[int]
+    first_perm: list[int] | None = None
+    composed: list[int] | None = None
+    chain: list[Node] = field(default_factory=list)
+
+
 @register
-class RedundantTranspose(Rule):
+class RedundantTranspose(Rule[Transposes]):
     """A Transpose that does nothing, undoes another, could merge with another, or brackets layout-agnostic ops.
 
     ## What it does
@@ -128,17 +142,15 @@ class RedundantTranspose(Rule):
     fix = FixRef("cancel-transposes", "safe")
     pattern = Op("Transpose", name="transpose")
 
-    def check(self, graph: Graph, match: Match, ctx: Context) -> str | None:
+    def check(self, graph: Graph, match: Match[Transposes], ctx: Context) -> str | Transposes:
         node = match.anchor
         perm = permutation(graph, node)
         if perm is None:
             if len(node.inputs) > 1 and node.inputs[1] and not graph.is_const(node.inputs[1]):
                 ctx.skip(self, node, "its perm is computed at run time")
             return "perm unknown"
-        match.data["perm"] = perm
         if is_identity(perm):
-            match.data["kind"] = "identity"
-            return None
+            return Transposes("identity", perm)
         chain: list[Node] = []
         current = graph.producer(node.inputs[0]) if node.inputs else None
         while current is not None and current.op != "Transpose":
@@ -160,42 +172,41 @@ class RedundantTranspose(Rule):
         if (chain or not is_identity(composed)) and not _single_use(graph, current.output):
             return "the first transpose's output has other consumers, so it must stay"
         kind = "bracket" if chain else "cancel" if is_identity(composed) else "merge"
-        match.data.update(kind=kind, first_perm=first, composed=composed, chain=chain[::-1])
         match.nodes["first"] = current
         for index, inner in enumerate(chain[::-1]):
             match.nodes[f"op{index}"] = inner
-        return None
+        return Transposes(kind, perm, first, composed, chain[::-1])
 
-    def message(self, graph: Graph, match: Match, ctx: Context) -> str:
-        data, node = match.data, match.anchor
-        kind = data["kind"]
+    def message(self, graph: Graph, match: Match[Transposes], ctx: Context) -> str:
+        found, node = match.evidence, match.anchor
+        kind = found.kind
         if kind == "identity":
-            text = f"{node.label()} has the identity perm {data['perm']}: it copies its input unchanged"
+            text = f"{node.label()} has the identity perm {found.perm}: it copies its input unchanged"
         else:
             first = match["first"]
-            perms = f"perm {data['first_perm']} then {data['perm']}"
+            perms = f"perm {found.first_perm} then {found.perm}"
             if kind == "cancel":
                 text = f"{node.label()} undoes {first.label()} ({perms} compose to the identity)"
             elif kind == "merge":
-                text = f"{first.label()} then {node.label()} are one transpose: {perms} = perm {data['composed']}"
+                text = f"{first.label()} then {node.label()} are one transpose: {perms} = perm {found.composed}"
             else:
-                ops = ", ".join(inner.label() for inner in data["chain"])
+                ops = ", ".join(inner.label() for inner in found.chain)
                 text = (
                     f"{first.label()} and {node.label()} ({perms}, inverses) bracket only layout-agnostic ops "
                     f"({ops}): a layout round trip that does nothing"
                 )
         return text
 
-    def help(self, graph: Graph, match: Match, ctx: Context) -> str:
-        kind = match.data["kind"]
+    def help(self, graph: Graph, match: Match[Transposes], ctx: Context) -> str:
+        kind = match.evidence.kind
         if kind == "merge":
-            return f"replace both by one Transpose with perm {match.data['composed']}"
+            return f"replace both by one Transpose with perm {match.evidence.composed}"
         return {
             "identity": "remove the transpose",
             "cancel": "remove both transposes (use the first one's input)",
             "bracket": "apply the layout-agnostic ops to the first transpose's input and remove both transposes",
-        }[str(kind)]
+        }[kind]
 
-    def tensors(self, graph: Graph, match: Match) -> list[str]:
+    def tensors(self, graph: Graph, match: Match[Transposes]) -> list[str]:
         first = match.nodes.get("first")
         return [*(first.outputs[:1] if first is not None else []), *match.anchor.outputs[:1]]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
@@ -17,8 +18,19 @@ HOST_NAMES = {"Conv": "conv", "ConvTranspose": "transposed conv", "Gemm": "Gemm"
 PRELU_ATOL = 1e-6  # FU004's `atol` default: both rules judge a PRelu by its slopes alike
 
 
+@dataclass
+class Blocked:
+    """The activation kind that cannot fuse, the op class it would fuse into, the conv's other consumers (the other
+    activations first), and whether its output is also a graph output."""
+
+    kind: str
+    host: str
+    others: list[Node]
+    reaches_output: bool
+
+
 @register
-class MultiConsumerConv(Rule):
+class MultiConsumerConv(Rule[Blocked]):
     """A conv's output feeds an activation the target would fuse, and something else, so the activation cannot fuse.
 
     ## What it does
@@ -86,7 +98,7 @@ class MultiConsumerConv(Rule):
     def applies(self, ctx: Context) -> bool:
         return ctx.target.portable or ctx.target.fused_activations() is not None
 
-    def check(self, graph: Graph, match: Match, ctx: Context) -> str | None:
+    def check(self, graph: Graph, match: Match[Blocked], ctx: Context) -> str | Blocked:
         conv = match.anchor
         if conv.fused_activation is not None:
             return "an activation is already fused into the conv"
@@ -118,16 +130,14 @@ class MultiConsumerConv(Rule):
         others += [node for node in uses if id(node) not in acting]
         for index, node in enumerate([first, *others]):
             match.nodes[f"consumer{index}"] = node
-        match.data.update(kind=blocked[0][1], host=host, others=others, reaches_output=reaches_output)
-        return None
+        return Blocked(blocked[0][1], host, others, reaches_output)
 
-    def message(self, graph: Graph, match: Match, ctx: Context) -> str:
-        others: list[Node] = match.data["others"]  # type: ignore[assignment]
-        also = [f"{graph.activation(n) or n.op} '{n.id}'" for n in others]
-        if match.data["reaches_output"]:
+    def message(self, graph: Graph, match: Match[Blocked], ctx: Context) -> str:
+        also = [f"{graph.activation(n) or n.op} '{n.id}'" for n in match.evidence.others]
+        if match.evidence.reaches_output:
             also.append("a graph output")
         first = match["consumer0"]
-        kind = match.data["kind"]
+        kind = match.evidence.kind
         where = "" if ctx.target.portable else f" on {ctx.target.label}"
         return (
             f"{match.anchor.label()} output '{match.anchor.output}' feeds {kind} '{first.id}' and also "
@@ -135,14 +145,14 @@ class MultiConsumerConv(Rule):
             "that has no other consumer"
         )
 
-    def help(self, graph: Graph, match: Match, ctx: Context) -> str:
+    def help(self, graph: Graph, match: Match[Blocked], ctx: Context) -> str:
         return "give the activation its own copy of the conv, or restructure so the activation is the conv's only use"
 
-    def data(self, graph: Graph, match: Match, ctx: Context) -> dict[str, Any]:
-        return {PORTABLE: (str(match.data["kind"]), str(match.data["host"]))} if ctx.target.portable else {}
+    def data(self, graph: Graph, match: Match[Blocked], ctx: Context) -> dict[str, Any]:
+        return {PORTABLE: (match.evidence.kind, match.evidence.host)} if ctx.target.portable else {}
 
-    def reference_for(self, graph: Graph, match: Match, ctx: Context) -> str | None:
-        return None if ctx.target.portable else ctx.target.fusion_source(str(match.data["kind"]))
+    def reference_for(self, graph: Graph, match: Match[Blocked], ctx: Context) -> str | None:
+        return None if ctx.target.portable else ctx.target.fusion_source(match.evidence.kind)
 
     # --- without a target --------------------------------------------------------------------------------------------
     def verdict(self, key: tuple[str, ...], target: Target) -> tuple[bool, str] | None:

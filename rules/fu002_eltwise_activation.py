@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
@@ -27,8 +28,19 @@ CPU_MEASUREMENT = "0.40-0.94x on ONNX Runtime CPU"
 PRELU_ATOL = 1e-6
 
 
+@dataclass
+class Unfused:
+    """The activation's kind, the conv form that computes the op ("depthwise" or "concat"), the target's verdict
+    (severity, reason, where it fuses), and whether the activation is fused into the op (TFLite)."""
+
+    kind: str
+    form: str
+    verdict: tuple[Severity, str, str]
+    fused: bool
+
+
 @register
-class EltwiseActivation(Rule):
+class EltwiseActivation(Rule[Unfused]):
     """An Add/Sub/Mul followed by a non-trivial activation that the target fuses only into convolutions.
 
     ## What it does
@@ -103,7 +115,7 @@ class EltwiseActivation(Rule):
     fix = FixRef("eltwise-as-conv", "safe")
     pattern = Op(ELTWISE_OPS, name="eltwise")
 
-    def check(self, graph: Graph, match: Match, ctx: Context) -> str | None:
+    def check(self, graph: Graph, match: Match[Unfused], ctx: Context) -> str | Unfused:
         node = match.anchor
         if graph.composite(node) is not None:
             return "the op is part of a composite activation"
@@ -122,15 +134,15 @@ class EltwiseActivation(Rule):
         if verdict is not None and kind == "PRelu" and act is not node:
             atol = float(ctx.options.get("FU004", {}).get("atol", PRELU_ATOL))
             real = prelu_kind(graph, act, atol)
-            if real != kind:
-                kind = real
-                verdict = None if real is None or real in TRIVIAL else self._verdict(ctx, real)
+            if real is None or real in TRIVIAL:
+                verdict = None
+            elif real != kind:
+                kind, verdict = real, self._verdict(ctx, real)
         if verdict is None:
             return "the rewrite would not let this activation fuse on the target"
         if act is not node:
             match.nodes["activation"] = act
-        match.data.update(kind=kind, form=form, verdict=verdict, fused=act is node)
-        return None
+        return Unfused(kind, form, verdict, act is node)
 
     @staticmethod
     def _verdict(ctx: Context, kind: str) -> tuple[Severity, str, str] | None:
@@ -138,18 +150,18 @@ class EltwiseActivation(Rule):
             return ("info", "unstated", "") if _accelerators_fusing(kind) else None
         return _verdict(ctx.target, kind)
 
-    def message(self, graph: Graph, match: Match, ctx: Context) -> str:
-        node, data = match.anchor, match.data
-        kind = str(data["kind"])
-        severity, reason, where = data["verdict"]  # type: ignore[misc]
+    def message(self, graph: Graph, match: Match[Unfused], ctx: Context) -> str:
+        node, found = match.anchor, match.evidence
+        kind = found.kind
+        severity, reason, where = found.verdict
         head = (
             f"{node.label()} has a fused {kind}"
-            if data["fused"]
+            if found.fused
             else f"{node.label()} feeds {kind} '{match['activation'].id}' (its only use)"
         )
         rewrite = (
             "as a 1x1 depthwise Conv with the constant as weights or bias"
-            if data["form"] == "depthwise"
+            if found.form == "depthwise"
             else "as a 1x1 Conv over the concatenated inputs with identity weights"
         )
         if severity == "warning":
@@ -169,15 +181,14 @@ class EltwiseActivation(Rule):
             f"{node.op} would let it fuse (select that target to check)"
         )
 
-    def severity_for(self, graph: Graph, match: Match, ctx: Context) -> Severity:
-        severity, _, _ = match.data["verdict"]  # type: ignore[misc]
-        return severity  # type: ignore[no-any-return]
+    def severity_for(self, graph: Graph, match: Match[Unfused], ctx: Context) -> Severity:
+        return match.evidence.verdict[0]
 
-    def data(self, graph: Graph, match: Match, ctx: Context) -> dict[str, Any]:
-        return {PORTABLE: (str(match.data["kind"]), str(match.anchor.op))} if ctx.target.portable else {}
+    def data(self, graph: Graph, match: Match[Unfused], ctx: Context) -> dict[str, Any]:
+        return {PORTABLE: (match.evidence.kind, str(match.anchor.op))} if ctx.target.portable else {}
 
-    def reference_for(self, graph: Graph, match: Match, ctx: Context) -> str | None:
-        return None if ctx.target.portable else ctx.target.fusion_source(str(match.data["kind"]))
+    def reference_for(self, graph: Graph, match: Match[Unfused], ctx: Context) -> str | None:
+        return None if ctx.target.portable else ctx.target.fusion_source(match.evidence.kind)
 
     # --- without a target --------------------------------------------------------------------------------------------
     def verdict(self, key: tuple[str, ...], target: Target) -> tuple[bool, str] | None:
@@ -196,8 +207,8 @@ class EltwiseActivation(Rule):
         kind, op = key
         return f"{count} {op}{'s are' if count != 1 else ' is'} followed by {kind}, which a 1x1 conv would let fuse"
 
-    def help(self, graph: Graph, match: Match, ctx: Context) -> str:
-        if match.data["form"] == "depthwise":
+    def help(self, graph: Graph, match: Match[Unfused], ctx: Context) -> str:
+        if match.evidence.form == "depthwise":
             return "replace the op with a 1x1 depthwise Conv (exact), so the activation fuses into it"
         return "replace the op with a 1x1 Conv over the concatenated inputs (identity weights, exact)"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import cache
 from typing import Any, NamedTuple
 
@@ -47,8 +48,20 @@ class _Activation(NamedTuple):  # not a frozen dataclass: built for every activa
     fused: bool  # a TFLite fused_activation_function on `node`
 
 
+@dataclass
+class Unfusable:
+    """The activations after the conv the target cannot fuse (first the one reported), the constant Add/Sub/Mul
+    looked through, the kinds the target fuses, whether the first is a gate, and without a target the summary key."""
+
+    activations: list[_Activation]
+    via: Node | None
+    fusable: frozenset[str]
+    gate: bool
+    portable: tuple[str, str] | None = None
+
+
 @register
-class UnfusableActivation(Rule):
+class UnfusableActivation(Rule[Unfusable]):
     """An activation after a conv that the selected target cannot fuse into the conv in this precision on this chip.
 
     ## What it does
@@ -142,12 +155,14 @@ class UnfusableActivation(Rule):
     def applies(self, ctx: Context) -> bool:
         return ctx.target.portable or self._fusable(ctx.target) is not None
 
-    def check(self, graph: Graph, match: Match, ctx: Context) -> str | None:
+    _fusable_of: tuple[Target, frozenset[str] | None] | None = None  # see `_fusable`
+
+    def check(self, graph: Graph, match: Match[Unfusable], ctx: Context) -> str | Unfusable:
         target = ctx.target
         conv = match.anchor
         if target.portable:
             return self._check_portable(graph, match, ctx)
-        known = self.__dict__.get("_fusable_of")  # `_fusable`, inline: the rule asks it of every conv
+        known = self._fusable_of  # `_fusable`, inline: the rule asks it of every conv
         fusable = known[1] if known is not None and known[0] is target else self._fusable(target)
         if fusable is None:
             return "the target states no fusion table"
@@ -161,11 +176,9 @@ class UnfusableActivation(Rule):
         if not unfusable:
             return "the target fuses the activation (another consumer of the conv is FU001's business)"
         self._bind(match, conv, via, unfusable)
-        gate = _is_gate(graph, unfusable[0])
-        match.data.update(activations=unfusable, via=via, fusable=fusable, gate=gate)
-        return None
+        return Unfusable(unfusable, via, fusable, _is_gate(graph, unfusable[0]))
 
-    def _check_portable(self, graph: Graph, match: Match, ctx: Context) -> str | None:
+    def _check_portable(self, graph: Graph, match: Match[Unfusable], ctx: Context) -> str | Unfusable:
         """Without a target: every activation that some built-in target would not fuse into this op."""
         conv = match.anchor
         found, via = _activations_after(graph, conv)
@@ -179,22 +192,19 @@ class UnfusableActivation(Rule):
         if not kinds:
             return "every built-in target fuses the activation into this op"
         self._bind(match, conv, via, kinds)
-        match.data.update(activations=kinds, via=via, fusable=frozenset(), gate=False, portable=(kinds[0].kind, host))
-        return None
+        return Unfusable(kinds, via, frozenset(), False, (kinds[0].kind, host))
 
     @staticmethod
-    def _bind(match: Match, conv: Node, via: Node | None, acts: list[_Activation]) -> None:
+    def _bind(match: Match[Unfusable], conv: Node, via: Node | None, acts: list[_Activation]) -> None:
         if via is not None:
             match.nodes["via"] = via
         for index, act in enumerate(acts):
             if act.node is not conv and act.node is not via:
                 match.nodes[f"activation{index}"] = act.node
 
-    def message(self, graph: Graph, match: Match, ctx: Context) -> str:
-        conv, target = match.anchor, ctx.target
-        acts: list[_Activation] = match.data["activations"]  # type: ignore[assignment]
-        via: Node | None = match.data["via"]  # type: ignore[assignment]
-        fusable: frozenset[str] = match.data["fusable"]  # type: ignore[assignment]
+    def message(self, graph: Graph, match: Match[Unfusable], ctx: Context) -> str:
+        conv, target, found = match.anchor, ctx.target, match.evidence
+        acts, via, fusable = found.activations, found.via, found.fusable
         first = acts[0]
         if first.fused and first.node is conv:
             what = f"{conv.label()} has a fused {first.kind} that cannot be applied inside it"
@@ -203,7 +213,7 @@ class UnfusableActivation(Rule):
         else:
             after = f"{conv.label()} (through {via.label()})" if via is not None else conv.label()
             what = f"{first.kind} '{first.node.id}' after {after} cannot fuse into it"
-        if "portable" in match.data:
+        if found.portable is not None:
             return what
         more = [f"{act.kind} '{act.node.id}'" for act in acts[1:]]
         also = f" (nor can {', '.join(more)})" if more else ""
@@ -212,30 +222,30 @@ class UnfusableActivation(Rule):
         gate = "; it gates another tensor (its output scales it, as in squeeze-excite or attention)"
         return (
             f"{what}{also}: {target.label} fuses only {_listing(fusable, target)} into a {conv.op}{hint}"
-            f"{gate if match.data['gate'] else ''}"
+            f"{gate if found.gate else ''}"
         )
 
-    def severity_for(self, graph: Graph, match: Match, ctx: Context) -> Severity:
+    def severity_for(self, graph: Graph, match: Match[Unfusable], ctx: Context) -> Severity:
         """A gate the target cannot make a HardSigmoid is advice: keep it (info)."""
-        if match.data.get("gate") and "HardSigmoid" not in match.data["fusable"]:  # type: ignore[operator]
+        if match.evidence.gate and "HardSigmoid" not in match.evidence.fusable:
             return "info"
         return self.severity
 
-    def fix_for(self, graph: Graph, match: Match) -> FixRef | None:
+    def fix_for(self, graph: Graph, match: Match[Unfusable]) -> FixRef | None:
         """No fix for a gate the target cannot make a HardSigmoid: substitute-activation would write a Relu."""
-        if match.data.get("gate") and "HardSigmoid" not in match.data["fusable"]:  # type: ignore[operator]
+        if match.evidence.gate and "HardSigmoid" not in match.evidence.fusable:
             return None
         return self.fix
 
-    def reference_for(self, graph: Graph, match: Match, ctx: Context) -> str | None:
+    def reference_for(self, graph: Graph, match: Match[Unfusable], ctx: Context) -> str | None:
         return None if ctx.target.portable else ctx.target.fusion_source()
 
     def _fusable(self, target: Target) -> frozenset[str] | None:
         """`target.fused_activations()`, memoised per rule instance (the rule asks for every conv)."""
-        known = self.__dict__.get("_fusable_of")
+        known = self._fusable_of
         if known is None or known[0] is not target:
-            known = self.__dict__["_fusable_of"] = (target, target.fused_activations())
-        return known[1]  # type: ignore[no-any-return]
+            known = self._fusable_of = (target, target.fused_activations())
+        return known[1]
 
     def _where_it_fuses(self, target: Target, kind: str, op: str) -> str | None:
         """`_where_it_fuses`, memoised per rule instance (one lint run): it selects every precision x chip of the
@@ -246,14 +256,13 @@ class UnfusableActivation(Rule):
             cache[key] = _where_it_fuses(target, kind, op)
         return cache[key]
 
-    def help(self, graph: Graph, match: Match, ctx: Context) -> str:
-        acts: list[_Activation] = match.data["activations"]  # type: ignore[assignment]
-        fusable: frozenset[str] = match.data["fusable"]  # type: ignore[assignment]
-        if "portable" in match.data:
+    def help(self, graph: Graph, match: Match[Unfusable], ctx: Context) -> str:
+        found = match.evidence
+        if found.portable is not None:
             return "select a target to see whether it fuses"
-        return _help(acts[0].kind, fusable, bool(match.data["gate"]), ctx.target)
+        return _help(found.activations[0].kind, found.fusable, found.gate, ctx.target)
 
-    def tensors(self, graph: Graph, match: Match) -> list[str]:
+    def tensors(self, graph: Graph, match: Match[Unfusable]) -> list[str]:
         output = match.anchor.output  # the conv's first output, if it has one
         return [output] if output else []
 
@@ -262,15 +271,14 @@ class UnfusableActivation(Rule):
         acts = finding.data.get("activations")
         return acts[0]["node"] if acts else super().advice_node(finding)
 
-    def data(self, graph: Graph, match: Match, ctx: Context) -> dict[str, Any]:
+    def data(self, graph: Graph, match: Match[Unfusable], ctx: Context) -> dict[str, Any]:
         """What substitute-activation reads: the kinds the target fuses, and each unfusable activation."""
-        acts: list[_Activation] = match.data["activations"]  # type: ignore[assignment]
-        if "portable" in match.data:
-            return {PORTABLE: match.data["portable"]}
-        fusable: frozenset[str] = match.data["fusable"]  # type: ignore[assignment]
+        found = match.evidence
+        if found.portable is not None:
+            return {PORTABLE: found.portable}
         return {
-            "fusable": list(_listed(fusable)),
-            "activations": [{"node": act.node.id, "kind": act.kind, "fused": act.fused} for act in acts],
+            "fusable": list(_listed(found.fusable)),
+            "activations": [{"node": act.node.id, "kind": act.kind, "fused": act.fused} for act in found.activations],
         }
 
     # --- without a target --------------------------------------------------------------------------------------------
@@ -307,7 +315,7 @@ def _activations_after(graph: Graph, conv: Node) -> tuple[list[_Activation], Nod
     acts = graph.activation_uses(value)
     if not acts:  # most convs (followed by a batchnorm, an add, ...): no list built
         return [], via
-    return [_Activation(node, graph.activation(node), False) for node in acts], via  # type: ignore[arg-type]
+    return [_Activation(node, kind, False) for node in acts if (kind := graph.activation(node)) is not None], via
 
 
 def _is_affine(graph: Graph, node: Node, value: str) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import cache
 from typing import Any as AnyType
 from typing import ClassVar
@@ -21,8 +22,21 @@ HOST_OF = {op: host for host, ops in FUSION_HOSTS.items() for op in ops}
 ELTWISE = "Eltwise"
 
 
+@dataclass
+class Slopes:
+    """What the PRelu's slopes make it ("Relu", "Identity", "LeakyRelu" or "varying"), how many there are and their
+    extremes, the op it follows (its fusion host), and the target's verdict (`_verdict`) where one was asked."""
+
+    kind: str
+    count: int
+    low: float
+    high: float
+    host: str
+    verdict: tuple[bool, str, str] | None = None
+
+
 @register
-class PreluAsRelu(Rule):
+class PreluAsRelu(Rule[Slopes]):
     """A PRelu whose slopes make a cheaper activation exact, or whose varying slopes cost a fusion on the target.
 
     ## What it does
@@ -90,7 +104,7 @@ class PreluAsRelu(Rule):
         "atol": Option(1e-6, "slopes within this of 0 (or 1, or of each other) count as exactly that"),
     }
 
-    def check(self, graph: Graph, match: Match, ctx: Context) -> str | None:
+    def check(self, graph: Graph, match: Match[Slopes], ctx: Context) -> str | Slopes:
         slope_name = match.values["slope"]
         if not graph.is_const(slope_name):
             ctx.skip(self, match.anchor, f"slope '{slope_name}' is computed at run time, not a constant")
@@ -104,62 +118,59 @@ class PreluAsRelu(Rule):
             return "no slope values"
         kind = range_kind(low, high, float(ctx.option(self, "atol")))  # slope_kind, from the extremes it needs anyway
         kind = "varying" if kind == "PRelu" else kind
-        host = _host(graph, match.anchor)
-        match.data.update(kind=kind, count=count, low=low, high=high, host=host)
+        found = Slopes(kind, count, low, high, _host(graph, match.anchor))
         if kind in ("Relu", "Identity"):
-            return None  # exact everywhere
+            return found  # exact everywhere
         target = ctx.target
         if target.portable:
-            if not _matters_somewhere(str(kind), host):
+            if not _matters_somewhere(kind, found.host):
                 return "PRelu and this activation fuse alike on every built-in target"
-            return None
-        verdict = _verdict(str(kind), host, target)
-        if verdict is None:
+            return found
+        found.verdict = _verdict(kind, found.host, target)
+        if found.verdict is None:
             return "PRelu runs as well as the alternative here"
-        match.data["verdict"] = verdict
-        return None
+        return found
 
-    def message(self, graph: Graph, match: Match, ctx: Context) -> str:
-        data, prelu = match.data, match.anchor.label()
-        count = f"{data['count']} slope{'s' if data['count'] != 1 else ''}"
-        if data["kind"] == "Relu":
+    def message(self, graph: Graph, match: Match[Slopes], ctx: Context) -> str:
+        found, prelu = match.evidence, match.anchor.label()
+        count = f"{found.count} slope{'s' if found.count != 1 else ''}"
+        if found.kind == "Relu":
             return f"{prelu} has {count} all ≈ 0: it is exactly Relu, the activation every target fuses best"
-        if data["kind"] == "Identity":
+        if found.kind == "Identity":
             return f"{prelu} has {count} all ≈ 1: it computes the identity and can be removed"
-        why = f"; {data['verdict'][1]}" if "verdict" in data else ""  # type: ignore[index]
-        if data["kind"] == "LeakyRelu":
+        why = f"; {found.verdict[1]}" if found.verdict is not None else ""
+        if found.kind == "LeakyRelu":
             return (
-                f"{prelu} has {count} all equal to {data['low']:.6g}: it is exactly "
-                f"LeakyRelu(alpha={data['low']:.6g}){why}"
+                f"{prelu} has {count} all equal to {found.low:.6g}: it is exactly LeakyRelu(alpha={found.low:.6g}){why}"
             )
-        return f"{prelu} has {count} varying from {data['low']:.4g} to {data['high']:.4g}{why}"
+        return f"{prelu} has {count} varying from {found.low:.4g} to {found.high:.4g}{why}"
 
-    def help(self, graph: Graph, match: Match, ctx: Context) -> str:
+    def help(self, graph: Graph, match: Match[Slopes], ctx: Context) -> str:
         return {
             "Relu": "replace it with Relu (exact)",
             "Identity": "remove it (exact)",
-            "LeakyRelu": f"replace it with LeakyRelu(alpha={match.data['low']:.6g}) (exact)",
-        }.get(str(match.data["kind"]), "consider Relu and retrain; measure accuracy before and after")
+            "LeakyRelu": f"replace it with LeakyRelu(alpha={match.evidence.low:.6g}) (exact)",
+        }.get(match.evidence.kind, "consider Relu and retrain; measure accuracy before and after")
 
-    def fix_for(self, graph: Graph, match: Match) -> FixRef | None:
-        return self.fix if match.data["kind"] != "varying" else FixRef("prelu-to-relu", "unsafe")
+    def fix_for(self, graph: Graph, match: Match[Slopes]) -> FixRef | None:
+        return self.fix if match.evidence.kind != "varying" else FixRef("prelu-to-relu", "unsafe")
 
-    def severity_for(self, graph: Graph, match: Match, ctx: Context) -> Severity:
-        kind = match.data["kind"]
+    def severity_for(self, graph: Graph, match: Match[Slopes], ctx: Context) -> Severity:
+        kind, verdict = match.evidence.kind, match.evidence.verdict
         if kind in ("Relu", "Identity"):
             return self.severity
-        if kind == "LeakyRelu" and "verdict" in match.data and match.data["verdict"][0]:  # type: ignore[index]
+        if kind == "LeakyRelu" and verdict is not None and verdict[0]:
             return self.severity
         return "info"
 
-    def data(self, graph: Graph, match: Match, ctx: Context) -> dict[str, AnyType]:
-        kind = str(match.data["kind"])
+    def data(self, graph: Graph, match: Match[Slopes], ctx: Context) -> dict[str, AnyType]:
+        kind = match.evidence.kind
         if ctx.target.portable and kind not in ("Relu", "Identity"):
-            return {PORTABLE: (kind, str(match.data["host"]))}
+            return {PORTABLE: (kind, match.evidence.host)}
         return {}
 
-    def reference_for(self, graph: Graph, match: Match, ctx: Context) -> str | None:
-        if ctx.target.portable or match.data["kind"] in ("Relu", "Identity"):
+    def reference_for(self, graph: Graph, match: Match[Slopes], ctx: Context) -> str | None:
+        if ctx.target.portable or match.evidence.kind in ("Relu", "Identity"):
             return None
         return ctx.target.fusion_source("PRelu")
 

@@ -36,8 +36,19 @@ class _Candidate:
     reasons: list[tuple[str, str]] = field(default_factory=list)  # (key, text)
 
 
+@dataclass
+class Blocked:
+    """Why the Add does not fuse: into `fused` (with an activation the target cannot append), or into none of the
+    candidates (each with its reasons, besides the Add's own); the activation is (kind, node or None if fused)."""
+
+    fused: _Candidate | None
+    candidates: list[_Candidate]
+    add_reasons: list[tuple[str, str]]
+    activation: tuple[str, Node | None] | None
+
+
 @register
-class ConvSumBlocked(Rule):
+class ConvSumBlocked(Rule[Blocked]):
     """A residual Add after a conv that the target could fuse into the conv, but something in the graph prevents.
 
     ## What it does
@@ -113,7 +124,7 @@ class ConvSumBlocked(Rule):
     def applies(self, ctx: Context) -> bool:
         return ctx.target.residual_fusion() is not None
 
-    def check(self, graph: Graph, match: Match, ctx: Context) -> str | None:
+    def check(self, graph: Graph, match: Match[Blocked], ctx: Context) -> str | Blocked:
         residual = ctx.target.residual_fusion()
         if residual is None:
             return "the target states no residual (conv + add) fusion"
@@ -145,8 +156,7 @@ class ConvSumBlocked(Rule):
                 match.nodes[f"between{index}"] = candidate.between
         if activation is not None and activation[1] is not None:
             match.nodes["activation"] = activation[1]
-        match.data.update(fused=fused, candidates=candidates, add_reasons=add_reasons, activation=activation)
-        return None
+        return Blocked(fused, candidates, add_reasons, activation)
 
     # --- what feeds the Add ----------------------------------------------------------------------------------------
     @staticmethod
@@ -229,10 +239,8 @@ class ConvSumBlocked(Rule):
         return (kind, uses[0]) if kind is not None and kind not in fusable else None
 
     # --- report -----------------------------------------------------------------------------------------------------
-    def message(self, graph: Graph, match: Match, ctx: Context) -> str:
-        add = match.anchor
-        fused: _Candidate | None = match.data["fused"]  # type: ignore[assignment]
-        activation: tuple[str, Node | None] | None = match.data["activation"]  # type: ignore[assignment]
+    def message(self, graph: Graph, match: Match[Blocked], ctx: Context) -> str:
+        add, fused, activation = match.anchor, match.evidence.fused, match.evidence.activation
         act_text = ""
         if activation is not None:
             where = f" '{activation[1].id}'" if activation[1] is not None else " (fused into the add)"
@@ -242,8 +250,8 @@ class ConvSumBlocked(Rule):
                 f"{add.label()} fuses into {fused.conv.label()} on {ctx.target.label}, but {act_text}, so the "
                 "activation runs as a separate pass"
             )
-        candidates: list[_Candidate] = match.data["candidates"]  # type: ignore[assignment]
-        reasons = [text for _, text in match.data["add_reasons"]]  # type: ignore[attr-defined]
+        candidates = match.evidence.candidates
+        reasons = [text for _, text in match.evidence.add_reasons]
         for candidate in candidates:
             reasons.extend(text for _, text in candidate.reasons)
         if act_text:
@@ -254,16 +262,13 @@ class ConvSumBlocked(Rule):
             f"{'; '.join(dict.fromkeys(reasons))}"
         )
 
-    def data(self, graph: Graph, match: Match, ctx: Context) -> dict[str, Any]:
+    def data(self, graph: Graph, match: Match[Blocked], ctx: Context) -> dict[str, Any]:
         """What enable-conv-sum reads: whether the add fuses, each blocker (key, text, the conv it concerns), the
         bias-less convs the target needs a bias on, and the activation the target cannot apply after the sum."""
-        fused: _Candidate | None = match.data["fused"]  # type: ignore[assignment]
-        candidates: list[_Candidate] = match.data["candidates"]  # type: ignore[assignment]
-        activation: tuple[str, Node | None] | None = match.data["activation"]  # type: ignore[assignment]
+        fused, candidates, activation = match.evidence.fused, match.evidence.candidates, match.evidence.activation
         blocked: list[dict[str, str | None]] = []
         if fused is None:
-            add_reasons: list[tuple[str, str]] = match.data["add_reasons"]  # type: ignore[assignment]
-            blocked = [{"key": key, "reason": text, "conv": None} for key, text in add_reasons]
+            blocked = [{"key": key, "reason": text, "conv": None} for key, text in match.evidence.add_reasons]
             blocked += [{"key": key, "reason": text, "conv": c.conv.id} for c in candidates for key, text in c.reasons]
         return {
             "fuses": fused is not None,
@@ -276,11 +281,10 @@ class ConvSumBlocked(Rule):
             "activation_node": None if activation is None or activation[1] is None else activation[1].id,
         }
 
-    def help(self, graph: Graph, match: Match, ctx: Context) -> str:
-        keys = {key for key, _ in match.data["add_reasons"]}  # type: ignore[attr-defined]
-        candidates: list[_Candidate] = match.data["candidates"]  # type: ignore[assignment]
-        if match.data["fused"] is None:
-            keys.update(key for c in candidates for key, _ in c.reasons)
+    def help(self, graph: Graph, match: Match[Blocked], ctx: Context) -> str:
+        keys = {key for key, _ in match.evidence.add_reasons}
+        if match.evidence.fused is None:
+            keys.update(key for c in match.evidence.candidates for key, _ in c.reasons)
         advice = {
             "sum": "write the two-input Sum as Add",
             "broadcast": "give both operands of the add the same shape",
@@ -290,7 +294,7 @@ class ConvSumBlocked(Rule):
             "bias": "give the conv a zero bias",
         }
         steps = [text for key, text in advice.items() if key in keys]
-        if match.data["activation"] is not None:
+        if match.evidence.activation is not None:
             steps.append("use an activation the target fuses after the sum")
         return "; ".join(steps)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from netlint.ir import Graph, Node
 from netlint.ir.ops import FOLDING_CONVS, concat_of_convs, folds_into, quantized_between, quantized_weights
 from netlint.pattern import Any, Const, Match, Op
@@ -10,8 +12,17 @@ from netlint.rule import Context, FixRef, Rule, register
 FOLDABLE_INTO = FOLDING_CONVS
 
 
+@dataclass
+class Folding:
+    """The convs the BN folds into (one, or each input of `concat`), and whether their weights are quantized."""
+
+    convs: list[Node]
+    concat: Node | None
+    quantized: bool
+
+
 @register
-class BatchnormAfterConv(Rule):
+class BatchnormAfterConv(Rule[Folding]):
     """A BatchNormalization directly after a conv (or a Concat of convs) that nothing folded into the weights.
 
     ## What it does
@@ -69,7 +80,7 @@ class BatchnormAfterConv(Rule):
     fix = FixRef("fold-batchnorm", "safe")
     pattern = Op("BatchNormalization", Any("x"), Const("scale"), Const("bias"), Const("mean"), Const("var"), name="bn")
 
-    def check(self, graph: Graph, match: Match, ctx: Context) -> str | None:
+    def check(self, graph: Graph, match: Match[Folding], ctx: Context) -> str | Folding:
         bn = match.anchor
         if bn.attrs.get("training_mode", 0) or bn.attrs.get("is_training", False):
             return "the BatchNormalization runs in training mode"
@@ -93,15 +104,13 @@ class BatchnormAfterConv(Rule):
         for index, conv in enumerate(convs):
             match.nodes["conv" if index == 0 else f"conv{index}"] = conv
         quantized = any(quantized_weights(graph, conv) for conv in convs) or quantized_between(graph, bn.inputs[0])
-        match.data.update(convs=convs, concat=producer if producer.op == "Concat" else None, quantized=quantized)
-        return None
+        return Folding(convs, producer if producer.op == "Concat" else None, quantized)
 
-    def message(self, graph: Graph, match: Match, ctx: Context) -> str:
+    def message(self, graph: Graph, match: Match[Folding], ctx: Context) -> str:
         bn = match.anchor
         value = graph.value(bn.output)
         channels = f" over {value.channels} channels" if value is not None and value.channels else ""
-        convs: list[Node] = match.data["convs"]  # type: ignore[assignment]
-        concat: Node | None = match.data["concat"]  # type: ignore[assignment]
+        convs, concat = match.evidence.convs, match.evidence.concat
         if concat is not None:
             return (
                 f"{bn.label()} after {concat.label()} of {len(convs)} convs (each its only consumer) is not folded "
@@ -114,14 +123,14 @@ class BatchnormAfterConv(Rule):
             f"an extra elementwise pass{channels} on targets that do not fold it"
         )
 
-    def fix_for(self, graph: Graph, match: Match) -> FixRef | None:
-        if match.data["concat"] is not None or match.data["quantized"]:
+    def fix_for(self, graph: Graph, match: Match[Folding]) -> FixRef | None:
+        if match.evidence.concat is not None or match.evidence.quantized:
             return FixRef(self.fix.name, "manual") if self.fix else None
         return self.fix
 
-    def help(self, graph: Graph, match: Match, ctx: Context) -> str:
-        if match.data["quantized"]:
+    def help(self, graph: Graph, match: Match[Folding], ctx: Context) -> str:
+        if match.evidence.quantized:
             return "fold it in the float model before quantization (the weights here are quantized), then re-quantize"
-        if match.data["concat"] is not None:
+        if match.evidence.concat is not None:
             return "fold each channel slice of the BN into the conv that writes it (by hand: the fix pass does not)"
         return "fold it into the conv's weights and bias, or export in eval mode with constant folding on"

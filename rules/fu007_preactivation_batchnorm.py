@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from netlint._lazy import numpy as np  # loaded on first use: a run served by the cache needs no numpy
 from netlint.ir import ConstantUnavailable, Graph, Node
@@ -19,8 +20,23 @@ CROSSES = frozenset({"Relu", "LeakyRelu", "PRelu"})
 FOLDABLE_INTO = frozenset({"Conv", "ConvTranspose", "Gemm"})
 
 
+@dataclass
+class Preactivation:
+    """The affine chain (BN and constant Mul/Div/Add/Sub), the activation it feeds, the convs (or the mean → FC tail
+    and its FC) the scale would fold into, what precedes the chain, and the gamma signs: (channels with scale ≤ 0,
+    channels), None when the values are unavailable."""
+
+    chain: list[Node]
+    kind: str
+    convs: list[Node]
+    before: Node | None
+    signs: tuple[int, int] | None
+    tail: list[Node]
+    quantized: bool
+
+
 @register
-class PreactivationBatchnorm(Rule):
+class PreactivationBatchnorm(Rule[Preactivation]):
     """A batchnorm in pre-activation position (BN → Relu → Conv) that nothing folded into the next conv.
 
     ## What it does
@@ -97,7 +113,7 @@ class PreactivationBatchnorm(Rule):
     fix = FixRef("fold-preactivation-batchnorm", "safe")
     pattern = Op(AFFINE, name="head")
 
-    def check(self, graph: Graph, match: Match, ctx: Context) -> str | None:
+    def check(self, graph: Graph, match: Match[Preactivation], ctx: Context) -> str | Preactivation:
         head = match.anchor
         data = _affine_data(graph, head)
         if data is None:
@@ -134,16 +150,7 @@ class PreactivationBatchnorm(Rule):
         quantized = any(quantized_weights(graph, conv) for conv in convs) or any(
             quantized_between(graph, name) for name in (chain[0].inputs[0], *(conv.inputs[0] for conv in convs))
         )
-        match.data.update(
-            chain=chain,
-            kind=kind,
-            convs=convs,
-            before=before,
-            signs=self._signs(graph, chain, ctx),
-            tail=tail,
-            quantized=quantized,
-        )
-        return None
+        return Preactivation(chain, kind, convs, before, self._signs(graph, chain, ctx), tail, quantized)
 
     def _signs(self, graph: Graph, chain: list[Node], ctx: Context) -> tuple[int, int] | None:
         """(channels with scale ≤ 0, channels), or None when the values are unavailable (recorded as skipped)."""
@@ -165,15 +172,12 @@ class PreactivationBatchnorm(Rule):
             sign = sign * np.sign(vector)
         return int(np.count_nonzero(~(sign > 0))), channels
 
-    def message(self, graph: Graph, match: Match, ctx: Context) -> str:
-        chain: list[Node] = match.data["chain"]  # type: ignore[assignment]
-        convs: list[Node] = match.data["convs"]  # type: ignore[assignment]
-        before: Node | None = match.data["before"]  # type: ignore[assignment]
-        kind = match.data["kind"]
+    def message(self, graph: Graph, match: Match[Preactivation], ctx: Context) -> str:
+        found = match.evidence
+        chain, convs, before, kind, tail = found.chain, found.convs, found.before, found.kind, found.tail
         after = before.label() if before is not None else "a graph input"
-        tail: list[Node] = match.data["tail"]  # type: ignore[assignment]
         ops = [node.source_op or node.op for node in [*chain, *tail]]
-        steps = [*ops[: len(chain)], str(kind), *ops[len(chain) :]]
+        steps = [*ops[: len(chain)], kind, *ops[len(chain) :]]
         path = " → ".join([*steps, convs[0].source_op or convs[0].op])
         value = graph.value(chain[0].output)
         channels = f" over {value.channels} channels" if value is not None and value.channels else ""
@@ -182,41 +186,39 @@ class PreactivationBatchnorm(Rule):
             f"{chain[0].label()} is a batchnorm in pre-activation position after {after} ({path}), left unfolded: "
             f"{passes} elementwise pass{'es' if passes != 1 else ''}{channels}"
         )
-        signs = match.data["signs"]
-        if signs is None:
+        if found.signs is None:
             return f"{text}; gamma signs unknown (weights unavailable)"
-        negative, total = signs  # type: ignore[misc]
+        negative, total = found.signs
         if negative:
             return f"{text}; {negative} of {total} channels have gamma ≤ 0, so the scale cannot cross the {kind} there"
         return f"{text}; all {total} gammas > 0, so the scale can move across the {kind} into the next conv"
 
-    def help(self, graph: Graph, match: Match, ctx: Context) -> str:
-        signs = match.data["signs"]
-        if match.data["quantized"]:
+    def help(self, graph: Graph, match: Match[Preactivation], ctx: Context) -> str:
+        signs = match.evidence.signs
+        if match.evidence.quantized:
             return "fold it in the float model before quantization (the weights here are quantized), then re-quantize"
-        if match.data["tail"]:
+        if match.evidence.tail:
             return (
                 "the scale crosses the mean too (it is linear): fold it into the fully-connected layer's input "
                 "weights and keep one Add (by hand: the fix pass folds into convs only)"
             )
         if signs is None:
             return "check the gamma signs, then fold the scale into the next conv's weights (exact where gamma > 0)"
-        if signs[0]:  # type: ignore[index]
+        if signs[0]:
             return (
                 "the fold is exact only where gamma > 0; the make-gamma-positive variant clamps the others and changes "
                 "the function: retrain or measure accuracy"
             )
         return "fold the scale into the next conv's weights (relu(g·x+b) = g·relu(x+b/g), g > 0), keep one Add"
 
-    def fix_for(self, graph: Graph, match: Match) -> FixRef | None:
-        signs = match.data["signs"]
-        convs: list[Node] = match.data["convs"]  # type: ignore[assignment]
+    def fix_for(self, graph: Graph, match: Match[Preactivation]) -> FixRef | None:
+        signs, convs = match.evidence.signs, match.evidence.convs
         # what the pass does not rewrite (a quantized model, a mean → FC tail, a ConvTranspose or Gemm reader) and
         # unknown signs are advice only
-        manual = match.data["quantized"] or match.data["tail"] or not all(map(_pass_folds_into, convs))
+        manual = match.evidence.quantized or match.evidence.tail or not all(map(_pass_folds_into, convs))
         if signs is None or manual:
             return FixRef(self.fix.name, "manual") if self.fix else None
-        return self.fix if not signs[0] else FixRef("fold-preactivation-batchnorm", "unsafe")  # type: ignore[index]
+        return self.fix if not signs[0] else FixRef("fold-preactivation-batchnorm", "unsafe")
 
 
 def _affine_data(graph: Graph, node: Node) -> str | None:
@@ -224,10 +226,10 @@ def _affine_data(graph: Graph, node: Node) -> str | None:
     node: the chain walks ask it again of the nodes around each candidate."""
     key = ("FU007.affine_data", node)  # the node itself: hashing it does not read its id string (see graph.memo)
     memo = graph.memo
-    data = memo.get(key, memo)  # the memo itself marks "not computed yet" (None is an answer)
-    if data is memo:
-        data = memo[key] = _affine_data_of(graph, node)
-    return data  # type: ignore[return-value]
+    if key not in memo:
+        memo[key] = _affine_data_of(graph, node)
+    data: str | None = memo[key]
+    return data
 
 
 def _affine_data_of(graph: Graph, node: Node) -> str | None:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from netlint._lazy import numpy as np  # loaded on first use: a run served by the cache needs no numpy
 from netlint.ir import Graph, Node, Value
 from netlint.ir.ops import quantized_between, quantized_weights
+from netlint.ir.shapes import static_shape
 from netlint.pattern import Match, Op
 from netlint.rule import Context, FixRef, Rule, register
 
@@ -13,8 +16,19 @@ FOLDS_INTO = frozenset({"Conv", "ConvTranspose", "Gemm"})
 MAX_CHAIN = 8  # affine ops after one conv reported in one finding (a decomposed BN is two)
 
 
+@dataclass
+class Unfolded:
+    """The affine ops after the conv, the kind of each constant ("scalar" or "per-channel"), the conv, and whether
+    the weights are quantized (the pass folds float weights only)."""
+
+    chain: list[Node]
+    kinds: list[str]
+    conv: Node
+    quantized: bool
+
+
 @register
-class UnfoldedAffine(Rule):
+class UnfoldedAffine(Rule[Unfolded]):
     """A Mul, Add, Sub or Div by a constant right after a conv, which could be folded into the conv's weights and bias.
 
     ## What it does
@@ -79,7 +93,7 @@ class UnfoldedAffine(Rule):
     fix = FixRef("fold-affine", "safe")
     pattern = Op(AFFINE_OPS, name="affine0")
 
-    def check(self, graph: Graph, match: Match, ctx: Context) -> str | None:
+    def check(self, graph: Graph, match: Match[Unfolded], ctx: Context) -> str | Unfolded:
         first = match.anchor
         operands = _operands(graph, first)
         if operands is None:
@@ -115,13 +129,10 @@ class UnfoldedAffine(Rule):
             or quantized_between(graph, first.inputs[0])
             or any(quantized_between(graph, name) for node in chain for name in node.inputs if name)
         )
-        match.data.update(chain=chain, kinds=kinds, conv=conv, quantized=quantized)
-        return None
+        return Unfolded(chain, kinds, conv, quantized)
 
-    def message(self, graph: Graph, match: Match, ctx: Context) -> str:
-        chain: list[Node] = match.data["chain"]  # type: ignore[assignment]
-        kinds: list[str] = match.data["kinds"]  # type: ignore[assignment]
-        conv: Node = match.data["conv"]  # type: ignore[assignment]
+    def message(self, graph: Graph, match: Match[Unfolded], ctx: Context) -> str:
+        chain, kinds, conv = match.evidence.chain, match.evidence.kinds, match.evidence.conv
         ops = " then ".join(f"{node.label()} by a {kind} constant" for node, kind in zip(chain, kinds, strict=True))
         passes = f"{len(chain)} extra elementwise pass{'es' if len(chain) > 1 else ''}"
         return (
@@ -129,19 +140,18 @@ class UnfoldedAffine(Rule):
             f"{passes} on targets that do not fold it"
         )
 
-    def help(self, graph: Graph, match: Match, ctx: Context) -> str:
-        if match.data["quantized"]:
+    def help(self, graph: Graph, match: Match[Unfolded], ctx: Context) -> str:
+        if match.evidence.quantized:
             return "fold it in the float model before quantization (the weights here are quantized), then re-quantize"
         return "fold the scale into the conv's weights and bias and the shift into its bias"
 
-    def fix_for(self, graph: Graph, match: Match) -> FixRef | None:
-        if match.data["quantized"]:  # the pass folds float weights only
+    def fix_for(self, graph: Graph, match: Match[Unfolded]) -> FixRef | None:
+        if match.evidence.quantized:  # the pass folds float weights only
             return FixRef(self.fix.name, "manual") if self.fix else None
         return self.fix
 
-    def tensors(self, graph: Graph, match: Match) -> list[str]:
-        chain: list[Node] = match.data["chain"]  # type: ignore[assignment]
-        return [out for out in chain[-1].outputs if out]
+    def tensors(self, graph: Graph, match: Match[Unfolded]) -> list[str]:
+        return [out for out in match.evidence.chain[-1].outputs if out]
 
 
 def _operands(graph: Graph, node: Node) -> tuple[str, str] | None:
@@ -192,8 +202,9 @@ def _foldable(graph: Graph, node: Node, const: str, out: Value | None) -> str | 
 
 def _const_shape(graph: Graph, name: str) -> tuple[int, ...]:
     value = graph.value(name)
-    if value is not None and value.shape is not None and all(isinstance(d, int) for d in value.shape):
-        return tuple(int(d) for d in value.shape)  # type: ignore[arg-type]
+    shape = static_shape(value.shape) if value is not None else None
+    if shape is not None:
+        return shape
     values = graph.const(name)  # shape not recorded (e.g. a folded constant): read it
     return tuple(np.shape(values)) if values is not None else ()
 

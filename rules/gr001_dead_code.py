@@ -7,11 +7,10 @@ from itertools import filterfalse
 
 from netlint._lazy import numpy as np  # loaded on first use: a run served by the cache needs no numpy
 from netlint.ir import ConstantUnavailable, Graph, Node
-from netlint.ir.graph import _captured
+from netlint.ir.liveness import all_live, live_nodes, reads
+from netlint.ir.unionfind import UnionFind
 from netlint.rule import Context, Finding, FixRef, Rule, Severity, register
 
-# TFLite ops that matter for their effect on state, not for an output (they have none, or none that is read).
-SIDE_EFFECT_OPS = frozenset({"ASSIGN_VARIABLE", "CALL_ONCE"})
 NO_OPS = frozenset({"Identity", "Dropout"})
 SHOWN = 5  # nodes or tensors named in a message before "and N more"
 
@@ -94,7 +93,7 @@ class DeadCode(Rule):
         if id(graph) in self._dead_bodies:
             self._dead_bodies.update(id(body) for node in graph.nodes for body in node.subgraphs.values())
             return
-        live = None if _all_live(graph) else _live_nodes(graph)
+        live = None if all_live(graph) else live_nodes(graph)
         if live is None or len(live) == len(graph.nodes):  # no dead code (most graphs): no pass to split the nodes
             dead, alive = [], graph.nodes
         else:
@@ -171,123 +170,16 @@ class DeadCode(Rule):
         )
 
 
-def _all_live(graph: Graph) -> bool:
-    """Whether every node is live, in the usual case that each reaches a graph output: true when every node is a
-    root or has an output that some node reads or the graph exports, and no value has two writers. Following
-    readers from any node then ends (the loaders reject cycles, netlint.io.structure) at a root or a node writing a
-    graph output, both live, and the walk marks each writer of a live node's input. One pass, touching each node
-    once (most nodes have one output, and it is read: one dictionary test); False sends the graph to `_live_nodes`."""
-    read = graph.consumer_index()
-    exported = graph.is_graph_output
-    written = 0
-    for node in graph.nodes:
-        outputs = node.outputs
-        written += len(outputs)
-        if outputs and outputs[0] in read:
-            continue
-        if not _is_root(node) and not any(out and (out in read or exported(out)) for out in outputs):
-            return False
-    return _one_writer_each(graph, written)
-
-
-def _one_writer_each(graph: Graph, written: int) -> bool:
-    """Whether no value has two writers, given the count of the nodes' outputs (`written`): it equals the count of
-    written values, or does once omitted outputs ("") are left out."""
-    writers = len(graph.producer_index())
-    return written == writers or sum(1 for node in graph.nodes for out in node.outputs if out) == writers
-
-
-def _live_nodes(graph: Graph) -> set[Node]:
-    """The nodes whose outputs reach a graph output, or that have effects of their own (values read by a node's
-    bodies count as its inputs)."""
-    live = _live_in_order(graph)
-    return live if live is not None else _live_by_walk(graph)
-
-
-def _is_root(node: Node) -> bool:
-    """Live whatever reads it: an op with effects of its own, or one without outputs."""
-    outputs = node.outputs
-    return node.source_op in SIDE_EFFECT_OPS or not outputs or (not outputs[0] and not any(outputs))
-
-
-def _live_in_order(graph: Graph) -> set[Node] | None:
-    """`_live_nodes` in one pass over the nodes in reverse file order, keeping the set of values live nodes read:
-    half the cost of the walk, exact when the nodes are topologically sorted (as ONNX requires) and no value has two
-    writers. None when either is not so (a node found dead writes a value a live node reads, or the counts of
-    written values and of their writers differ): `_live_by_walk` decides then."""
-    needed = set(graph.outputs)
-    needed.discard("")
-    live: set[Node] = set()
-    add_live = live.add
-    dead: list[Node] = []
-    written = 0
-    for node in reversed(graph.nodes):
-        outputs = node.outputs
-        written += len(outputs)
-        if not needed.isdisjoint(outputs) or _is_root(node):
-            add_live(node)
-            needed.update(_reads(node) if node.subgraphs else node.inputs)
-            if "" in needed:  # an omitted optional input names no value
-                needed.discard("")
-        else:
-            dead.append(node)
-    if not _one_writer_each(graph, written):
-        return None
-    if any(not needed.isdisjoint(node.outputs) for node in dead):
-        return None
-    return live
-
-
-def _live_by_walk(graph: Graph) -> set[Node]:
-    """One walk back from the outputs over producers, node to node, one lookup and one set test per edge (nodes hash
-    by identity)."""
-    producer = graph.producer_index().get
-    live: set[Node] = set()
-    add_live = live.add
-    pending: list[Node] = []
-    push = pending.append
-    for node in graph.nodes:
-        if _is_root(node):
-            add_live(node)
-            push(node)
-    for name in graph.outputs:
-        node = producer(name) if name else None
-        if node is not None and node not in live:
-            add_live(node)
-            push(node)
-    while pending:
-        node = pending.pop()
-        for writer in map(producer, _reads(node) if node.subgraphs else node.inputs):
-            if writer is not None and writer not in live:
-                add_live(writer)
-                push(writer)
-    return live
-
-
-def _reads(node: Node) -> list[str]:
-    return [*node.inputs, *_captured(node)] if node.subgraphs else list(node.inputs)
-
-
 def _regions(graph: Graph, dead: list[Node]) -> list[list[Node]]:
     """The dead nodes grouped into connected regions (through values one produces and another reads), each region
     in file order, regions ordered by their first node."""
-    parent = {id(node): id(node) for node in dead}
-
-    def find(key: int) -> int:
-        while parent[key] != key:
-            parent[key] = parent[parent[key]]
-            key = parent[key]
-        return key
-
+    regions: UnionFind[Node] = UnionFind(dead)
     for node in dead:
-        for name in _reads(node):
+        for name in reads(node):
             producer = graph.producer(name) if name else None
-            if producer is not None and id(producer) in parent:
-                parent[find(id(producer))] = find(id(node))
-    regions: dict[int, list[Node]] = {}
-    for node in dead:
-        regions.setdefault(find(id(node)), []).append(node)
-    return list(regions.values())
+            if producer is not None and producer in regions:
+                regions.union(node, producer)
+    return regions.groups(dead)
 
 
 def _removable(graph: Graph, node: Node, rule: Rule, ctx: Context) -> bool:

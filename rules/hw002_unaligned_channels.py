@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from netlint.ir import Graph, Node
@@ -25,8 +26,19 @@ def utilisation(channels: int, alignment: int) -> float:
     return channels / _padded(channels, alignment)
 
 
+@dataclass
+class Unaligned:
+    """The target's channel alignment, the node's channel counts (None: unknown), and the sides ("input", "output")
+    whose utilisation is below the threshold, each with (channels, utilisation)."""
+
+    alignment: int
+    channels_in: int | None
+    channels_out: int | None
+    low: dict[str, tuple[int, float]]
+
+
 @register
-class UnalignedChannels(Rule):
+class UnalignedChannels(Rule[Unaligned]):
     """A conv or matmul whose channel count wastes a large share of the target's vector or matrix width.
 
     ## What it does
@@ -96,7 +108,7 @@ class UnalignedChannels(Rule):
     def applies(self, ctx: Context) -> bool:
         return self._alignment(ctx.target) is not None
 
-    def check(self, graph: Graph, match: Match, ctx: Context) -> str | None:
+    def check(self, graph: Graph, match: Match[Unaligned], ctx: Context) -> str | Unaligned:
         alignment = self._alignment(ctx.target)
         if alignment is None:
             return "the target states no channel alignment"
@@ -114,10 +126,9 @@ class UnalignedChannels(Rule):
         low = {side: value for side, value in sides.items() if value[1] < threshold}
         if not low:
             return "channel counts use the aligned width well enough"
-        match.data.update(alignment=alignment, channels_in=channels_in, channels_out=channels_out, low=low)
-        return None
+        return Unaligned(alignment, channels_in, channels_out, low)
 
-    def reference_for(self, graph: Graph, match: Match, ctx: Context) -> str | None:
+    def reference_for(self, graph: Graph, match: Match[Unaligned], ctx: Context) -> str | None:
         return ctx.target.source("layout")
 
     def _alignment(self, target: Target) -> int | None:
@@ -128,22 +139,21 @@ class UnalignedChannels(Rule):
             known = self.__dict__["_alignment_of"] = (target, target.channel_alignment)
         return known[1]
 
-    def message(self, graph: Graph, match: Match, ctx: Context) -> str:
-        data = match.data
-        alignment = int(data["alignment"])  # type: ignore[arg-type]
-        low: dict[str, tuple[int, float]] = data["low"]  # type: ignore[assignment]
+    def message(self, graph: Graph, match: Match[Unaligned], ctx: Context) -> str:
+        found = match.evidence
+        alignment, low = found.alignment, found.low
         wasted = "; ".join(
             f"{count} {side} channels are padded to {_padded(count, alignment)} ({value:.0%} utilisation)"
             for side, (count, value) in low.items()
         )
         return (
-            f"{match.anchor.label()} has {_shown(data['channels_in'])} input and {_shown(data['channels_out'])} output "
+            f"{match.anchor.label()} has {_shown(found.channels_in)} input and {_shown(found.channels_out)} output "
             f"channels; {ctx.target.label} processes channels in groups of {alignment}: {wasted}"
         )
 
-    def help(self, graph: Graph, match: Match, ctx: Context) -> str:
+    def help(self, graph: Graph, match: Match[Unaligned], ctx: Context) -> str:
         return (
-            f"round the channel counts up to a multiple of {match.data['alignment']} and retrain, or merge thin layers"
+            f"round the channel counts up to a multiple of {match.evidence.alignment} and retrain, or merge thin layers"
         )
 
 

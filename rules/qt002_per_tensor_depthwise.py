@@ -8,6 +8,7 @@ from typing import ClassVar
 
 from netlint._lazy import numpy as np  # loaded on first use: a run served by the cache needs no numpy
 from netlint.ir import ConstantUnavailable, Graph, Node
+from netlint.ir.shapes import static_shape
 from netlint.pattern import Match, Op
 from netlint.rule import Context, Option, Rule, Severity, register
 
@@ -31,8 +32,18 @@ class WeightQuant:
         return 2 ** (bits - 1) - 1
 
 
+@dataclass
+class Spread:
+    """How the weights are stored (None: float), their channels' range ratios (max/median, max/min; None when the
+    values are unreadable), and the channel count (None: unknown)."""
+
+    quant: WeightQuant | None
+    ratio: tuple[float, float] | None
+    channels: int | None
+
+
 @register
-class PerTensorDepthwise(Rule):
+class PerTensorDepthwise(Rule[Spread]):
     """A depthwise convolution whose weights are, or would be, quantized with one scale for all channels.
 
     ## What it does
@@ -109,7 +120,7 @@ class PerTensorDepthwise(Rule):
         ),
     }
 
-    def check(self, graph: Graph, match: Match, ctx: Context) -> str | None:
+    def check(self, graph: Graph, match: Match[Spread], ctx: Context) -> str | Spread:
         conv = match.anchor
         weight = conv.inputs[3] if conv.op == "QLinearConv" else conv.inputs[1] if len(conv.inputs) > 1 else ""
         if not weight or not _is_depthwise(graph, conv, weight):
@@ -127,14 +138,10 @@ class PerTensorDepthwise(Rule):
             limit = float(ctx.option(self, "max-range-ratio"))
             if ratio is None or ratio[0] <= limit:
                 return f"channel range ratio within {limit:g}"
-        match.data.update(quant=quant, ratio=ratio, channels=_channels(graph, weight, channel_axis))
-        return None
+        return Spread(quant, ratio, _channels(graph, weight, channel_axis))
 
-    def message(self, graph: Graph, match: Match, ctx: Context) -> str:
-        conv, data = match.anchor, match.data
-        quant: WeightQuant | None = data["quant"]  # type: ignore[assignment]
-        ratio: tuple[float, float] | None = data["ratio"]  # type: ignore[assignment]
-        channels = data["channels"]
+    def message(self, graph: Graph, match: Match[Spread], ctx: Context) -> str:
+        conv, quant, ratio, channels = match.anchor, match.evidence.quant, match.evidence.ratio, match.evidence.channels
         spread = ""
         if ratio is not None:
             levels = 127 if quant is None else quant.levels
@@ -154,10 +161,10 @@ class PerTensorDepthwise(Rule):
             head = f"{name} has float weights whose channel ranges one 8-bit scale cannot resolve"
         return head + spread + _target_clause(ctx, quant is not None)
 
-    def reference_for(self, graph: Graph, match: Match, ctx: Context) -> str | None:
+    def reference_for(self, graph: Graph, match: Match[Spread], ctx: Context) -> str | None:
         return ctx.target.source("quantization")
 
-    def help(self, graph: Graph, match: Match, ctx: Context) -> str:
+    def help(self, graph: Graph, match: Match[Spread], ctx: Context) -> str:
         if ctx.target.per_channel == "none":
             return (
                 "the target quantizes weights per tensor only: equalize channel ranges (cross-layer equalization) or "
@@ -167,17 +174,16 @@ class PerTensorDepthwise(Rule):
             return "enable per-channel weight quantization for depthwise layers (the one place the target allows it)"
         return "re-quantize the depthwise weights per channel (one scale per output channel)"
 
-    def severity_for(self, graph: Graph, match: Match, ctx: Context) -> Severity:
+    def severity_for(self, graph: Graph, match: Match[Spread], ctx: Context) -> Severity:
         """Per-tensor quantized weights: a warning when the median channel loses more than the `max-range-ratio`
         allows (the same bar float weights are held to), info when it keeps most of its levels or the loss is
         unknown; float weights: a warning where the target quantizes them per channel if asked."""
         target = ctx.target
         per_channel = target.per_channel
-        quantized = match.data["quant"] is not None
+        quantized, ratio = match.evidence.quant is not None, match.evidence.ratio
         if quantized:
             if per_channel == "none" or (per_channel is None and not target.portable):
                 return "info"  # nothing else is possible there, or the target says nothing
-            ratio: tuple[float, float] | None = match.data["ratio"]  # type: ignore[assignment]
             limit = float(ctx.option(self, "max-range-ratio"))
             return self.severity if ratio is not None and ratio[0] > limit else "info"
         if per_channel is None:
@@ -233,8 +239,9 @@ def _weight_quant(graph: Graph, conv: Node, weight: str) -> WeightQuant | None:
 def _size(graph: Graph, name: str) -> int:
     """Element count of a (scale) tensor, from its declared shape when known, else from its data."""
     value = graph.value(name)
-    if value is not None and value.shape is not None and all(isinstance(d, int) for d in value.shape):
-        return math.prod(value.shape)  # type: ignore[arg-type]
+    shape = static_shape(value.shape) if value is not None else None
+    if shape is not None:
+        return math.prod(shape)
     data = graph.const(name)
     return int(np.asarray(data).size) if data is not None else 1
 

@@ -8,6 +8,7 @@ from typing import ClassVar
 
 from netlint.ir import Graph, Node
 from netlint.ir.ops import CONV_OPS
+from netlint.ir.shapes import static_shape
 from netlint.rule import Context, Finding, Option, Rule, register
 
 BITS = {"int8": 8, "uint8": 8, "int16": 16, "uint16": 16}
@@ -184,7 +185,7 @@ def _dims(graph: Graph, name: str, batch_axis: bool = True) -> tuple[int, ...] |
     dims = list(value.shape)
     if batch_axis and dims and not isinstance(dims[0], int):
         dims[0] = 1
-    return tuple(dims) if all(isinstance(d, int) for d in dims) else None  # type: ignore[arg-type]
+    return static_shape(dims)
 
 
 def _macs(graph: Graph, node: Node) -> int | None:

@@ -12,6 +12,7 @@ import pytest
 import tflite
 from onnx import TensorProto, helper
 
+from netlint.ir import liveness
 from netlint.testing import GraphBuilder, TfliteBuilder, findings_of, lint
 
 
@@ -468,17 +469,11 @@ def _random_graph(seed: int, shuffle: bool, duplicate: bool) -> object:
 
 @pytest.mark.parametrize("seed", range(30))
 def test_the_one_pass_liveness_agrees_with_the_walk(seed: int) -> None:
-    import sys
-
-    import netlint.rule
-
-    netlint.rule.all_rules()
-    rule = sys.modules["netlint.rules.gr001_dead_code"]
     for shuffle, duplicate in ((False, False), (True, False), (False, True)):
         graph = _random_graph(seed, shuffle, duplicate)
-        walked = rule._live_by_walk(graph)
-        assert rule._live_nodes(graph) == walked
-        fast = rule._live_in_order(graph)
+        walked = liveness._live_by_walk(graph)
+        assert liveness.live_nodes(graph) == walked
+        fast = liveness._live_in_order(graph)
         assert fast is None or fast == walked
         if not shuffle and not duplicate:
             assert fast is not None  # a sorted graph takes the one pass
@@ -486,15 +481,10 @@ def test_the_one_pass_liveness_agrees_with_the_walk(seed: int) -> None:
 
 @pytest.mark.parametrize("seed", range(30))
 def test_the_all_live_test_agrees_with_the_walk(seed: int) -> None:
-    """_all_live (the one-test-per-node path) says True exactly when the walk finds every node live, unless two
+    """all_live (the one-test-per-node path) says True exactly when the walk finds every node live, unless two
     nodes write one value (then it says False and the walk decides)."""
-    import sys
-
-    import netlint.rule
     from netlint.ir import Graph
 
-    netlint.rule.all_rules()
-    rule = sys.modules["netlint.rules.gr001_dead_code"]
     for shuffle, duplicate in ((False, False), (True, False), (False, True)):
         sampled = _random_graph(seed, shuffle, duplicate)
         read = sampled.consumer_index()
@@ -502,10 +492,10 @@ def test_the_all_live_test_agrees_with_the_walk(seed: int) -> None:
         # the sampled outputs leave dead nodes; exporting every unread value (but one, on odd seeds) leaves none
         exported = unread[:-1] if seed % 2 and len(unread) > 1 else unread
         for graph in (sampled, Graph("g", sampled.nodes, {}, ["x"], exported)):
-            every_node_live = len(rule._live_by_walk(graph)) == len(graph.nodes)
-            assert rule._all_live(graph) == (every_node_live and not duplicate)
+            every_node_live = len(liveness._live_by_walk(graph)) == len(graph.nodes)
+            assert liveness.all_live(graph) == (every_node_live and not duplicate)
         if not duplicate and exported == unread:
-            assert rule._all_live(Graph("g", sampled.nodes, {}, ["x"], exported))
+            assert liveness.all_live(Graph("g", sampled.nodes, {}, ["x"], exported))
 
 
 def test_a_node_listed_before_its_producer_is_not_called_dead() -> None:
