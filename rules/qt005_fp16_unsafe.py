@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from netlint._lazy import numpy as np  # loaded on first use: a run served by the cache needs no numpy
 from netlint.ir import ConstantUnavailable, Graph, Node
+from netlint.ir.sizes import static_names
 from netlint.rule import Context, Finding, FixRef, Rule, Severity, register
 
 FP16_MAX = 65504.0  # largest finite float16
@@ -215,8 +216,6 @@ class Fp16Unsafe(Rule):
 def _static(graph: Graph) -> frozenset[str]:
     """Values known before the model runs (constants, and what is computed from them only): an op on them is folded
     by the converter or at load time, never run in float16 (Swin-T's `c ** -0.5`)."""
-    from netlint.cost.sizes import static_names  # not at the top: `netlint rules` does not need the cost model
-
     return static_names(graph)[1]
 
 
