@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import ClassVar
+from collections.abc import Callable, Iterator, Sequence
+from typing import ClassVar, NamedTuple
 
 from netlint.ir import Graph, Node
-from netlint.ir.sizes import dynamic_axes, static_values, tensor_sizes, value_bytes
+from netlint.ir.sizes import dynamic_axes, runs, static_values, traffic
 from netlint.rule import Context, Finding, Option, Rule, Severity, register
 
 # Ops that only move or copy data (TFLite's RESHAPE, TRANSPOSE, CONCATENATION, PACK, SPLIT(_V), UNPACK, SLICE,
@@ -31,7 +31,6 @@ DATA_MOVERS = frozenset(
         "Tile",
     }
 )
-GATHERS = frozenset({"Gather", "GatherND", "GatherElements"})
 TOP = 5
 # Below this share of the graph's nodes sized (or costed), the movers' share is not a measure of the graph: info.
 MIN_SIZED = 0.5
@@ -40,16 +39,11 @@ Tally = tuple[list[tuple[int, Node]], int, int, list[Node]]  # movers (bytes, no
 
 
 def tally(graph: Graph) -> Tally:
-    """The bytes every counted node moves (`node_traffic`), the movers among them, and the nodes left unsized."""
-    static, size_of = static_values(graph), value_bytes(graph)
-    shape_tensors = static - tensor_sizes(graph).const  # known before the run, not weights: not data traffic
+    """The bytes every node that runs moves (netlint.ir.sizes.traffic), the movers among them, the unsized nodes."""
     movers: list[tuple[int, Node]] = []
     total = moved = 0
     unsized: list[Node] = []
-    for node in graph.nodes:
-        if not _counted(node, static):
-            continue
-        size = node_traffic(graph, node, size_of, shape_tensors)
+    for node, size in traffic(graph):
         if size is None:
             unsized.append(node)
             continue
@@ -60,48 +54,32 @@ def tally(graph: Graph) -> Tally:
     return movers, moved, total, unsized
 
 
-def _counted(node: Node, static: frozenset[str]) -> bool:
-    """Whether `tally` counts the node's traffic: not a Constant (folded before the model runs), and some output is
-    not shape arithmetic."""
-    return node.op != "Constant" and any(out and out not in static for out in node.outputs)
-
-
-def node_traffic(
-    graph: Graph, node: Node, size_of: Callable[[str], int | None], shape_tensors: frozenset[str]
-) -> int | None:
-    """Bytes `node` reads and writes per inference (None: some tensor cannot be sized). Shape tensors are not data
-    traffic; constants (weights) are; a gather reads only the rows it writes."""
-    written = 0
-    consumed = graph.consumer_index()
-    for out in node.outputs:
-        if out and (consumed.get(out) or graph.is_graph_output(out)):  # unused outputs are not made
-            size = size_of(out)
-            if size is None:
-                return None
-            written += size
-    total = written
-    gather = node.op in GATHERS
-    for index, name in enumerate(node.inputs):
-        if not name or name in shape_tensors:
-            continue
-        size = size_of(name)
-        if size is None:
-            return None
-        total += min(size, written) if gather and index == 0 else size
-    return total
-
-
 HELP = (
     "fold fixed permutations into neighbouring weights, keep one layout end to end, merge reshapes, "
     "and avoid per-block shuffles"
 )
 
 
+class Share(NamedTuple):
+    """What the movers carry: (amount, node) per mover, their sum and the graph's, how amounts are shown, the
+    message's measure ("carry {} of the tensor traffic"), the unit it is per, caveats, and whether enough of the graph
+    was measured to judge it."""
+
+    movers: Sequence[tuple[float, Node]]
+    moved: float
+    total: float
+    unit: Callable[[float], str]
+    measure: str
+    per: str
+    caveat: str
+    judged: bool
+
+
 def _time(microseconds: float) -> str:
     return f"{microseconds / 1000:.3g} ms" if microseconds >= 100 else f"{microseconds:.3g} µs"
 
 
-def _mb(size: int) -> str:
+def _mb(size: float) -> str:
     return f"{size / 1e6:.3g} MB" if size >= 100_000 else f"{size / 1e3:.3g} kB"
 
 
@@ -172,54 +150,57 @@ class DataMoverHeavy(Rule):
     }
 
     def scan(self, graph: Graph, ctx: Context) -> Iterator[Finding]:
-        if ctx.target.section("cost") is not None:
-            from netlint.cost import rates_for  # not at the top: `netlint rules` does not need the cost model
-
-            if rates_for(ctx.target) is not None:
-                yield from self._scan_time(graph, ctx)
-                return
         limit = float(ctx.option(self, "max-share"))
+        share = self._time_share(graph, ctx) if _priced(ctx) else self._byte_share(graph, ctx)
+        if share.total <= 0 or share.moved / share.total <= limit:
+            return
+        worst = sorted(share.movers, key=lambda item: -item[0])[:TOP]
+        listed = ", ".join(f"{node.label()} {share.unit(amount)}" for amount, node in worst)
+        message = (
+            f"data movers {share.measure.format(f'{share.moved / share.total:.0%}')} ({share.unit(share.moved)} of "
+            f"{share.unit(share.total)}{share.per}, {len(share.movers)} movers; limit {limit:.0%}); the largest: "
+            f"{listed}{share.caveat}{self._same_cost(ctx)}"
+        )
+        severity: Severity = self.severity if share.judged else "info"
+        nodes = [node.id for _, node in worst]
+        outputs = [out for _, node in worst for out in node.outputs if out]
+        yield Finding(self.code, self.name, severity, message, nodes, outputs, None, HELP)
+
+    def _byte_share(self, graph: Graph, ctx: Context) -> Share:
+        """The movers' share of the bytes the nodes move (`tally`); the unsized nodes are skipped and said."""
         movers, moved, total, unsized = tally(graph)
         for node in unsized:
             ctx.skip(self, node, "tensor shapes unknown statically: its bytes are left out of the data-mover share")
-        if total == 0 or moved / total <= limit:
-            return
-        yield self._finding(graph, ctx, movers, moved, total, unsized, limit)
+        axes = dynamic_axes(graph)
+        per = f" per unit of {', '.join(repr(a) for a in sorted(axes))}" if axes else ""
+        caveat, judged = "", True
+        if unsized:
+            movers_unsized = sum(node.op in DATA_MOVERS for node in unsized)
+            caveat = (
+                f"; {len(unsized)} nodes ({movers_unsized} of them movers) could not be sized (shapes unknown) "
+                f"and are left out"
+            )
+            static = static_values(graph)
+            counted = sum(1 for node in graph.nodes if runs(node, static))
+            sized = counted - len(unsized)
+            if counted and sized / counted < MIN_SIZED:
+                judged = False
+                caveat += f": the share is from {sized} of {counted} nodes, too few to judge the graph"
+        return Share(movers, moved, total, _mb, "carry {} of the tensor traffic", per, caveat, judged)
 
-    def _scan_time(self, graph: Graph, ctx: Context) -> Iterator[Finding]:
+    def _time_share(self, graph: Graph, ctx: Context) -> Share:
         """The predicted time share of data movers on the target (netlint.cost; shared with the engine's pricing)."""
         from netlint.cost.impact import model_cost
 
         cost = model_cost(graph, ctx.target)
-        total = cost.latency_us or 0.0
         movers = [(e.latency_us or 0.0, e.node) for e in cost.nodes if e.op in DATA_MOVERS and e.cost is not None]
         moved = sum(time for time, _ in movers)
-        limit = float(ctx.option(self, "max-share"))
-        if total <= 0 or moved / total <= limit:
-            return
-        worst = sorted(movers, key=lambda item: -item[0])[:TOP]
-        listed = ", ".join(f"{node.label()} {_time(time)}" for time, node in worst)
-        message = (
-            f"data movers take {moved / total:.0%} of the predicted latency on {ctx.target.label} ({_time(moved)} of "
-            f"{_time(total)}, {len(movers)} movers; limit {limit:.0%}); the largest: {listed}"
-        )
-        if cost.gaps:
-            message += f"; {cost.coverage_line()}"
-        severity: Severity = self.severity
-        if cost.coverage < MIN_SIZED:
-            severity = "info"
-            message += f"; the cost model covers only {cost.coverage:.0%} of the nodes, too little to judge the graph"
-        message += self._same_cost(ctx)
-        yield Finding(
-            self.code,
-            self.name,
-            severity,
-            message,
-            [node.id for _, node in worst],
-            [out for _, node in worst for out in node.outputs if out],
-            None,
-            HELP,
-        )
+        caveat = f"; {cost.coverage_line()}" if cost.gaps else ""
+        judged = cost.coverage >= MIN_SIZED
+        if not judged:
+            caveat += f"; the cost model covers only {cost.coverage:.0%} of the nodes, too little to judge the graph"
+        measure = f"take {{}} of the predicted latency on {ctx.target.label}"
+        return Share(movers, moved, cost.latency_us or 0.0, _time, measure, "", caveat, judged)
 
     @staticmethod
     def _same_cost(ctx: Context) -> str:
@@ -229,46 +210,11 @@ class DataMoverHeavy(Rule):
             return f"; on {ctx.target.label} they cost the same in {same}, so A16 will not speed them up"
         return ""
 
-    def _finding(
-        self,
-        graph: Graph,
-        ctx: Context,
-        movers: list[tuple[int, Node]],
-        moved: int,
-        total: int,
-        unsized: list[Node],
-        limit: float,
-    ) -> Finding:
-        worst = sorted(movers, key=lambda item: -item[0])[:TOP]
-        listed = ", ".join(f"{node.label()} {_mb(size)}" for size, node in worst)
-        axes = dynamic_axes(graph)
-        per = f" per unit of {', '.join(repr(a) for a in sorted(axes))}" if axes else ""
-        message = (
-            f"data movers carry {moved / total:.0%} of the tensor traffic ({_mb(moved)} of {_mb(total)}{per}, "
-            f"{len(movers)} movers; limit {limit:.0%}); the largest: {listed}"
-        )
-        severity: Severity = self.severity
-        if unsized:
-            movers_unsized = sum(node.op in DATA_MOVERS for node in unsized)
-            message += (
-                f"; {len(unsized)} nodes ({movers_unsized} of them movers) could not be sized (shapes unknown) "
-                f"and are left out"
-            )
-            static = static_values(graph)
-            counted = sum(1 for node in graph.nodes if _counted(node, static))
-            sized = counted - len(unsized)
-            if counted and sized / counted < MIN_SIZED:
-                severity = "info"
-                message += f": the share is from {sized} of {counted} nodes, too few to judge the graph"
-        message += self._same_cost(ctx)
-        outputs = [out for _, node in worst for out in node.outputs if out]
-        return Finding(
-            self.code,
-            self.name,
-            severity,
-            message,
-            [node.id for _, node in worst],
-            outputs,
-            None,
-            HELP,
-        )
+
+def _priced(ctx: Context) -> bool:
+    """Whether the target has a cost model to predict the movers' time share (else the byte share stands in)."""
+    if ctx.target.section("cost") is None:
+        return False
+    from netlint.cost import rates_for  # not at the top: `netlint rules` does not need the cost model
+
+    return rates_for(ctx.target) is not None

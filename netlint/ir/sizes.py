@@ -27,6 +27,7 @@ _STATIC: weakref.WeakKeyDictionary[Graph, tuple[int, tuple[frozenset[str], froze
     weakref.WeakKeyDictionary()
 )
 SHAPE_OPS = frozenset({"Shape", "Size"})
+GATHERS = frozenset({"Gather", "GatherND", "GatherElements"})  # read only the rows they write
 # Ops whose output 0 holds exactly as many elements as their input 0: sizing one side sizes the other.
 SAME_COUNT = frozenset(
     {
@@ -253,6 +254,44 @@ def value_bytes(graph: Graph) -> Callable[[str], int | None]:
     if own_sizes_suffice(graph, index):
         return index.nbytes
     return InferredSizes(graph).bytes
+
+
+def runs(node: Node, static: frozenset[str]) -> bool:
+    """Whether `node` runs at inference: not a Constant, and some output is not known before the run (`static`:
+    shape arithmetic and constant folding, which runtimes do once)."""
+    return node.op != "Constant" and any(out and out not in static for out in node.outputs)
+
+
+def traffic(graph: Graph) -> list[tuple[Node, int | None]]:
+    """The bytes each node that runs (`runs`) reads and writes per inference, in node order (None: some tensor cannot
+    be sized, see `value_bytes`). Outputs nothing reads are not made; shape tensors are not data traffic; constants
+    (weights) are; a gather reads only the rows it writes."""
+    static, size_of = static_values(graph), value_bytes(graph)
+    shape_tensors = static - tensor_sizes(graph).const
+    return [(node, _node_traffic(graph, node, size_of, shape_tensors)) for node in graph.nodes if runs(node, static)]
+
+
+def _node_traffic(
+    graph: Graph, node: Node, size_of: Callable[[str], int | None], shape_tensors: frozenset[str]
+) -> int | None:
+    written = 0
+    consumed = graph.consumer_index()
+    for out in node.outputs:
+        if out and (consumed.get(out) or graph.is_graph_output(out)):
+            size = size_of(out)
+            if size is None:
+                return None
+            written += size
+    total = written
+    gather = node.op in GATHERS
+    for index, name in enumerate(node.inputs):
+        if not name or name in shape_tensors:
+            continue
+        size = size_of(name)
+        if size is None:
+            return None
+        total += min(size, written) if gather and index == 0 else size
+    return total
 
 
 def own_sizes_suffice(graph: Graph, index: TensorSizes) -> bool:
