@@ -187,6 +187,12 @@ def static_names(graph: Graph) -> tuple[frozenset[str], frozenset[str]]:
     return known
 
 
+def nbytes_of(shape: tuple | None, dtype: str | None) -> int | None:
+    """The size in bytes of a tensor of this shape and dtype, None unless the shape is fully static (non-negative
+    ints) and the dtype has a size."""
+    return None if shape is None else _sized(tuple(shape), dtype)[1]
+
+
 def _sized(shape: tuple, dtype: str | None) -> tuple[int | None, int | None]:
     """(element count, bytes) of a shape that is fully static (non-negative ints), else (None, None); bytes None
     without a sized dtype."""
