@@ -7,25 +7,18 @@ from functools import cache
 from typing import Any
 
 from netlint._lazy import numpy as np  # loaded on first use: a run served by the cache needs no numpy
+from netlint.fusion import ELTWISE_OPS, FUSES_AFTER_ELTWISE, prelu_atol
 from netlint.ir import Graph, Node
 from netlint.ir.ops import CONV_OPS, prelu_kind
 from netlint.pattern import Match, Op
 from netlint.rule import PORTABLE, Context, FixRef, Rule, Severity, register
 from netlint.targets import Target, builtin_selections
 
-ELTWISE_OPS = frozenset({"Add", "Sub", "Mul", "Sum"})  # Sum of two inputs (TFLite ADD_N) is an Add
 # Relu and clips: TFLite fuses them into ADD/SUB/MUL (fused_activation_function), Vela into any elementwise NPU op, and
 # the issue scopes this rule to non-trivial activations; they are never reported.
 TRIVIAL = frozenset({"Relu", "Relu6", "ReluN1To1", "Relu0To1", "ReluPow2", "Clip"})
-# Targets whose compiler also fuses the activations of its conv table into an elementwise op, so converting the op to
-# a conv gains nothing. Not (yet) a fact of the target schema, hence a constant here: Arm Vela's
-# fuse_activation_function_with_prev moves a standalone activation onto any preceding NPU operation whose block type
-# is not Default (ElementWise included), and SUPPORTED_OPS lists the fused activation constraint for every operator.
-FUSES_AFTER_ELTWISE = frozenset({"ethos-u55"})
 # netlint's own measurement of the rewrite on ONNX Runtime's CPU provider (slower in every case measured).
 CPU_MEASUREMENT = "0.40-0.94x on ONNX Runtime CPU"
-# FU004's tolerance on PRelu slopes (its `atol` option), so both rules agree on what a PRelu really is.
-PRELU_ATOL = 1e-6
 
 
 @dataclass
@@ -132,8 +125,7 @@ class EltwiseActivation(Rule[Unfused]):
             return "the target fuses Conv -> Add -> activation as one kernel"
         verdict = self._verdict(ctx, kind)
         if verdict is not None and kind == "PRelu" and act is not node:
-            atol = float(ctx.options.get("FU004", {}).get("atol", PRELU_ATOL))
-            real = prelu_kind(graph, act, atol)
+            real = prelu_kind(graph, act, prelu_atol(ctx))
             if real is None or real in TRIVIAL:
                 verdict = None
             elif real != kind:

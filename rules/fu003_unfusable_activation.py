@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, NamedTuple
 
+from netlint.fusion import HOST_NAMES, fuses_into_host, host_of, prelu_atol
 from netlint.ir import Graph, Node
 from netlint.ir.ops import CONV_OPS, prelu_kind
 from netlint.pattern import Match, Op
@@ -32,14 +33,9 @@ ORDER = (
     "Tanh",
 )
 SHOWN = {"ReluPow2": "Clip(0, 2^k)"}  # kind names a reader would not know
-# FU004's tolerance (its `atol` option): a PRelu whose slopes are all within it of 0 is Relu, of 1 the identity, of
-# each other a LeakyRelu. Reading FU004's setting keeps the two rules from disagreeing about what a PRelu is.
-PRELU_ATOL = 1e-6
 GATES = frozenset({"Sigmoid", "HardSigmoid"})  # squeeze-excite and attention gates: [0, 1] scales of another tensor
 # Smooth activations and what the same family offers where it fuses (the accuracy changes either way).
 SMOOTH = frozenset({"SiLU", "Gelu", "Mish", "Elu", "Selu", "Celu", "Softplus", "Softsign", "HardSwish"})
-HOST_OF = {op: host for host, ops in FUSION_HOSTS.items() for op in ops}
-HOST_NAMES = {"Conv": "conv", "ConvTranspose": "transposed conv", "Gemm": "Gemm", "MatMul": "MatMul"}
 
 
 class _Activation(NamedTuple):  # not a frozen dataclass: built for every activation after a conv, 3x cheaper
@@ -171,7 +167,7 @@ class UnfusableActivation(Rule[Unfusable]):
         found, via = _activations_after(graph, conv)
         if not found:
             return "no activation reads the conv's output"
-        atol = float(ctx.options.get("FU004", {}).get("atol", PRELU_ATOL))
+        atol = prelu_atol(ctx)
         unfusable = [real for act in found if (real := _unfusable(graph, act, target, fusable, atol))]
         if not unfusable:
             return "the target fuses the activation (another consumer of the conv is FU001's business)"
@@ -184,8 +180,8 @@ class UnfusableActivation(Rule[Unfusable]):
         found, via = _activations_after(graph, conv)
         if not found:
             return "no activation reads the conv's output"
-        atol = float(ctx.options.get("FU004", {}).get("atol", PRELU_ATOL))
-        host = HOST_OF.get(conv.op, conv.op)
+        atol = prelu_atol(ctx)
+        host = host_of(conv.op)
         kinds = [
             real for act in found if (real := _judged(graph, act, atol)) and not _fused_everywhere(real.kind, host)
         ]
@@ -284,7 +280,7 @@ class UnfusableActivation(Rule[Unfusable]):
     # --- without a target --------------------------------------------------------------------------------------------
     def verdict(self, key: tuple[str, ...], target: Target) -> tuple[bool, str] | None:
         kind, host = key
-        if target.fused_activations() is None or not any(target.fuses_into(op) for op in FUSION_HOSTS[host]):
+        if not fuses_into_host(target, host):
             return None  # the target says nothing about activations after this op
         if target.fuses(kind):
             return False, "fuses"

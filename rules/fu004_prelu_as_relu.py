@@ -7,8 +7,7 @@ from functools import cache
 from typing import Any as AnyType
 from typing import ClassVar
 
-from netlint.rules.fu002_eltwise_activation import ELTWISE_OPS, FUSES_AFTER_ELTWISE
-
+from netlint.fusion import ELTWISE_OPS, FUSES_AFTER_ELTWISE, PRELU_ATOL, host_of
 from netlint.ir import Graph, Node
 from netlint.ir.ops import CONV_OPS, range_kind, slope_range
 from netlint.pattern import Any, Match, Op
@@ -16,7 +15,6 @@ from netlint.rule import PORTABLE, Context, FixRef, Option, Rule, Severity, regi
 from netlint.targets import Target, builtin_selections
 from netlint.targets.schema import FUSION_HOSTS
 
-HOST_OF = {op: host for host, ops in FUSION_HOSTS.items() for op in ops}
 # After an elementwise op (no conv before the PRelu): FU002's targets whose compiler fuses the activations of its conv
 # table into the elementwise op before them (Arm Vela: "fuse_activation_function_with_prev").
 ELTWISE = "Eltwise"
@@ -101,7 +99,7 @@ class PreluAsRelu(Rule[Slopes]):
     fix = FixRef("prelu-to-relu", "safe")
     pattern = Op("PRelu", None, Any("slope"), name="prelu")
     options: ClassVar[dict[str, Option]] = {
-        "atol": Option(1e-6, "slopes within this of 0 (or 1, or of each other) count as exactly that"),
+        "atol": Option(PRELU_ATOL, "slopes within this of 0 (or 1, or of each other) count as exactly that"),
     }
 
     def check(self, graph: Graph, match: Match[Slopes], ctx: Context) -> str | Slopes:
@@ -200,7 +198,7 @@ def _host(graph: Graph, prelu: Node) -> str:
         return ELTWISE
     if producer.op not in CONV_OPS:
         return ""
-    return HOST_OF.get(producer.op, producer.op)
+    return host_of(producer.op)
 
 
 def _fuses_after(kind: str, host: str, target: Target) -> bool:
