@@ -4,10 +4,12 @@ the rules never disagree about it)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from netlint.ir import Graph, Node
 from netlint.ir.ops import prelu_kind
 from netlint.rule import Context
-from netlint.targets import Target
+from netlint.targets import Target, builtin_selections
 from netlint.targets.schema import FUSION_HOSTS
 
 HOST_OF = {op: host for host, ops in FUSION_HOSTS.items() for op in ops}
@@ -44,3 +46,12 @@ def activation_kind(graph: Graph, node: Node, atol: float) -> str | None:
 def fuses_into_host(target: Target, host: str) -> bool:
     """Whether the target states a fusion table and fuses activations into some op of the `host` class."""
     return target.fused_activations() is not None and any(target.fuses_into(op) for op in FUSION_HOSTS[host])
+
+
+def fusing_selections() -> Iterator[Target]:
+    """Every precision x chip selection of every built-in target that states a fusion table: where a rule without a
+    target looks to say on which targets a fusion verdict holds (netlint.portable)."""
+    for _target, chosen in builtin_selections():
+        for selection in chosen:
+            if selection.fused_activations() is not None:
+                yield selection

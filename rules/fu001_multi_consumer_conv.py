@@ -6,12 +6,12 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from netlint.fusion import HOST_NAMES, activation_kind, fuses_into_host, host_of, prelu_atol
+from netlint.fusion import HOST_NAMES, activation_kind, fuses_into_host, fusing_selections, host_of, prelu_atol
 from netlint.ir import Graph, Node
 from netlint.ir.ops import CONV_OPS
 from netlint.pattern import Match, Op
 from netlint.rule import PORTABLE, Context, FixRef, Rule, register
-from netlint.targets import Target, builtin_selections
+from netlint.targets import Target
 
 
 @dataclass
@@ -174,7 +174,5 @@ def _verdict(kind: str, host: str, target: Target) -> tuple[bool, str] | None:
 def _blocked_somewhere(kind: str, host: str) -> bool:
     """Whether some built-in target selection would report this kind after this op."""
     return any(
-        (verdict := _verdict(kind, host, selection)) is not None and verdict[0]
-        for _target, chosen in builtin_selections()
-        for selection in chosen
+        (verdict := _verdict(kind, host, selection)) is not None and verdict[0] for selection in fusing_selections()
     )

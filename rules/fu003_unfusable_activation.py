@@ -6,12 +6,12 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, NamedTuple
 
-from netlint.fusion import HOST_NAMES, fuses_into_host, host_of, prelu_atol
+from netlint.fusion import HOST_NAMES, fuses_into_host, fusing_selections, host_of, prelu_atol
 from netlint.ir import Graph, Node
 from netlint.ir.ops import CONV_OPS, prelu_kind
 from netlint.pattern import Match, Op
 from netlint.rule import PORTABLE, Context, Finding, FixRef, Rule, Severity, register
-from netlint.targets import Target, builtin_selections
+from netlint.targets import Target
 from netlint.targets.schema import FUSION_HOSTS
 
 # A conv's output scaled or shifted by a constant (MatMul + bias Add is how torch exports a Linear on 3-D input) still
@@ -357,13 +357,11 @@ def _left_to_qt001(kind: str, target: Target) -> bool:
 @cache
 def _fused_everywhere(kind: str, host: str) -> bool:
     """Whether every built-in target selection that fuses into `host` fuses `kind` (nothing to say about it)."""
-    for _target, chosen in builtin_selections():
-        for selection in chosen:
-            if selection.fused_activations() is None or not selection.fuses_into(next(iter(FUSION_HOSTS[host]))):
-                continue
-            if not selection.fuses(kind) and not _left_to_qt001(kind, selection):
-                return False
-    return True
+    return all(
+        selection.fuses(kind) or _left_to_qt001(kind, selection)
+        for selection in fusing_selections()
+        if selection.fuses_into(next(iter(FUSION_HOSTS[host])))
+    )
 
 
 def _is_gate(graph: Graph, act: _Activation) -> bool:

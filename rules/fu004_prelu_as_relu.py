@@ -7,12 +7,12 @@ from functools import cache
 from typing import Any as AnyType
 from typing import ClassVar
 
-from netlint.fusion import ELTWISE_OPS, FUSES_AFTER_ELTWISE, PRELU_ATOL, host_of
+from netlint.fusion import ELTWISE_OPS, FUSES_AFTER_ELTWISE, PRELU_ATOL, fusing_selections, host_of
 from netlint.ir import Graph, Node
 from netlint.ir.ops import CONV_OPS, range_kind, slope_range
 from netlint.pattern import Any, Match, Op
 from netlint.rule import PORTABLE, Context, FixRef, Option, Rule, Severity, register
-from netlint.targets import Target, builtin_selections
+from netlint.targets import Target
 from netlint.targets.schema import FUSION_HOSTS
 
 # After an elementwise op (no conv before the PRelu): FU002's targets whose compiler fuses the activations of its conv
@@ -249,11 +249,7 @@ def _verdict(kind: str, host: str, target: Target) -> tuple[bool, str, str] | No
 @cache
 def _matters_somewhere(kind: str, host: str) -> bool:
     """Whether some built-in target selection says something about this kind after this op."""
-    for _target, chosen in builtin_selections():
-        for selection in chosen:
-            if selection.fused_activations() is None:
-                continue
-            found = _verdict(kind, host, selection)
-            if found is not None and (kind != "LeakyRelu" or found[0]):
-                return True
-    return False
+    return any(
+        (found := _verdict(kind, host, selection)) is not None and (kind != "LeakyRelu" or found[0])
+        for selection in fusing_selections()
+    )
