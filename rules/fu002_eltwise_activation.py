@@ -210,10 +210,9 @@ def _activation_after(graph: Graph, node: Node) -> tuple[Node, str] | None:
     activation), and its kind."""
     if node.fused_activation is not None:
         return node, node.fused_activation
-    uses, reaches_output = graph.uses_view(node.output)
-    if len(uses) != 1 or reaches_output:
+    act = graph.only_use(node.output)
+    if act is None:
         return None
-    act = uses[0]
     kind = graph.activation(act)
     if kind is None:
         return None
@@ -251,8 +250,8 @@ def _folds_into_conv(graph: Graph, node: Node, tensor: str) -> bool:
     producer = graph.effective_producer(tensor)
     if producer is None or producer.op not in CONV_OPS or producer.fused_activation is not None:
         return False
-    uses, reaches_output = graph.uses_view(producer.output)
-    return not reaches_output and [use.id for use in uses] == [node.id]
+    only = graph.only_use(producer.output)
+    return only is not None and only.id == node.id
 
 
 def _shape(graph: Graph, name: str) -> tuple[int | str | None, ...] | None:
@@ -296,8 +295,8 @@ def _residual_fuses(graph: Graph, node: Node, kind: str, target: Target) -> bool
             continue
         if residual["requires_bias"] and (len(conv.inputs) < 3 or not conv.inputs[2]):
             continue
-        uses, reaches_output = graph.uses_view(conv.output)
-        if not reaches_output and [use.id for use in uses] == [node.id]:
+        only = graph.only_use(conv.output)
+        if only is not None and only.id == node.id:
             return True
     return False
 

@@ -300,10 +300,9 @@ def _activations_after(graph: Graph, conv: Node) -> tuple[list[_Activation], Nod
     if conv.fused_activation is not None:
         return [_Activation(conv, conv.fused_activation, True)], None
     value = conv.output
-    uses, reaches_output = graph.uses_view(value)
-    via = None
-    if len(uses) == 1 and not reaches_output and uses[0].op in AFFINE_OPS and _is_affine(graph, uses[0], value):
-        via = uses[0]
+    only, via = graph.only_use(value), None
+    if only is not None and only.op in AFFINE_OPS and _is_affine(graph, only, value):
+        via = only
         if via.fused_activation is not None:
             return [_Activation(via, via.fused_activation, True)], via
         value = via.output

@@ -433,6 +433,11 @@ class Graph:
         known = self._uses.get(name)
         return known if known is not None else self._find_uses(name)
 
+    def only_use(self, name: str) -> Node | None:
+        """The one use of `name` (as `uses` finds it) when it has exactly one and is not a graph output, else None."""
+        uses, reaches_output = self.uses_view(name)
+        return uses[0] if len(uses) == 1 and not reaches_output else None
+
     def _find_uses(self, name: str) -> tuple[tuple[Node, ...], bool]:
         direct = self._consumers.get(name)
         consumers: list[Node]
