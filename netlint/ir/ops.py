@@ -286,3 +286,18 @@ def dropout_not_identity(graph: Graph, node: Node) -> str | None:
     if value is None or bool(np.asarray(value).reshape(-1)[0]):
         return f"{node.label()} may run in training mode"
     return None
+
+
+def scalar_operand(graph: Graph, node: Node, value: float) -> str | None:
+    """The input of a binary `node` that is a one-element constant equal to `value`, the other input not constant
+    (Min(x, 6), Max(x, 0): QT001 finds them, relu6-to-relu8 rewrites them); None if there is none."""
+    if len(node.inputs) != 2:
+        return None
+    for const, other in ((1, 0), (0, 1)):
+        name = node.inputs[const]
+        if not name or not graph.is_const(name) or graph.is_const(node.inputs[other]):
+            continue
+        array = graph.const(name)
+        if array is not None and array.size == 1 and float(np.asarray(array, dtype=np.float64).reshape(-1)[0]) == value:
+            return name
+    return None
