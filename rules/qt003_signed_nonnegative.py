@@ -180,12 +180,7 @@ def _quantizes(graph: Graph) -> bool:
     graph or a scope it reads)."""
     if any(node.op == "QuantizeLinear" for node in graph.nodes):
         return True
-    scope: Graph | None = graph
-    while scope is not None:
-        if any(value.quant is not None for value in scope.values.values()):
-            return True
-        scope = scope.parent
-    return False
+    return any(value.quant is not None for scope in graph.scopes() for value in scope.values.values())
 
 
 def _short(name: str) -> str:

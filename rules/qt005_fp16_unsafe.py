@@ -280,12 +280,7 @@ def _mode(graph: Graph, ctx: Context) -> Mode | None:
 
 def _has_float16(graph: Graph) -> bool:
     """Whether any value in scope (the graph's, its enclosing graphs') is float16: one set per scope, no walk."""
-    scope: Graph | None = graph
-    while scope is not None:
-        if "float16" in {value.dtype for value in scope.values.values()}:
-            return True
-        scope = scope.parent
-    return False
+    return any("float16" in {value.dtype for value in scope.values.values()} for scope in graph.scopes())
 
 
 def _activation_dtypes(graph: Graph) -> Iterator[str]:

@@ -235,6 +235,13 @@ class Graph:
             graph = graph.parent
         return None
 
+    def scopes(self) -> Iterator[Graph]:
+        """This graph, then each enclosing graph out to the main one: the scopes whose values a body can read."""
+        scope: Graph | None = self
+        while scope is not None:
+            yield scope
+            scope = scope.parent
+
     def producer(self, name: str) -> Node | None:
         return self._producer.get(name)
 

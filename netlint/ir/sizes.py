@@ -242,13 +242,11 @@ def static_values(graph: Graph) -> frozenset[str]:
 def dynamic_axes(graph: Graph) -> frozenset[str]:
     """The named dimensions the model's inputs (and its enclosing graphs' inputs) declare, e.g. 'batch'."""
     names: set[str] = set()
-    scope: Graph | None = graph
-    while scope is not None:
+    for scope in graph.scopes():
         for name in scope.inputs:
             value = scope.value(name)
             if value is not None and value.shape is not None:
                 names.update(d for d in value.shape if isinstance(d, str))
-        scope = scope.parent
     return frozenset(names)
 
 
