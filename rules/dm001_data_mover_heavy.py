@@ -43,7 +43,7 @@ def tally(graph: Graph) -> Tally:
     movers: list[tuple[int, Node]] = []
     total = moved = 0
     unsized: list[Node] = []
-    for node, size in traffic(graph):
+    for node, size in traffic(graph).items():
         if size is None:
             unsized.append(node)
             continue

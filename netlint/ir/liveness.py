@@ -116,12 +116,12 @@ def reads(node: Node) -> list[str]:
 def unused_constants(graph: Graph, names: Iterable[str] | None = None) -> list[str]:
     """The constants among `names` (by default every value of the graph, in its order) that no node reads or writes
     and that are not graph inputs or outputs: GR001 reports them, remove-dead-code drops them."""
-    values = graph.values
+    values, read, written = graph.values, graph.consumer_index(), graph.producer_index()
     return [
         name
         for name in (values if names is None else names)
-        if not graph.consumers(name)
-        and graph.producer(name) is None
+        if name not in read
+        and name not in written
         and (value := values.get(name)) is not None
         and value.data is not None
         and not graph.is_graph_output(name)

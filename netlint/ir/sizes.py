@@ -263,16 +263,16 @@ def value_bytes(graph: Graph) -> Callable[[str], int | None]:
 def runs(node: Node, static: frozenset[str]) -> bool:
     """Whether `node` runs at inference: not a Constant, and some output is not known before the run (`static`:
     shape arithmetic and constant folding, which runtimes do once)."""
-    return node.op != "Constant" and any(out and out not in static for out in node.outputs)
+    return node.op != "Constant" and not static.issuperset(filter(None, node.outputs))
 
 
-def traffic(graph: Graph) -> list[tuple[Node, int | None]]:
+def traffic(graph: Graph) -> dict[Node, int | None]:
     """The bytes each node that runs (`runs`) reads and writes per inference, in node order (None: some tensor cannot
     be sized, see `value_bytes`). Outputs nothing reads are not made; shape tensors are not data traffic; constants
     (weights) are; a gather reads only the rows it writes."""
     static, size_of = static_values(graph), value_bytes(graph)
     shape_tensors = static - tensor_sizes(graph).const
-    return [(node, _node_traffic(graph, node, size_of, shape_tensors)) for node in graph.nodes if runs(node, static)]
+    return {node: _node_traffic(graph, node, size_of, shape_tensors) for node in graph.nodes if runs(node, static)}
 
 
 def _node_traffic(
@@ -308,7 +308,7 @@ def own_sizes_suffice(graph: Graph, index: TensorSizes) -> bool:
 
 def _own_sized(node: Node, values: dict[str, Value], kind: dict[str, int], numels: list[int]) -> bool:
     """`own_sizes_suffice` for one node."""
-    if not all(name in kind for name in (*node.inputs, *node.outputs) if name):
+    if not all(map(kind.__contains__, filter(None, (*node.inputs, *node.outputs)))):  # "": an omitted input
         return False
     if node.op in SAME_COUNT and node.inputs and node.inputs[0] and node.outputs and node.outputs[0]:
         source, result = node.inputs[0], node.outputs[0]
