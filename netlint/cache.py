@@ -42,6 +42,7 @@ from typing import Any, Literal, Union
 
 from netlint import __version__
 from netlint.engine import CostSummary, ModelReport
+from netlint.pricing import Pricing
 from netlint.report.baseline import FindingKey
 from netlint.rule import Finding, FixRef, Impact, Skip
 
@@ -64,6 +65,7 @@ _TYPES = {  # for resolving annotations written under TYPE_CHECKING or as string
     "FixRef": FixRef,
     "Impact": Impact,
     "Skip": Skip,
+    "Pricing": Pricing,
 }
 
 

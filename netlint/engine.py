@@ -22,6 +22,7 @@ from netlint.errors import ModelLoadError
 from netlint.io import LFS_SKIPPED, LfsPointerError, load_model
 from netlint.ir import ConstantUnavailable, Graph, Model
 from netlint.pattern import Match
+from netlint.pricing import Pricing
 from netlint.rule import Context, Finding, Rule, Skip
 from netlint.suppression import suppress
 from netlint.targets import Target
@@ -51,6 +52,7 @@ class CostSummary:
     fallback_ops: int = 0  # nodes the target cannot run on its accelerator
     partitions: int = 0  # accelerator partitions (runs of supported nodes), 0 when nothing is known
     assumed: list[str] = field(default_factory=list)  # cost numbers nobody sourced
+    pricing: Pricing | None = None  # what priced the latency and its error band (netlint.cost.basis)
 
 
 @dataclass
@@ -82,6 +84,7 @@ def lint_file(path: Path, settings: Settings, *, cores: int = 1) -> ModelReport:
 
 
 def _lint_file(path: Path, settings: Settings, cores: int) -> ModelReport:
+    _warm_cost_backend(path, settings.target)
     try:
         model = load_model(path)
     except LfsPointerError as exc:
@@ -111,6 +114,7 @@ def lint_model(model: Model, settings: Settings, *, cores: int = 1) -> ModelRepo
                 by_anchor[op].append(rule)
         else:
             scanners.append(rule)
+    _start_cost(model.graph, target)
     for graph in model.graphs():
         if cores > 1 and len(graph.nodes) >= SPLIT_MIN_NODES and _can_fork():
             meanwhile = (lambda: _warm_cost(model.graph, target)) if graph is model.graph else None
@@ -205,6 +209,27 @@ def _warm_cost(graph: Graph, target: Target) -> None:
 
     with contextlib.suppress(Exception):  # reported by _add_cost, which asks again
         model_cost(graph, target)
+
+
+def _warm_cost_backend(path: Path, target: Target) -> None:
+    """A target priced by a toolchain (netlint.cost.backends) starts it while the model loads."""
+    cost = target.section("cost") or {}
+    if not isinstance(cost.get("backend"), dict) or cost["backend"].get("name") in (None, "static"):
+        return
+    from netlint.cost.backends import warm
+
+    with contextlib.suppress(Exception):
+        warm(target)
+
+
+def _start_cost(graph: Graph, target: Target) -> None:
+    """Let the target's cost backend start on the model (onnxruntime optimizes it while the rules run)."""
+    if target.section("cost") is None:
+        return
+    from netlint.cost.backends import start
+
+    with contextlib.suppress(Exception):  # reported by _add_cost, which asks again
+        start(graph, target)
 
 
 def _add_cost(model: Model, report: ModelReport, target: Target) -> None:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from netlint.ir import Graph, Node
 from netlint.pattern import Match, Op
+from netlint.pricing import Pricing
 
 if TYPE_CHECKING:
     from netlint.targets import Target
@@ -57,6 +58,9 @@ class Impact:
     latency_ms_after: float
     # how a manual rule's advised change was priced, or why it has no modelled latency effect (docs/cost-model.md)
     basis: str | None = None
+    # what priced it and how far to trust it: the basis (runtime graph, vendor estimator, static model) and the
+    # target's measured error band for a finding's saving (netlint.cost.basis)
+    pricing: Pricing | None = None
 
     @property
     def saving_ms(self) -> float:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from netlint.calibrate.bench import (
     ONNX_ACTIVATIONS,
@@ -88,6 +89,7 @@ class Calibration:
     # activation op type -> ops per element in Relu-equivalents (per-element time relative to a Relu's)
     activation_ops_per_element: dict[str, float] = field(default_factory=dict)
     reorder_samples: list[Sample] = field(default_factory=list)  # per-reorder times, by tensor size
+    kernels: Any = None  # onnxruntime: the per-kernel-class fit (netlint.calibrate.command.KernelRun)
 
 
 def suite(

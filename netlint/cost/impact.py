@@ -27,12 +27,15 @@ from typing import Any
 
 import numpy as np
 
+from netlint.cost import backends
+from netlint.cost.basis import static_pricing
 from netlint.cost.layout import Borders, Facts
 from netlint.cost.model import ModelCost, cost_model
 from netlint.engine import CostSummary
 from netlint.ir import ConstantUnavailable, Graph, Node
 from netlint.ir.graph import ConstData, Value
 from netlint.ir.ops import CONV_OPS
+from netlint.pricing import Pricing
 from netlint.rule import Finding, Impact
 from netlint.targets import Target
 
@@ -53,7 +56,7 @@ def model_cost(graph: Graph, target: Target) -> ModelCost:
     per_graph = _COSTS.setdefault(graph, {})
     key = (target.label, id(target))
     if key not in per_graph:
-        per_graph[key] = cost_model(graph, target, totals_only=True)
+        per_graph[key] = backends.cost(graph, target, totals_only=True)  # the target's backend (netlint.cost.backends)
     return per_graph[key]
 
 
@@ -84,6 +87,7 @@ def summary(cost: ModelCost, target: Target) -> CostSummary:
         fallback_ops=len(cost.fallback_nodes),
         partitions=cost.partitions,
         assumed=list(cost.rates.assumed) if cost.rates is not None else [],
+        pricing=cost.pricing,
     )
 
 
@@ -92,22 +96,36 @@ def price_findings(graph: Graph, findings: Iterable[Finding], target: Target, co
     """Set `impact` on every finding of `graph` whose change this module models (others keep None)."""
     if cost.latency_us is None:
         return
+    findings = list(findings)
+    backend = backends.backend_for(target)[0]
+    if backend is not None and getattr(backend, "prices_graphs", True):  # a toolchain prices: collect, price at once
+        wanted: dict[Any, Any] = {"collect": []}
+        for finding in findings:
+            if not _advised(finding):
+                _saving_us(graph, finding, target, wanted, cost.layout_facts)
+        backends.prefetch(wanted["collect"], target)
+    on_file, file_pricing = backends.price_findings(graph, [f for f in findings if not _advised(f)], target)
     total = cost.latency_us
     label = target.label
-    memo: dict[Any, float | None] = {}
+    memo: dict[Any, Any] = {}
     for finding in findings:
         basis: str | None = None
-        if _advised(finding):
+        if id(finding) in on_file:  # priced on the model file by the target's toolchain (Vela)
+            saving, pricing = on_file[id(finding)], file_pricing
+        elif _advised(finding):
             from netlint.cost.advice import price_advice  # manual rules' advised changes (imported when needed)
 
             priced = price_advice(graph, finding, target, cost, memo)
             saving, basis = (priced.saving_us, priced.basis) if priced is not None else (None, None)
+            pricing = static_pricing(target)  # netlint.cost.advice costs the advised change with the static model
         else:
+            memo["pricing"] = None
             saving = _saving_us(graph, finding, target, memo, cost.layout_facts)
+            pricing = memo["pricing"] or static_pricing(target)
             if saving is not None and finding.fix is not None and finding.fix.name in TARGET_SIMULATIONS:
                 basis = _target_simulation(finding.fix.name, target, memo)[1]
         if saving is not None:
-            finding.impact = Impact(label, total / 1000, (total - saving) / 1000, basis)
+            finding.impact = Impact(label, total / 1000, (total - saving) / 1000, basis, pricing)
 
 
 def summarises(finding: Finding) -> bool:
@@ -155,6 +173,7 @@ def _saving_us(
     before = _signature(around, outside, {}, kinds, codes)
     shortcut = _structural_key(graph, fix, before, around, found, kinds)
     if shortcut is not None and shortcut in memo:
+        memo["pricing"] = memo.get(("pricing", shortcut))
         return memo[shortcut]
     try:
         edited = simulate(graph, list(around), [node.id for node in found])  # simulations copy what they change
@@ -164,10 +183,20 @@ def _saving_us(
         return None
     after, new_values = edited
     key = (fix, before, _signature(after, outside, new_values, kinds, codes))
+    if "collect" in memo:  # the first pass of a toolchain's pricing: only gather the graphs
+        if key not in memo:
+            memo[key] = None
+            memo["collect"] += [
+                _small_graph(graph, around, outside, {}),
+                _small_graph(graph, after, outside, new_values),
+            ]
+        return None
     if key not in memo:
-        memo[key] = _cost_delta(graph, around, after, outside, new_values, target, borders)
+        memo[key], memo[("pricing", key)] = _cost_delta(graph, around, after, outside, new_values, target, borders)
     if shortcut is not None:
         memo[shortcut] = memo[key]
+        memo[("pricing", shortcut)] = memo[("pricing", key)]
+    memo["pricing"] = memo[("pricing", key)]
     return memo[key]
 
 
@@ -324,10 +353,11 @@ def _cost_delta(
     new_values: dict[str, Value],
     target: Target,
     borders: Borders | None = None,
-) -> float | None:
-    old = cost_model(_small_graph(graph, before, outside, {}), target, borders=borders).latency_us
-    new = cost_model(_small_graph(graph, after, outside, new_values), target, borders=borders).latency_us
-    return None if old is None or new is None else old - new
+) -> tuple[float | None, Pricing]:
+    """The saving of the rewrite, priced by the target's backend (netlint.cost.backends.price), and what priced it."""
+    small_before = _small_graph(graph, before, outside, {})
+    small_after = _small_graph(graph, after, outside, new_values)
+    return backends.price(small_before, small_after, target, borders)
 
 
 # Border codes (`_borders`), one bit each: arrives blocked, its conversion is needed outside anyway, read blocked
@@ -397,7 +427,10 @@ def _small_graph(graph: Graph, nodes: list[Node], outside: set[str], new_values:
             if name not in produced and not value.is_const:
                 inputs.append(name)
     outputs = [out for node in nodes for out in node.outputs if out in outside]
-    return Graph(graph.name, nodes, values, inputs, outputs)
+    small = Graph(graph.name, nodes, values, inputs, outputs)
+    small.opsets, small.ir_version = graph.opsets, graph.ir_version  # what a backend exports it with
+    small.input_initializers = graph.input_initializers & values.keys()
+    return small
 
 
 def _const_loader(graph: Graph, name: str) -> Callable[[], np.ndarray]:

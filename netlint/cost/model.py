@@ -42,6 +42,7 @@ import numpy as np
 
 from netlint.collector import paused
 from netlint.cost import layout
+from netlint.cost.basis import Pricing, static_pricing
 from netlint.cost.ops import (
     COMPUTE_CLASSES,
     CONV,
@@ -134,6 +135,8 @@ class ModelCost:
     layout_facts: layout.Facts | None = None
     # False: cost_model(totals_only=True) left out runtime rewrites and kernels (`kernels` 0, no NodeCost.kernel)
     kernels_grouped: bool = True
+    # what priced it (netlint.cost.basis): the basis, the target's error band for it, the graph and rates used
+    pricing: Pricing = field(default_factory=Pricing)
 
     # --- totals ----------------------------------------------------------------------------------------------------
     def _sum(self, attr: str) -> int:
@@ -269,7 +272,7 @@ def _cost_model(
     ctx = build_context(graph, dims)
     entries = _cost_nodes(ctx, graph.nodes)
     rates = rates_for(target)
-    result = ModelCost(target.label, entries, rates)
+    result = ModelCost(target.label, entries, rates, pricing=static_pricing(target))
     if totals_only and rates is None and target.section("ops") is None:
         # without rates nothing is timed, without [ops] nothing falls back or partitions: the rewrites and kernels
         # would change no total (a folded or fused node keeps its OpCost)
@@ -298,6 +301,16 @@ def _cost_model(
         result.latency_range_us = (low + transfer, high + transfer)
     result.by_op_type = _by_op_type([*entries, *result.layout_kernels])
     return result
+
+
+def node_costs(graph: Graph, dims: Mapping[str, int] | None = None) -> list[NodeCost]:
+    """Each node's own cost (MACs, ops, bytes; None for a coverage gap), no kernels: what a backend that takes its
+    kernels from elsewhere (netlint.cost.backends) reports the model's totals and coverage with."""
+    try:
+        with paused():
+            return _cost_nodes(build_context(graph, dims), graph.nodes)
+    finally:
+        release(graph)
 
 
 def _layout_kernels(

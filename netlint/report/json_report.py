@@ -11,9 +11,10 @@ from typing import Any
 
 from netlint import __version__
 from netlint.engine import CostSummary, ModelReport
+from netlint.pricing import Pricing
 from netlint.rule import Finding, FixRef, Impact
 
-SCHEMA_VERSION = "1.2"  # 1.1: model.precision and model.chip; 1.2: finding.impact and model.cost
+SCHEMA_VERSION = "1.3"  # 1.1: model.precision and model.chip; 1.2: finding.impact and model.cost; 1.3: their pricing
 
 
 def finding_json(finding: Finding) -> dict[str, Any]:
@@ -43,7 +44,15 @@ def impact_json(impact: Impact | None) -> dict[str, Any] | None:
     }
     if impact.basis is not None:  # manual rules: how the advised change was priced (docs/cost-model.md)
         found["basis"] = impact.basis
+    if impact.pricing is not None:
+        found["pricing"] = pricing_json(impact.pricing, impact.pricing.finding_band)
     return found
+
+
+def pricing_json(pricing: Pricing, band: float | None) -> dict[str, Any]:
+    """What priced it (measured-runtime-graph, vendor-estimator or static-model), the target's measured error band
+    for it (a share: 0.12 is +-12%; null when none was measured), and the graph and rates, in words."""
+    return {"basis": pricing.basis, "band": band, "by": pricing.summary}
 
 
 def cost_json(cost: CostSummary | None) -> dict[str, Any] | None:
@@ -61,6 +70,7 @@ def cost_json(cost: CostSummary | None) -> dict[str, Any] | None:
         "fallback_ops": cost.fallback_ops,
         "partitions": cost.partitions,
         "assumed": cost.assumed,
+        "pricing": pricing_json(cost.pricing, cost.pricing.model_band) if cost.pricing is not None else None,
     }
 
 

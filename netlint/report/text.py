@@ -8,6 +8,7 @@ from itertools import chain
 from operator import attrgetter
 
 from netlint.engine import ModelReport
+from netlint.pricing import Pricing
 from netlint.rule import Finding, Impact
 from netlint.terminal import safe
 
@@ -144,7 +145,15 @@ def impact_text(impact: Impact) -> str:
         text = f"saves {_ms(saving)} ({share:.1%}) on {impact.target}"
     else:
         text = f"slows {impact.target} down by {_ms(-saving)} ({share:.1%})"
+    if impact.pricing is not None:
+        text += f" ({pricing_text(impact.pricing, impact.pricing.finding_band)})"
     return f"{text}: {impact.basis}" if impact.basis else text
+
+
+def pricing_text(pricing: Pricing, band: float | None) -> str:
+    """'±12%, ORT 1.32.0 graph + calibrated rates': how far to trust a price, and what made it."""
+    shown = f"±{band * 100:.0f}%" if band is not None else "no measured error band"
+    return f"{shown}, {pricing.summary}"
 
 
 def cost_text(report: ModelReport) -> str:
@@ -156,6 +165,8 @@ def cost_text(report: ModelReport) -> str:
         line += f", cost model covers {cost.coverage:.0%} of nodes"
     if cost.fallback_ops:
         line += f", {cost.fallback_ops} op{'s' if cost.fallback_ops != 1 else ''} on the CPU"
+    if cost.pricing is not None:
+        line += f"; {pricing_text(cost.pricing, cost.pricing.model_band)}"
     return line + ")"
 
 

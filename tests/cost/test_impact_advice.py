@@ -14,6 +14,8 @@ from netlint.rule import Impact
 from netlint.targets import load_target
 from netlint.testing import GraphBuilder, TfliteBuilder, lint, load
 
+pytestmark = pytest.mark.usefixtures("static_cost")  # the static model's prices of advised changes
+
 
 def repriced(model: onnx.ModelProto | bytes, code: str, found_on: dict, target: str, **kw: str) -> Impact:
     """The impact on `target` (precision/chip `kw`) of the first finding of rule `code` that `found_on` reports."""
@@ -178,7 +180,10 @@ def test_the_json_impact_adds_the_basis_and_keeps_its_fields() -> None:
     [finding] = lint(conv_40(), select=["HW002"], target="ti-tda4vm").findings
     found = impact_json(finding.impact)
     assert found is not None
-    assert list(found) == ["target", "latency_ms_before", "latency_ms_after", "saving_ms", "saving_share", "basis"]
+    assert list(found) == [
+        "target", "latency_ms_before", "latency_ms_after", "saving_ms", "saving_share", "basis", "pricing"
+    ]  # fmt: skip
+    assert found["pricing"]["basis"] == "static-model"
     assert found["saving_ms"] > 0 and "padded to multiples of 64" in found["basis"]
     assert "basis" not in (impact_json(Impact("ort-cpu", 1.0, 0.5)) or {})  # simulated fixes: unchanged schema
 

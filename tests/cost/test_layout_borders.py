@@ -25,6 +25,8 @@ from netlint.fixes.edit import GraphEdit
 from netlint.fixes.registry import FixContext, all_passes
 from netlint.testing import GraphBuilder, load
 
+pytestmark = pytest.mark.usefixtures("static_cost")  # the static model's layout borders
+
 RELATIVE, ABSOLUTE_US = 1e-3, 0.01
 
 
