@@ -59,6 +59,7 @@ class MicroModel:
     bytes: float = 0.0
     seed: int = 0
     positive_input: bool = False  # one-signed input, for data-dependent ops (PRelu)
+    precision: str = ""  # TFLite only: "" (float32), "int8" or "int16x8" (16-bit activations, 8-bit weights)
 
     @property
     def two_inputs(self) -> bool:
@@ -166,8 +167,13 @@ def _onnx_activation(
 
 
 # --- TFLite ------------------------------------------------------------------------------------------------------
+QUANTIZED = {"int8": ("int8", "int32", 0.05), "int16x8": ("int16", "int64", 0.0005)}  # activations, bias, scale
+
+
 def build_tflite(spec: MicroModel) -> tuple[bytes, dict[str, np.ndarray]]:
     """The TFLite flatbuffer of `spec` (NHWC) and a seeded random feed (keys are input indices as strings)."""
+    if spec.precision:
+        return _build_quantized(spec)
     from netlint.testing.tflite_builder import TfliteBuilder
 
     rng = np.random.default_rng(spec.seed)
@@ -198,6 +204,50 @@ def build_tflite(spec: MicroModel) -> tuple[bytes, dict[str, np.ndarray]]:
             current = _tflite_activation(builder, layer.act, current, c)
         else:
             raise ValueError(f"unknown layer kind {layer.kind!r}")
+    builder.output(current)
+    return builder.build(), feeds
+
+
+def _build_quantized(spec: MicroModel) -> tuple[bytes, dict[str, np.ndarray]]:
+    """`spec` in int8 or int16x8 (activations symmetric int16 with zero point 0, weights int8 per channel, int64
+    bias: what LiteRT runs on its reference kernels): conv, dw and add2 layers."""
+    from netlint.testing.tflite_builder import TfliteBuilder
+
+    activation, bias_type, scale = QUANTIZED[spec.precision]
+    rng = np.random.default_rng(spec.seed)
+    builder = TfliteBuilder(spec.name)
+    c = spec.channels
+    shape = [1, spec.height, spec.width, c]
+    act_quant = {"scale": [scale], "zero_point": [0]}
+    x = builder.input("x", shape, activation, act_quant)
+    limit = np.iinfo(np.dtype(activation)).max // 4
+    feeds = {"0": rng.integers(-limit, limit, shape).astype(activation)}
+    y = None
+    if spec.two_inputs:
+        y = builder.input("y", shape, activation, act_quant)
+        feeds["1"] = rng.integers(-limit, limit, shape).astype(activation)
+    current = x
+    for layer in spec.layers:
+        if layer.kind in ("conv", "dw"):
+            out = layer.channels if layer.kind == "conv" else c
+            dims = (out, layer.k, layer.k, c) if layer.kind == "conv" else (1, layer.k, layer.k, c)
+            weights = rng.integers(-100, 100, dims).astype(np.int8)
+            axis = 0 if layer.kind == "conv" else 3
+            weight_quant = {"scale": [0.01] * out, "zero_point": [0] * out, "axis": axis}
+            bias = np.zeros(out, np.dtype(bias_type))
+            make = builder.conv_2d if layer.kind == "conv" else builder.depthwise_conv_2d
+            current = make(current, weights, bias, out_quant=act_quant, weight_quant=weight_quant)
+            c = out
+        elif layer.kind == "add2":
+            assert y is not None
+            out_tensor = builder.tensor(f"add{len(feeds)}_{id(layer)}", shape, activation, act_quant)
+            options = {"fused_activation_function": "NONE"}
+            if activation == "int16":
+                options["pot_scale_int16"] = False  # general (not power-of-two) int16 scales
+            builder.op("ADD", [current, y], [out_tensor], options)
+            current = out_tensor
+        else:
+            raise ValueError(f"no {spec.precision} micro-model for layer kind {layer.kind!r}")
     builder.output(current)
     return builder.build(), feeds
 

@@ -120,18 +120,23 @@ def run_calibrate(args: argparse.Namespace) -> int:
 def run_kernels(budget_s: float, threads: int, source: str, progress: Any) -> Any:
     """Profile the kernel suite (netlint.calibrate.kernel_suite) with ORT's profiler and fit the per-kernel-class
     rates; returns a KernelRun."""
-    from netlint.calibrate.kernel_fit import fit, residuals
+    from netlint.calibrate.kernel_fit import fit, outside, residuals
     from netlint.calibrate.kernel_suite import all_models
     from netlint.calibrate.profile import profile
 
     profiled = profile(all_models(), budget_s=budget_s, threads=threads, progress=progress)
     rates = fit(profiled.samples, profiled.models, source)
-    return KernelRun(rates, residuals(rates, profiled.samples), profiled.rounds, profiled.load, len(profiled.samples))
+    bias = outside(profiled.models)[2]
+    errors = residuals(rates, profiled.samples, bias)
+    return KernelRun(rates, errors, profiled.rounds, profiled.load, len(profiled.samples), bias)
 
 
 class KernelRun:
-    def __init__(self, rates: Any, residuals: dict[str, float], rounds: int, load: tuple[float, float], samples: int):
+    def __init__(
+        self, rates: Any, residuals: dict[str, float], rounds: int, load: tuple[float, float], samples: int, bias: float
+    ) -> None:
         self.rates, self.residuals, self.rounds, self.load, self.samples = rates, residuals, rounds, load, samples
+        self.bias = bias
 
 
 # --- the document -------------------------------------------------------------------------------------------------
@@ -200,6 +205,16 @@ def target_document(base: dict[str, Any], result: Any, name: str) -> dict[str, A
         else:
             del cost["assumed"]
     cost["source"] = source
+    precisions = getattr(result, "precisions", None) or {}
+    if precisions:  # LiteRT: a float precision and the quantized ones it was measured in (int16x8: reference kernels)
+        target["precisions"] = ["fp32", *precisions]
+        target["default_precision"] = "fp32"
+        cost["precision"] = {
+            name: {
+                k: round(v, 4) for k, v in fitted.numbers().items() if k in COST_NUMBERS and k != "kernel_overhead_us"
+            }
+            for name, fitted in precisions.items()
+        }
     kernels = getattr(result, "kernels", None)
     if kernels is not None:
         from netlint.cost.kernels import rates_table
@@ -214,7 +229,8 @@ def target_document(base: dict[str, Any], result: Any, name: str) -> dict[str, A
     document["cost"] = cost
     fusion = document.get("fusion", {})
     fusion.pop("conditional", None)  # chip/precision conditions do not apply to one measured machine
-    fusion["precision"] = {"all": {"activations": list(result.fusions)}}
+    names = target.get("precisions") or ["all"]
+    fusion["precision"] = {name: {"activations": list(result.fusions)} for name in names}
     fusion["source"] = source
     fusion.setdefault("requires_lone_consumer", True)
     document["fusion"] = fusion
@@ -288,7 +304,9 @@ def _header(result: Any) -> str:
             [
                 f"Per-kernel-class fit ([cost.kernels]): {result.kernels.samples} kernels profiled by onnxruntime over "
                 f"{result.kernels.rounds} interleaved rounds, load average {result.kernels.load[0]:.1f} -> "
-                f"{result.kernels.load[1]:.1f}; median |predicted / profiled - 1| per class:",
+                f"{result.kernels.load[1]:.1f}; ORT's profiler adds {result.kernels.bias:.2f} us to each kernel it "
+                f"times (taken off); executor {result.kernels.rates.launch_us:.2f} us per kernel, "
+                f"{result.kernels.rates.call_us:.1f} us per run; median |predicted / profiled - 1| per class:",
                 "  " + ", ".join(f"{kind} {error:.0%}" for kind, error in result.kernels.residuals.items()),
             ]
             if getattr(result, "kernels", None) is not None

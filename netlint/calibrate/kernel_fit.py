@@ -13,6 +13,7 @@ kernels' profiled times is fitted as `call_us + kernels x launch_us`.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -94,16 +95,19 @@ def fit_class(kind: str, works: Sequence[Work], times: Sequence[float]) -> Class
 
 
 def fit(samples: Sequence[Sample], models: Sequence[ModelTimes], source: str = "") -> KernelRates:
-    """Every class's rates, the knee, the per-op extra costs, and the costs outside the kernels."""
+    """Every class's rates, the knee, the per-op extra costs, and the costs outside the kernels. ORT's profiler adds a
+    fixed time to every kernel it times (`profiler_bias`): it is taken off each sample first."""
+    launch, call, bias = outside(models)
+    unbiased = [replace(sample, time_us=max(sample.time_us - bias, 0.05)) for sample in samples]
     best: tuple[float, KernelRates] | None = None
     for knees in KNEES_MB:
-        rates = _fit_at(samples, knees)
-        error = _memory_error(rates, samples)
+        rates = _fit_at(unbiased, knees)
+        error = _memory_error(rates, unbiased)
         if best is None or error < best[0]:
             best = (error, rates)
     assert best is not None
     rates = best[1]
-    rates.launch_us, rates.call_us = _outside(models)
+    rates.launch_us, rates.call_us = launch, call
     rates.source = source
     return rates
 
@@ -152,21 +156,35 @@ def _memory_error(rates: KernelRates, samples: Sequence[Sample]) -> float:
     return total
 
 
-def _outside(models: Sequence[ModelTimes]) -> tuple[float, float]:
-    """(launch_us, call_us): wall - kernels = call + kernels x launch, least squares, both >= 0."""
+def outside(models: Sequence[ModelTimes]) -> tuple[float, float, float]:
+    """(launch_us, call_us, profiler_bias_us) from the chains of tiny kernels (kernel_suite.chains). Unprofiled, a
+    chain of N takes call + N x (launch + kernel): a line through the chains' (N, wall) gives call (its intercept)
+    and launch + kernel (its slope). Profiled, each of its kernels takes kernel + bias. Only launch - bias is
+    identifiable: the positive part is the executor's cost per kernel (launch_us), the negative part the profiler's
+    own time in each kernel it times (profiler_bias_us; on the development machine ~1.8 us per kernel against
+    ~0.25 us of real launch + kernel time). Without chains: wall - kernels = call + kernels x launch, all >= 0."""
+    chains = [m for m in models if m.family == "chain" and np.isfinite(m.wall_us) and m.kernels]
+    if len(chains) >= 2:
+        counts = np.array([m.kernels for m in chains], dtype=float)
+        walls = np.array([m.wall_us for m in chains])
+        slope, intercept = np.polyfit(counts, walls, 1)
+        profiled = float(np.median([m.kernel_us / m.kernels for m in chains]))
+        difference = float(slope) - profiled
+        return max(difference, 0.0), max(float(intercept), 0.0), max(-difference, 0.0)
     rows = [(m.kernels, m.wall_us - m.kernel_us) for m in models if np.isfinite(m.wall_us) and m.kernels]
     if not rows:
-        return 0.0, 0.0
+        return 0.0, 0.0, 0.0
     design = np.array([[1.0, count] for count, _ in rows])
     observed = np.array([gap for _, gap in rows])
     call, launch = nnls(design, np.maximum(observed, 0.0))
-    return float(launch), float(call)
+    return float(launch), float(call), 0.0
 
 
-def residuals(rates: KernelRates, samples: Sequence[Sample]) -> dict[str, float]:
-    """Median |predicted / measured - 1| per class (the fit's own report)."""
+def residuals(rates: KernelRates, samples: Sequence[Sample], bias: float = 0.0) -> dict[str, float]:
+    """Median |predicted / measured - 1| per class (the fit's own report; measured less the profiler's bias)."""
     found: dict[str, list[float]] = {}
     for sample in samples:
+        sample = replace(sample, time_us=max(sample.time_us - bias, 0.05))
         work = classify(sample.kernel, rates.cache_mb, rates.llc_mb)
         if work is None:
             continue

@@ -33,7 +33,8 @@ class Net:
     name: str
     model: bytes
     feeds: dict[str, np.ndarray]
-    family: str = "micro"  # micro | network
+    family: str = "micro"  # micro | network | chain
+    one_signed: bool = False  # its inputs are fed one-signed: a PRelu on them runs its fast path (sign known)
 
 
 @dataclass
@@ -184,6 +185,7 @@ def micro_models() -> list[Net]:
     for c, h in SIZES:  # PRelu on mixed-sign and on one-signed data
         add(f"prelu_mixed_{c}_{h}", lambda b, c=c, h=h: [_prelu(b, [1, c, h, h], False)])
         add(f"prelu_positive_{c}_{h}", lambda b, c=c, h=h: [_prelu(b, [1, c, h, h], True)])
+        nets[-1].one_signed = True
         add(
             f"concat_{c}_{h}",
             lambda b, c=c, h=h: [b.one("Concat", [b.input([1, c, h, h]), b.input([1, c, h, h])], axis=1)],
@@ -213,6 +215,7 @@ def micro_models() -> list[Net]:
         add(f"resize_{c}_{h}", lambda b, c=c, h=h: [b.one("Resize", [b.input([1, c, h // 2, h // 2]), "", b.const(
             np.array([1, 1, 2, 2], np.float32))], mode="nearest")])  # fmt: skip
         add(f"qdq_{c}_{h}", lambda b, c=c, h=h: [_qdq(b, [1, c, h, h])])
+        add(f"lrn_{c}_{h}", lambda b, c=c, h=h: [b.one("LRN", [b.input([1, c, h, h])], size=5, alpha=1e-4, beta=0.75)])
     for rows, width in ((64, 256), (128, 768), (197, 384), (512, 1024), (16, 4096)):
         add(f"softmax_{rows}_{width}", lambda b, r=rows, w=width: [b.one("Softmax", [b.input([1, r, w])], axis=-1)])
         add(f"layernorm_{rows}_{width}", lambda b, r=rows, w=width: [_layernorm(b, [1, r, w])])
@@ -382,8 +385,25 @@ def _prelu_net() -> Net:
     return b.build("prelu_net", [x], "network")
 
 
+CHAINS = (10, 40, 80, 160)
+
+
+def chains() -> list[Net]:
+    """Chains of N tiny Neg kernels on [1, 8]: their whole-run times against N give the executor's cost per kernel
+    (launch_us) and per run (call_us), the kernels themselves being a few hundred nanoseconds (profiled)."""
+    nets = []
+    for count in CHAINS:
+        b = _Builder(200 + count)
+        x = b.input([1, 8])
+        for _ in range(count):
+            x = b.one("Neg", [x])
+        net = b.build(f"chain_{count}", [x], "chain")
+        nets.append(net)
+    return nets
+
+
 def all_models() -> list[Net]:
-    return micro_models() + networks()
+    return micro_models() + networks() + chains()
 
 
 def check(net: Net) -> None:

@@ -52,7 +52,8 @@ POOL = "pool"  # windowed pooling
 GLOBAL_POOL = "global_pool"
 REDUCE = "reduce"
 SOFTMAX = "softmax"
-NORM = "norm"  # LayerNormalization, SkipLayerNormalization, InstanceNormalization, LRN, ...
+NORM = "norm"  # LayerNormalization, SkipLayerNormalization, InstanceNormalization, ...
+LRN = "lrn"  # local response normalization: a window of `size` channels per element and a power
 VIEW = "view"  # Reshape, Squeeze, Unsqueeze, Flatten, Identity: no copy (launch only)
 SHAPE = "shape"  # Shape, Size, ConstantOfShape, Range: tiny
 PRELU_MIXED = "prelu_mixed"  # PRelu on data whose sign is not known statically: the branchy slow path
@@ -83,6 +84,7 @@ AMOUNTS: dict[str, tuple[str, ...]] = {
     REDUCE: ("in_elements",),
     SOFTMAX: ("in_elements",),
     NORM: ("in_elements",),
+    LRN: ("in_elements", "window_elements"),
     VIEW: (),
     SHAPE: (),
     PRELU_MIXED: ("in_elements",),
@@ -117,7 +119,7 @@ SOFTMAX_OPS = frozenset({"Softmax", "LogSoftmax", "Hardmax"})
 NORM_OPS = frozenset(
     {
         "LayerNormalization", "SkipLayerNormalization", "SimplifiedLayerNormalization",
-        "SkipSimplifiedLayerNormalization", "InstanceNormalization", "GroupNormalization", "LRN",
+        "SkipSimplifiedLayerNormalization", "InstanceNormalization", "GroupNormalization",
         "MeanVarianceNormalization", "RMSNormalization", "EmbedLayerNormalization", "BiasLayerNormalization",
     }
 )  # fmt: skip
@@ -196,6 +198,7 @@ class Work:
     op: str
     amounts: tuple[tuple[str, float], ...]
     elements: float = 0.0  # output elements, for the per-op extra cost of costly activations
+    activation: str = ""  # an activation fused into a conv or Gemm kernel (ORT's `activation` attribute)
 
     def amount(self, name: str) -> float:
         for key, value in self.amounts:
@@ -204,7 +207,9 @@ class Work:
         return 0.0
 
 
-KEPT_ATTRS = frozenset({"group", "kernel_shape", "strides", "dilations", "activation", "transA", "transB", "perm"})
+KEPT_ATTRS = frozenset(
+    {"group", "kernel_shape", "strides", "dilations", "activation", "transA", "transB", "perm", "size"}
+)
 
 
 def kernel_attrs(attrs: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
@@ -270,6 +275,11 @@ def classify(kernel: Kernel, cache_mb: float = 1.0, llc_mb: float = 16.0) -> Wor
         return Work(SOFTMAX, op, (("in_elements", float(first.elements)),))
     if op in NORM_OPS:
         return Work(NORM, op, (("in_elements", float(first.elements)),))
+    if op == "LRN":
+        size = int(kernel.attr("size", 5) or 5)
+        return Work(
+            LRN, op, (("in_elements", float(first.elements)), ("window_elements", float(first.elements * size)))
+        )
     return None
 
 
@@ -335,7 +345,7 @@ def _conv(kernel: Kernel) -> Work | None:
         ("in_elements", float(in_elements)),
         ("weight_bytes", float(w.nbytes or 0)),
     )
-    return Work(kind, op, amounts, float(out_elements))
+    return Work(kind, op, amounts, float(out_elements), str(kernel.attr("activation", "") or ""))
 
 
 def _gemm(kernel: Kernel) -> Work | None:
@@ -358,7 +368,7 @@ def _gemm(kernel: Kernel) -> Work | None:
         ("weight_bytes", float(weight or 0)),
         ("out_elements", float(math.prod(out.shape))),
     )
-    return Work(kind, op, amounts, float(math.prod(out.shape)))
+    return Work(kind, op, amounts, float(math.prod(out.shape)), str(kernel.attr("activation", "") or ""))
 
 
 @dataclass
@@ -401,6 +411,8 @@ class KernelRates:
         if rates is None:
             return None
         extra = self.op_us_per_melement.get(work.op, 0.0) * work.elements / 1e6 if work.kind == ELTWISE else 0.0
+        if work.activation:  # a fused activation still computes per element what it computes alone (but Relu, Clip)
+            extra += self.op_us_per_melement.get(work.activation, 0.0) * work.elements / 1e6
         return rates.time(work) + extra + self.launch_us
 
 

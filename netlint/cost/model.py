@@ -758,8 +758,11 @@ def _latency(result: ModelCost, rates: Rates, target: Target, ctx: CostContext) 
         )
     numeric = _numeric(target)  # once: hashing the Target per kernel cost a tenth of this loop
     times: dict[tuple, tuple[float, float]] = {}  # repeated kernels (same member costs, scale, ...) are timed once
+    by_dtype = _rates_by_dtype(target, rates)
+    base_rates = rates
     for members in result.kernel_members().values():
         head = members[0]
+        rates = _kernel_rates(head, ctx, by_dtype) or base_rates
         scale = _byte_scale(target, ctx, head.node, numeric)
         if head.fallback and fallback_rated:
             assert head.cost is not None
@@ -769,6 +772,7 @@ def _latency(result: ModelCost, rates: Rates, target: Target, ctx: CostContext) 
             time = worst = layout.reorder_time(head.cost, rates)
         else:
             key = _kernel_key(head, members, scale)
+            key = (id(rates), *key) if key is not None and rates is not base_rates else key
             known = times.get(key) if key is not None else None
             if known is None:
                 known = _kernel_time(head, members, rates, ctx, scale)
@@ -780,6 +784,38 @@ def _latency(result: ModelCost, rates: Rates, target: Target, ctx: CostContext) 
         low += time
         high += worst
     return low, high
+
+
+# A CPU runtime runs each kernel in the precision its tensors have: an int16 kernel on LiteRT's int16x8 (reference)
+# kernels, an int8 one on its int8 ones. Storage dtype of a kernel's first input -> the precision names that price it.
+_DTYPE_PRECISIONS = {"int8": ("int8",), "uint8": ("int8", "uint8"), "int16": ("int16x8", "int16", "a16")}
+
+
+def _rates_by_dtype(target: Target, rates: Rates) -> dict[str, Rates]:
+    """For a CPU target whose [cost.precision.<p>] tables give per-precision rates (`netlint calibrate --runtime
+    litert`): storage dtype -> the rates its kernels run at; {} elsewhere (an accelerator's precision is the
+    deployment's choice, `--precision`, not each kernel's)."""
+    if target.kind != "cpu" or not target.precisions:
+        return {}
+    tables = ((target.section("cost") or {}).get("precision") or {}).keys()
+    found: dict[str, Rates] = {}
+    for dtype, names in _DTYPE_PRECISIONS.items():
+        name = next((n for n in names if n in tables and n in target.precisions), None)
+        if name is not None and name != target.precision:
+            selected = rates_for(target.select(precision=name))
+            if selected is not None:
+                found[dtype] = selected
+    return found
+
+
+def _kernel_rates(head: NodeCost, ctx: CostContext, by_dtype: dict[str, Rates]) -> Rates | None:
+    if not by_dtype or not head.node.inputs or not head.node.inputs[0]:
+        return None
+    try:
+        dtype = ctx.storage_dtype(head.node.inputs[0])
+    except UnknownCost:
+        return None
+    return by_dtype.get(dtype or "")
 
 
 def _transfer_time(names: list[str], rates: Rates, target: Target, ctx: CostContext, result: ModelCost) -> float:
@@ -873,7 +909,13 @@ def _kernel_time(
             traffic += _residual_bytes(ctx, member.node, head) * scale
     mac_rate = rates.depthwise_gmacs_per_s if _grouped(head.node) else rates.conv_gmacs_per_s
     compute = macs / (mac_rate * 1e3) + ops / (rates.vector_gops_per_s * 1e3)  # G/s -> per microsecond
-    time = max(compute, traffic / (rates.memory_gb_per_s * 1e3))
+    weights = 0.0
+    if rates.weight_gb_per_s is not None:  # weights stream from their own memory (Ethos-U: flash), in parallel
+        traffic -= cost.param_bytes * scale
+        weights = cost.param_bytes / (rates.weight_gb_per_s * 1e3)
+    if rates.output_gelements_per_s is not None and head.node.outputs:  # the NPU's cost per output element
+        compute += _elements(ctx, head.node) / (rates.output_gelements_per_s * 1e3)
+    time = max(compute, traffic / (rates.memory_gb_per_s * 1e3), weights)
     worst = time
     if rates.data_dependent_ratio > 1.0 and rates.data_dependent_ops:
         dependent = rates.data_dependent_ops
@@ -891,6 +933,13 @@ def _kernel_time(
         time += extra_pass + rates.kernel_overhead_us
         worst += extra_pass + rates.kernel_overhead_us
     return time, worst
+
+
+def _elements(ctx: CostContext, node: Node) -> int:
+    try:
+        return ctx.numel(node.outputs[0])
+    except UnknownCost:
+        return 0
 
 
 def _residual_bytes(ctx: CostContext, add: Node, head: NodeCost) -> int:

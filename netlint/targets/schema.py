@@ -64,6 +64,8 @@ COST_NUMBERS = frozenset(
         "reorder_gb_per_s",  # bytes (1e9) per second one NCHW <-> NCHWc reorder reads + writes (cache-resident) ...
         "reorder_dram_gb_per_s",  # ... and for tensors larger than ...
         "reorder_cache_mb",  # ... this many MB (1e6 bytes); the two go together
+        "output_gelements_per_s",  # output elements written per second (1e9): a per-output-element cost
+        "weight_gb_per_s",  # weight bytes per second (1e9) from where the weights are stored
     }
 )
 COST_FLAGS = frozenset({"views_free"})
@@ -101,7 +103,7 @@ _SECTIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
         | COST_FLAGS
         | COST_LISTS
         | COST_TABLES
-        | {"assumed", "precision", "backend", "kernels", "accuracy"},
+        | {"assumed", "precision", "chip", "backend", "kernels", "accuracy"},
     ),
 }
 # [cost.backend]: which backend prices (netlint.cost.backends) and its options.
@@ -121,7 +123,7 @@ KERNEL_CLASSES = frozenset(
     {
         "conv_1x1", "conv_kxk", "conv_depthwise", "conv_nchw", "conv_grouped", "conv_int8", "conv_transpose", "gemm",
         "gemm_int8", "eltwise", "copy", "transpose", "transpose_rows", "depth_to_space", "resize", "reorder", "pool",
-        "global_pool", "reduce", "softmax", "norm", "view", "shape", "prelu_mixed",
+        "global_pool", "reduce", "softmax", "norm", "lrn", "view", "shape", "prelu_mixed",
     }
 )  # fmt: skip
 KERNEL_RATES = frozenset(
@@ -448,6 +450,17 @@ class _Validator:
             entry = self.table(entry, key)
             self.keys(entry, key, (frozenset(), COST_NUMBERS | COST_FLAGS | COST_LISTS | COST_TABLES))
             present |= {f"precision.{name}.{number}" for number in self.cost_numbers(entry, key)}
+        for chip, entry in self.table(table.get("chip", {}), "cost.chip").items():  # per chip, then per precision
+            key = f"cost.chip.{chip}"
+            self.declared_chip(chip, key)
+            entry = self.table(entry, key)
+            self.keys(entry, key, (frozenset(), COST_NUMBERS | {"precision"}))
+            present |= {f"chip.{chip}.{number}" for number in self.cost_numbers(entry, key)}
+            for name, inner in self.table(entry.get("precision", {}), f"{key}.precision").items():
+                self.declared_precision(name, f"{key}.precision.{name}")
+                inner = self.table(inner, f"{key}.precision.{name}")
+                self.keys(inner, f"{key}.precision.{name}", (frozenset(), COST_NUMBERS))
+                self.cost_numbers(inner, f"{key}.precision.{name}")
         for index, name in enumerate(self.strings(table.get("assumed", []), "cost.assumed")):
             if name not in present:
                 self.fail(f"cost.assumed[{index}]", f"{name!r} names no number or flag of this [cost] table")

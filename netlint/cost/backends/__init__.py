@@ -198,4 +198,15 @@ def basis_of(target: Target) -> str:
     return backend.pricing.basis if backend is not None else STATIC_MODEL
 
 
-__all__ = ["Backend", "backend_for", "basis_of", "cost", "prefetch", "price", "price_findings", "reset", "start", "warm"]
+__all__ = [
+    "Backend",
+    "backend_for",
+    "basis_of",
+    "cost",
+    "prefetch",
+    "price",
+    "price_findings",
+    "reset",
+    "start",
+    "warm",
+]

@@ -342,14 +342,13 @@ def _entry_of(name: str, by_output: dict[str, NodeCost]) -> NodeCost | None:
     return None
 
 
-def supported_ops() -> list[str]:
-    """The TFLite operators Vela (the installed version) places on the NPU, by their TFLite names."""
-    from ethosu.vela.tflite_mapping import optype_to_builtintype
-    from ethosu.vela.tflite_supported_operators import TFLiteSupportedOperators
-
-    names = []
-    for op in TFLiteSupportedOperators.supported_operators:
-        builtin = optype_to_builtintype(op)
-        if builtin is not None:
-            names.append(str(builtin))
-    return sorted(set(names))
+def supported_report() -> list[str]:
+    """The TFLite operators of the installed Vela's "Ethos-U55 and Ethos-U65 TFLite Summary Table" (its
+    `--supported-ops-report`), by their TFLite names."""
+    with tempfile.TemporaryDirectory(prefix="netlint-vela-ops-") as folder:
+        subprocess.run(
+            [sys.executable, "-m", "ethosu.vela", "--supported-ops-report"], cwd=folder, capture_output=True, check=True
+        )
+        text = (Path(folder) / "SUPPORTED_OPS.md").read_text(encoding="utf-8")
+    section = text.split("## Ethos-U55 and Ethos-U65 TFLite Summary Table", 1)[1].split("\n## ", 1)[0]
+    return sorted(line.split("|")[1].strip() for line in section.splitlines() if line.startswith("| ") and "[" in line)
