@@ -100,7 +100,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
     with pinned(args.threads) as pinning:
         result = run_suite(runner, budget_s=static_budget, progress=progress if show else None, pinning=pinning)
         if kernel_part:
-            left = max(args.budget_s - (time.perf_counter() - started), args.budget_s * 0.2)
+            left = max(args.budget_s - (time.perf_counter() - started), args.budget_s * 0.2) * 0.9  # reading back
             result.kernels = run_kernels(left, args.threads, source_line(result), progress if show else None)
     if show:
         print("\r\033[K", end="", file=sys.stderr, flush=True)
@@ -164,8 +164,16 @@ def source_line(result: Any) -> str:
     threads = f"{runner.threads} thread{'s' if runner.threads != 1 else ''}"
     return (
         f"netlint calibrate on {machine()}: {runner.runtime} {runner.version}, {threads} ({result.pinning}), "
-        f"fp32 micro-models, medians of {result.rounds} interleaved rounds, {today} — docs/cost-model.md"
+        f"{_what(result)}, medians of {result.rounds} interleaved rounds, {today} — docs/cost-model.md"
     )
+
+
+def _what(result: Any) -> str:
+    if getattr(result, "precisions", None):
+        return "fp32, int8 and int16x8 micro-models"
+    if getattr(result, "kernels", None) is not None:
+        return "fp32 micro-models and ORT-profiled kernels"
+    return "fp32 micro-models"
 
 
 def target_document(base: dict[str, Any], result: Any, name: str) -> dict[str, Any]:
