@@ -192,8 +192,21 @@ def _lint_graph(
 ) -> list[Finding]:
     """The pattern rules over `nodes` (the graph's, or the second half of them), then the whole-graph rules."""
     found = _run_patterns(graph, nodes, by_anchor, ctx, report)
+    if graph.parent is None and len(nodes) == len(graph.nodes):
+        _start_pricing(graph, found, ctx.target)
     found.extend(_run_scanners(graph, scanners, ctx, report))
     return found
+
+
+def _start_pricing(graph: Graph, found: list[Finding], target: Target) -> None:
+    """With a toolchain pricing the target (onnxruntime), start on the pattern rules' findings' neighbourhoods now:
+    ORT's second worker optimizes them while the whole model is optimized and the whole-graph rules run."""
+    if not found or not _priced_by_toolchain(target):
+        return
+    from netlint.cost.impact import prefetch
+
+    with contextlib.suppress(Exception):  # priced again, and reported, by _add_cost
+        prefetch(graph, found, target, wait=False)
 
 
 def _can_fork() -> bool:
@@ -211,10 +224,14 @@ def _warm_cost(graph: Graph, target: Target) -> None:
         model_cost(graph, target)
 
 
+def _priced_by_toolchain(target: Target) -> bool:
+    cost = target.section("cost") or {}
+    return isinstance(cost.get("backend"), dict) and cost["backend"].get("name") not in (None, "static")
+
+
 def _warm_cost_backend(path: Path, target: Target) -> None:
     """A target priced by a toolchain (netlint.cost.backends) starts it while the model loads."""
-    cost = target.section("cost") or {}
-    if not isinstance(cost.get("backend"), dict) or cost["backend"].get("name") in (None, "static"):
+    if not _priced_by_toolchain(target):
         return
     from netlint.cost.backends import warm
 

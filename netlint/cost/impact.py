@@ -97,13 +97,7 @@ def price_findings(graph: Graph, findings: Iterable[Finding], target: Target, co
     if cost.latency_us is None:
         return
     findings = list(findings)
-    backend = backends.backend_for(target)[0]
-    if backend is not None and getattr(backend, "prices_graphs", True):  # a toolchain prices: collect, price at once
-        wanted: dict[Any, Any] = {"collect": []}
-        for finding in findings:
-            if not _advised(finding):
-                _saving_us(graph, finding, target, wanted, cost.layout_facts)
-        backends.prefetch(wanted["collect"], target)
+    prefetch(graph, findings, target, cost.layout_facts)
     on_file, file_pricing = backends.price_findings(graph, [f for f in findings if not _advised(f)], target)
     total = cost.latency_us
     label = target.label
@@ -126,6 +120,21 @@ def price_findings(graph: Graph, findings: Iterable[Finding], target: Target, co
                 basis = _target_simulation(finding.fix.name, target, memo)[1]
         if saving is not None:
             finding.impact = Impact(label, total / 1000, (total - saving) / 1000, basis, pricing)
+
+
+def prefetch(
+    graph: Graph, findings: Iterable[Finding], target: Target, facts: Facts | None = None, wait: bool = True
+) -> None:
+    """Let a toolchain backend (ORT) work on every neighbourhood these findings will be priced with, in one go; with
+    `wait` False it only starts (the engine calls it as soon as the pattern rules have found their findings)."""
+    backend = backends.backend_for(target)[0]
+    if backend is None or not getattr(backend, "prices_graphs", True):
+        return
+    wanted: dict[Any, Any] = {"collect": []}
+    for finding in findings:
+        if not _advised(finding):
+            _saving_us(graph, finding, target, wanted, facts)
+    backends.prefetch(wanted["collect"], target, wait=wait)
 
 
 def summarises(finding: Finding) -> bool:

@@ -41,7 +41,7 @@ class Backend(Protocol):
 
     def price(self, before: Graph, after: Graph) -> float | None: ...
 
-    def prefetch(self, graphs: Iterable[Graph]) -> None: ...
+    def prefetch(self, graphs: Iterable[Graph], wait: bool = True) -> None: ...
 
 
 # per target selection: (the target's data, which the entry keeps alive so its id is not reused, the backend, why not)
@@ -181,14 +181,15 @@ def start(graph: Graph, target: Target) -> None:
             return
 
 
-def prefetch(graphs: Iterable[Graph], target: Target) -> None:
-    """Let the target's backend do its work for all these graphs at once (one ORT session for a whole pricing run)."""
+def prefetch(graphs: Iterable[Graph], target: Target, wait: bool = True) -> None:
+    """Let the target's backend do its work for all these graphs at once (one ORT session for a whole pricing run);
+    `wait` False only starts it (ORT's second worker then runs it while the first optimizes the whole model)."""
     backend, _ = backend_for(target)
     if backend is not None:
         wanted = [graph for graph in graphs if usable(backend, graph)]
         if wanted:
             try:
-                backend.prefetch(wanted)
+                backend.prefetch(wanted, wait=wait)  # type: ignore[call-arg]
             except Exception:  # each graph is tried again alone, and falls back alone
                 return
 

@@ -78,6 +78,7 @@ class OrtBackend:
         self.block = machine_block()
         self.pricing: Pricing = pricing(target, RUNTIME_GRAPH, f"onnxruntime {version()} optimizer", "calibrated rates")
         self.pending: dict[str, Pending] = {}
+        self.batched: dict[str, tuple[list[Part], Pending]] = {}  # part key -> its batch, started, not read back
 
     # --- ORT's graph, once per content ----------------------------------------------------------------------------
     def _key(self, exported: Exported) -> str:
@@ -114,24 +115,44 @@ class OrtBackend:
         names = {canon: own for own, canon in exported.names.items()}
         return Part(graph, exported, self._key(exported), names)
 
-    def prefetch(self, graphs: Iterable[Graph]) -> None:
-        """Optimize, in one ORT session, every graph whose result is not kept yet."""
+    def prefetch(self, graphs: Iterable[Graph], wait: bool = True) -> None:
+        """Optimize, in one ORT session, every graph whose result is not kept (or being made) yet. `wait` False: the
+        session runs in ORT's second worker (alongside the whole model's) and is collected when a graph is priced."""
         missing: dict[str, Part] = {}
         for graph in graphs:
             try:
                 part = self.part(graph)
             except Unexportable:
                 continue
-            if part.key not in missing and store.get(part.key) is None:
+            if part.key not in missing and part.key not in self.batched and store.get(part.key) is None:
                 missing[part.key] = part
-        if len(missing) < 2:
+        if len(missing) < 2 and wait:
             return  # one graph: optimized when it is priced
+        if not missing:
+            return
         parts = list(missing.values())
         try:
             batch = merge([export(p.graph, prefix=PREFIX.format(i), canonical=True) for i, p in enumerate(parts)])
-            optimized = optimize(batch, self.level)
-        except (Unexportable, OrtFailed):
+            pending = Pending(batch, self.level, lane=1)
+        except (Unexportable, OrtFailed, OSError):
             return  # each is tried alone when priced
+        for part in parts:
+            self.batched[part.key] = (parts, pending)
+        if wait:
+            self._collect(pending)
+
+    def _collect(self, pending: Pending) -> None:
+        """Read a batch back and keep each of its parts (by content); a failed batch leaves them to be done alone."""
+        entries = [(key, parts) for key, (parts, mine) in self.batched.items() if mine is pending]
+        if not entries:
+            return
+        parts = entries[0][1]
+        for key, _ in entries:
+            del self.batched[key]
+        try:
+            optimized = pending.result()
+        except OrtFailed:
+            return
         for index, (part, found) in enumerate(zip(parts, split(optimized, len(parts)), strict=True)):
             store.put(part.key, to_json(_unprefixed(found, PREFIX.format(index))))
 
@@ -139,6 +160,8 @@ class OrtBackend:
     def kernels(self, graph: Graph) -> Mapped:
         """ORT's kernels for `graph` (its own tensor names), mapped to its nodes; raises Unexportable, OrtFailed."""
         part = self.part(graph)
+        if part.key in self.batched:  # in a batch that is running: read it back first
+            self._collect(self.batched[part.key][1])
         found = store.get(part.key)
         optimized = from_json(found) if found is not None else self._optimized(part.exported)
         return kernels_of(_renamed(optimized, part.names), graph, block=self.block)

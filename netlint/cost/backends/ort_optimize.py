@@ -81,19 +81,24 @@ class Pending:
     """An optimization submitted to ORT and not read back yet (`optimize` starts one and waits for it; `start` only
     starts it, so ORT works while netlint lints)."""
 
-    def __init__(self, exported: Exported, level: str) -> None:
+    def __init__(self, exported: Exported, level: str, lane: int = 0) -> None:
         self.folder = tempfile.TemporaryDirectory(prefix="netlint-ort-")
         where = Path(self.folder.name)
         source = exported.write(where)
         self.target = where / OPTIMIZED
         if os.name == "posix" and os.path.exists(os.devnull):
             os.symlink(os.devnull, where / SINK)
-        self.ticket = _submit(str(source), str(self.target), level)
+        self.lane = lane
+        self.ticket = _submit(str(source), str(self.target), level, lane)
+        self.done = False
 
     def result(self) -> OrtGraph:
         """ORT's optimized graph; raises OrtFailed."""
+        if self.done:
+            raise OrtFailed("already read back")
+        self.done = True
         try:
-            error = _wait(self.ticket)
+            error = _wait(self.ticket, self.lane)
             if error:
                 raise OrtFailed(error)
             try:
@@ -179,50 +184,53 @@ def _serve(requests: int, replies: int) -> None:
         os._exit(0)
 
 
-_WORKER: list[_Worker | None] = [None]
+# Two lanes, one worker each: lane 0 optimizes the whole model, lane 1 the batch of neighbourhoods, on the other core.
+_WORKERS: dict[int, _Worker] = {}
 _LOCAL: dict[int, tuple[str, str, str]] = {}  # no fork: requests run when waited for, in this process
+_NEXT_LOCAL = [0]
 
 
-def _submit(source: str, target: str, level: str) -> int:
+def _submit(source: str, target: str, level: str, lane: int = 0) -> int:
     from netlint.forked import can_fork
 
-    worker = _WORKER[0]
+    worker = _WORKERS.get(lane)
     if worker is None and can_fork():
         try:
-            worker = _WORKER[0] = _Worker()
+            worker = _WORKERS[lane] = _Worker()
         except OSError:
             worker = None
     if worker is not None:
         try:
             return worker.submit((source, target, level))
         except OSError:
-            _WORKER[0] = None
-    ticket = -(len(_LOCAL) + 1)
-    _LOCAL[ticket] = (source, target, level)
-    return ticket
+            _WORKERS.pop(lane, None)
+    _NEXT_LOCAL[0] -= 1
+    _LOCAL[_NEXT_LOCAL[0]] = (source, target, level)
+    return _NEXT_LOCAL[0]
 
 
-def _wait(ticket: int) -> str:
+def _wait(ticket: int, lane: int = 0) -> str:
     if ticket < 0 and not _LOCAL[ticket][0]:
         _LOCAL.pop(ticket)
         return ""
     if ticket < 0:
         return _session(*_LOCAL.pop(ticket))
-    worker = _WORKER[0]
+    worker = _WORKERS.get(lane)
     if worker is None:
         raise OrtFailed("onnxruntime's worker is gone")
     try:
         return worker.wait(ticket)
     except OrtFailed:
         worker.close()
-        _WORKER[0] = None
+        _WORKERS.pop(lane, None)
         raise
 
 
 def warm() -> None:
-    """Start the worker and have it import onnxruntime and set up its environment now (while netlint loads the
+    """Start the workers and have them import onnxruntime and set up its environment now (while netlint loads the
     model), so the first optimization does not wait for that."""
-    _submit("", "", DEFAULT_LEVEL)
+    for lane in (0, 1):
+        _submit("", "", DEFAULT_LEVEL, lane)
 
 
 def _session(source: str, target: str, level: str) -> str:

@@ -297,7 +297,7 @@ class VelaBackend:
     def price(self, before: Graph, after: Graph) -> float | None:
         return None  # never asked (prices_graphs is False)
 
-    def prefetch(self, graphs: Any) -> None:
+    def prefetch(self, graphs: Any, wait: bool = True) -> None:
         return None
 
     def price_findings(self, graph: Graph, findings: list[Any]) -> dict[int, float | None]:
