@@ -166,6 +166,19 @@ def test_ort_work_is_done_once_per_distinct_graph_and_kept_on_disk(tmp_path: Pat
         store.use(None)
 
 
+def test_check_keeps_ort_s_work_in_the_content_cache(tmp_path: Path, monkeypatch) -> None:
+    from netlint.cache import CACHE_FORMAT
+
+    assert store.SUBFOLDER[0] == f"v{CACHE_FORMAT}"
+    monkeypatch.chdir(tmp_path)
+    path = block(tmp_path)
+    try:
+        main(["check", str(path), "--target", "ort-cpu", "--cache-dir", "cache", "--exit-zero"])
+    finally:
+        store.use(None)
+    assert list((tmp_path / "cache" / f"v{CACHE_FORMAT}" / "backends").rglob("*.json"))
+
+
 def test_findings_neighbourhoods_are_optimized_in_one_session(tmp_path: Path, monkeypatch) -> None:
     """Six identical PRelu blocks: the whole model once, then every neighbourhood (before and after) in one batch."""
     from netlint.cost.backends import ort_backend

@@ -19,7 +19,7 @@ from typing import Any
 _MEMORY: dict[str, Any] = {}
 _MEMORY_LIMIT = 4096
 _FOLDER: list[Path | None] = [None]
-SUBFOLDER = ("v3", "backends")
+SUBFOLDER = ("v3", "backends")  # v3: netlint.cache.CACHE_FORMAT (a test checks)
 
 
 def use(folder: Path | str | None) -> None:
