@@ -296,3 +296,30 @@ def test_kernel_rates_round_trip_through_the_target_table() -> None:
     assert again.classes[CONV_1X1].rates == {"gmacs_per_s": 80.0}
     assert (again.cache_mb, again.llc_mb, again.launch_us, again.call_us) == (2.0, 16.0, 0.1, 20.0)
     assert again.op_us_per_melement == {"Gelu": 3.2}
+
+
+def test_workers_close_in_any_order_without_waiting_on_each_other() -> None:
+    """The second lane's worker is forked after the first: it must not hold the first one's request pipe open (a
+    fresh process: this one imported onnxruntime, so it would not fork)."""
+    import subprocess
+    import sys
+
+    script = """
+import sys, time
+from netlint.cost.backends import ort_optimize
+from netlint.forked import can_fork
+if not can_fork():
+    print("nofork"); sys.exit(0)
+ort_optimize.warm()
+workers = [ort_optimize._WORKERS[lane] for lane in (0, 1)]
+assert ort_optimize._wait(1, 1) == "" and ort_optimize._wait(1, 0) == ""
+started = time.monotonic()
+for worker in workers:
+    worker.close()
+print(round(time.monotonic() - started, 3))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    if done.stdout.strip() == "nofork":
+        pytest.skip("no fork here: sessions run in this process")
+    assert float(done.stdout) < 1.0

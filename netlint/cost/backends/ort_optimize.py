@@ -20,6 +20,7 @@ import os
 import pickle
 import signal
 import tempfile
+import time
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -34,6 +35,7 @@ LEVELS = ("disable", "basic", "extended", "layout", "all")
 DEFAULT_LEVEL = "all"
 OPTIMIZED = "optimized.onnx"
 SINK = "initializers.bin"
+CLOSE_WAIT_S = 2.0  # how long a closed worker may take to exit before it is killed
 
 
 class OrtFailed(Exception):
@@ -130,6 +132,8 @@ class _Worker:
             if pid == 0:
                 os.close(down_write)
                 os.close(up_read)
+                for other in _WORKERS.values():  # the other lane's pipe ends: its worker must see its EOF alone
+                    other.forget()
                 _serve(down_read, up_write)
         os.close(down_read)
         os.close(up_write)
@@ -139,6 +143,7 @@ class _Worker:
         self.sent = 0
         self.received = 0
         self.early: dict[int, str] = {}
+        self.closed = False
         atexit.register(self.close)
 
     def submit(self, request: tuple[str, str, str]) -> int:
@@ -157,12 +162,30 @@ class _Worker:
             self.early[self.received] = self.replies.read(int.from_bytes(head, "little")).decode("utf-8", "replace")
         return self.early.pop(ticket)
 
+    def forget(self) -> None:
+        """In a forked copy: close this worker's pipe ends without a word to it."""
+        for stream in (self.requests, self.replies):
+            with contextlib.suppress(OSError, ValueError):
+                os.close(stream.fileno())
+
     def close(self) -> None:
+        """Close the request pipe (the worker exits when it reads its end) and reap it. Another forked copy of this
+        process (a pool worker) may still hold that pipe open, so the worker is not waited for indefinitely: after
+        CLOSE_WAIT_S it is terminated (it holds nothing worth keeping)."""
+        if self.closed:
+            return  # reaped: its pid may belong to another process now
+        self.closed = True
         with contextlib.suppress(OSError, ValueError):
             self.requests.close()
             self.replies.close()
+        deadline = time.monotonic() + CLOSE_WAIT_S
         with contextlib.suppress(OSError, ChildProcessError):
-            os.waitpid(self.pid, 0)
+            while os.waitpid(self.pid, os.WNOHANG) == (0, 0):
+                if time.monotonic() > deadline:
+                    os.kill(self.pid, signal.SIGKILL)
+                    os.waitpid(self.pid, 0)
+                    break
+                time.sleep(0.005)
 
 
 def _serve(requests: int, replies: int) -> None:
