@@ -198,7 +198,7 @@ def phases_child(model: str) -> None:
     timed(engine, "_check", "checker")
     timed(engine.GraphEdit, "begin", "edit index")
     timed(engine.GraphEdit, "commit", "commit")
-    timed(output, "write_model", "write")
+    timed(output, "save_onnx", "write")
     timed(command, "_run_fix", "command")
     timed(command, "run_fix", "collector")
     out = Path(tempfile.mkdtemp(prefix="netlint-bench-phases-")) / "fixed.onnx"

@@ -173,6 +173,9 @@ def record(out: Path, sets: list[str], parts: list[str], corpus: Path | None, jo
         if "-o" in command:
             written = Path(command[command.index("-o") + 1])
             result["model"] = dump_model(written) if written.exists() else None
+            if done.returncode == 2:  # not written (e.g. external data that must stay beside it): what would apply
+                dry = run([*command[: command.index("-o")], "--diff"], cwd=work)
+                result["dry_run"] = json.loads(dry.stdout) if dry.stdout.strip().startswith("{") else dry.stdout
         target.write_text(json.dumps(_scrub_json(result, out), indent=1, sort_keys=True))
 
     with ThreadPoolExecutor(jobs) as pool:

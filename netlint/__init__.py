@@ -5,6 +5,10 @@ and its source), and how to fix them. Importing this package is cheap: loaders i
 """
 
 __version__ = "0.1.0"
+# The name on the package index (`pip install netlint-nn`): "netlint" there is an unrelated project. The command and
+# the import name stay `netlint`.
+DISTRIBUTION = "netlint-nn"
+HOMEPAGE = "https://pypi.org/project/netlint-nn/"
 
 __all__ = ["__version__", "lint_bytes", "lint_path"]
 

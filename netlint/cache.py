@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, Literal, Union
 
 from netlint import __version__
-from netlint.engine import CostSummary, ModelReport
+from netlint.engine import CostSummary, ModelReport, Suppressed
 from netlint.pricing import Pricing
 from netlint.report.baseline import FindingKey
 from netlint.rule import Finding, FixRef, Impact, Skip
@@ -66,6 +66,7 @@ _TYPES = {  # for resolving annotations written under TYPE_CHECKING or as string
     "Impact": Impact,
     "Skip": Skip,
     "Pricing": Pricing,
+    "Suppressed": Suppressed,
 }
 
 
@@ -893,6 +894,7 @@ class Cache:
         except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
             return None
         report.path = path
+        report.seconds = 0.0  # nothing was linted in this run
         self.hits += 1
         return report
 

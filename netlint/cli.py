@@ -17,9 +17,9 @@ import contextlib
 import os
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from netlint import __version__
 from netlint.errors import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, NetlintError, UsageError
@@ -55,10 +55,18 @@ CHECK_FORMATS = ("text", "json", "sarif", "github", "gitlab", "junit", "html")
 SEVERITY_RANK = {"info": 0, "warning": 1, "error": 2}
 
 
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser that takes options only as spelled (`--exit-z` is no `--exit-zero`): an abbreviation that
+    works today breaks when a longer option is added, and CI files keep what once worked. Subcommands inherit it (the
+    subparsers action builds its parsers with the parent's class)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="netlint", description="A static design linter for neural-network models (ONNX and TFLite)."
-    )
+    parser = _Parser(prog="netlint", description="A static design linter for neural-network models (ONNX and TFLite).")
     parser.add_argument("--version", action="version", version=f"netlint {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -88,6 +96,12 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--baseline", metavar="FILE", help="report and fail only on findings not in this baseline")
     check.add_argument("--write-baseline", metavar="FILE", help="record the current findings in FILE, exit 0")
     add_config_options(check)
+    add_selection_options(check)
+    check.add_argument(
+        "--fail-on-missing-weights",
+        action="store_true",
+        help="a model whose external data (weights) file is missing or unreadable is an error (exit 2), not a note",
+    )
     check.add_argument("--skip-lfs-pointers", action="store_true", help=SKIP_LFS_HELP)
     check.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     check.add_argument(
@@ -110,10 +124,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-FIX_HELP = """Apply the fixes of findings to an ONNX or TFLite model and write the result; the input is never
-modified (except with --in-place, and then only after every fix succeeded). Safe fixes keep the model's function (up
+FIX_HELP = """Apply the fixes of findings to ONNX and TFLite models (files, or folders searched as check searches
+them) and write the results; an input is never modified (except with --in-place, and then only after every fix
+succeeded and was verified: without onnxruntime or LiteRT to verify it, --in-place refuses unless --no-verify). A
+model's external weights keep the input's file names (in place, a file no longer used is removed); where that cannot
+be, nothing is written and the error says why. Safe fixes keep the model's function (up
 to float rounding); --unsafe-fixes also applies fixes that change it. The fixed graph is re-linted after every round
-until nothing more applies. With the runtime installed (pip install 'netlint[verify]': onnxruntime for ONNX, LiteRT
+until nothing more applies. With the runtime installed (pip install 'netlint-nn[verify]': onnxruntime for ONNX, LiteRT
 for TFLite) the original and the fixed model are run on the same seeded random inputs: safe fixes must match every
 output within rtol 1e-4 / atol 1e-5 (integer outputs exactly), else nothing is written; for unsafe fixes the error of
 every output is reported. With --target, a fix the cost model predicts to slow that target down is skipped (say
@@ -128,8 +145,9 @@ keeping QT005's constants and the constants of the ops it reports in float32.
 
 Exit codes: 0 the fixes were written, or there was nothing to fix (findings that remain are listed, they do not
 change the exit code); 1 with --exit-non-zero-on-fix, when fixes were applied (written, or with --diff would be);
-2 an error (unreadable model, a fix that broke the graph or failed verification, --report on a TFLite model), with
-nothing written."""
+2 an error (unreadable model, a fix that broke the graph or failed verification, --report on a TFLite model, a weights
+layout that cannot be kept, --in-place without a verifier), with nothing written for that model (the other models of
+the run are still fixed)."""
 
 
 def _add_fix_parser(commands: argparse._SubParsersAction) -> None:
@@ -139,9 +157,13 @@ def _add_fix_parser(commands: argparse._SubParsersAction) -> None:
         description=FIX_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    fix.add_argument("path", metavar="PATH", help="the .onnx or .tflite model to fix")
-    fix.add_argument("-o", "--output", metavar="FILE", help="write the fixed model to FILE (atomically)")
-    fix.add_argument("--in-place", action="store_true", help="replace PATH with the fixed model after success")
+    fix.add_argument(
+        "paths", nargs="+", metavar="PATH", help=".onnx/.tflite models, or folders searched recursively (as check)"
+    )
+    fix.add_argument("-o", "--output", metavar="FILE", help="write the fixed model to FILE (atomically; one model)")
+    fix.add_argument(
+        "--in-place", action="store_true", help="replace each model with its fixed version after success (verified)"
+    )
     fix.add_argument("--diff", action="store_true", help="print what would change, per rule, and write nothing")
     fix.add_argument("--unsafe-fixes", action="store_true", help="also apply fixes that change the model's outputs")
     fix.add_argument(
@@ -149,17 +171,15 @@ def _add_fix_parser(commands: argparse._SubParsersAction) -> None:
         action="store_true",
         help="also apply fixes the target's cost model predicts to slow it down (skipped by default, with the reason)",
     )
-    fix.add_argument(
-        "-j",
-        "--jobs",
-        type=_jobs,
-        metavar="N",
-        help="with N > 1, lint an ONNX graph of 50000 nodes or more on two cores in each fix round (default: the CPU"
-        " count; 1: in this process only)",
+    add_scaling_options(
+        fix,
+        jobs="fix up to N models at once in worker processes, and lint an ONNX graph of 50000 nodes or more on two"
+        " cores in each fix round (default: the CPU count; 1: in this process only)",
     )
     add_rule_selection(fix, only="only fix findings of these rules", ignore="do not fix findings of these rules")
     add_target_options(fix)
     add_config_options(fix)
+    add_selection_options(fix)
     verify = fix.add_mutually_exclusive_group()
     verify.add_argument(
         "--verify",
@@ -216,6 +236,7 @@ def _add_report_parser(commands: argparse._SubParsersAction) -> None:
     add_target_options(report)
     add_rule_selection(report)
     add_config_options(report)
+    add_selection_options(report)
     report.add_argument("--skip-lfs-pointers", action="store_true", help=SKIP_LFS_HELP)
     report.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     add_impact_option(report)
@@ -250,6 +271,52 @@ def add_config_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--isolated", action="store_true", help="ignore all configuration files")
 
 
+def add_selection_options(parser: argparse.ArgumentParser) -> None:
+    """Which files folders yield (netlint.selection): .gitignore, exclude patterns, and the filters for named files."""
+    parser.add_argument(
+        "--exclude",
+        action="append",
+        metavar="PATTERNS",
+        help="files and folders not to search (comma-separated patterns; replaces `exclude` and its default: venv, "
+        "site-packages, node_modules, __pypackages__)",
+    )
+    parser.add_argument(
+        "--extend-exclude", action="append", metavar="PATTERNS", help="more files and folders not to search"
+    )
+    gitignore = parser.add_mutually_exclusive_group()
+    gitignore.add_argument(
+        "--respect-gitignore",
+        dest="respect_gitignore",
+        action="store_const",
+        const=True,
+        default=None,
+        help="leave out what git ignores (.gitignore, .git/info/exclude, global excludes; the default)",
+    )
+    gitignore.add_argument(
+        "--no-respect-gitignore",
+        dest="respect_gitignore",
+        action="store_const",
+        const=False,
+        help="search folders without asking git what it ignores",
+    )
+    force = parser.add_mutually_exclusive_group()
+    force.add_argument(
+        "--force-exclude",
+        dest="force_exclude",
+        action="store_const",
+        const=True,
+        default=None,
+        help="apply the exclude patterns and .gitignore to files named on the command line too (pre-commit's)",
+    )
+    force.add_argument(
+        "--no-force-exclude",
+        dest="force_exclude",
+        action="store_const",
+        const=False,
+        help="lint files named on the command line as given (the default, unless force-exclude = true)",
+    )
+
+
 def add_impact_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--min-impact",
@@ -269,16 +336,13 @@ def _jobs(value: str) -> int:
     return jobs
 
 
-def add_scaling_options(parser: argparse.ArgumentParser) -> None:
+def add_scaling_options(
+    parser: argparse.ArgumentParser,
+    jobs: str = "lint up to N models at once in worker processes, and a graph of 50000 nodes or more on two cores"
+    " (default: the CPU count; 1: all in this process)",
+) -> None:
     """Many models (netlint.batch, netlint.cache): worker processes and the content cache."""
-    parser.add_argument(
-        "-j",
-        "--jobs",
-        type=_jobs,
-        metavar="N",
-        help="lint up to N models at once in worker processes, and a graph of 50000 nodes or more on two cores"
-        " (default: the CPU count; 1: all in this process)",
-    )
+    parser.add_argument("-j", "--jobs", type=_jobs, metavar="N", help=jobs)
     parser.add_argument("--no-cache", action="store_true", help="neither read nor write the content cache")
     parser.add_argument(
         "--cache-dir",
@@ -431,9 +495,8 @@ def _check(args: argparse.Namespace) -> int:
     # before the imports below: the fork server behind -j imports netlint while this process does (issue 8)
     start_early(args.paths, args.jobs or default_jobs(), args.no_cache, args.cache_dir)
     from netlint.cache import Cache
-    from netlint.config import FileConfig, Settings, find_config, read_config_file, settings_for
+    from netlint.config import FileConfig, Settings, read_config_file
     from netlint.engine import ModelReport
-    from netlint.io import find_models
     from netlint.report import render_text, to_json
     from netlint.report.baseline import apply_baseline, read_baseline
 
@@ -444,29 +507,20 @@ def _check(args: argparse.Namespace) -> int:
     if args.statistics and args.format not in ("text", "json"):
         raise UsageError("--statistics works with --format text or json")
     baseline = read_baseline(Path(args.baseline)) if args.baseline else None  # a bad file fails before linting
-    paths = find_models(args.paths)
-    if not paths:
-        raise UsageError("no .onnx or .tflite files found in " + ", ".join(args.paths))
+    paths = select_models(args, fixed_config)
+    if not paths:  # every file named is excluded (--force-exclude, as pre-commit runs it): nothing to do
+        return EXIT_CLEAN
     progress = not args.quiet and sys.stderr.isatty() and len(paths) > 1 and not os.environ.get("CI")
-    work: list[tuple[Path, Settings]] = []
-    selected: list[list] = []  # the rules that ran on each model (junit and sarif list them)
-    targets: list = []  # the target of each model (the html report costs the model on it)
-    settings_cache: dict[Path | None, Settings] = {}
-    folder_configs: dict[Path, FileConfig] = {}  # a folder of models resolves its path and finds its config once
-    for path in paths:
-        file_config = fixed_config
-        if file_config is None:
-            file_config = folder_configs.get(path.parent)
-            if file_config is None:
-                file_config = folder_configs[path.parent] = find_config(path.parent.resolve())
-        settings = settings_cache.get(file_config.path)
-        if settings is None:
-            settings = settings_cache[file_config.path] = settings_for(file_config, overrides)
-            settings.fingerprints = bool(args.baseline or args.write_baseline) or args.format in ("sarif", "gitlab")
-            settings.skip_lfs_pointers = args.skip_lfs_pointers  # type: ignore[attr-defined]
-        work.append((path, settings))
-        selected.append(settings.rules)
-        targets.append(settings.target)
+
+    def configure(settings: Settings) -> None:
+        settings.fingerprints = bool(args.baseline or args.write_baseline) or args.format in ("sarif", "gitlab")
+        settings.skip_lfs_pointers = args.skip_lfs_pointers
+        settings.fail_on_missing_weights |= bool(args.fail_on_missing_weights)
+
+    work = model_settings(paths, fixed_config, overrides, configure)
+    selected: list[list] = [settings.rules for _, settings in work]  # the rules that ran on each model (junit, sarif)
+    targets: list = [settings.target for _, settings in work]  # each model's target (the html report costs it)
+    settings_cache = {id(settings): settings for _, settings in work}
 
     def show(done: int, total: int, path: Path) -> None:
         print(f"\r\x1b[2K[{done}/{total}] {safe(str(path))}", end="", file=sys.stderr, flush=True)
@@ -488,24 +542,31 @@ def _check(args: argparse.Namespace) -> int:
         held = apply_baseline(reports, baseline, Path(args.baseline))
         if held:
             print(f"netlint: {held} finding{'s' if held != 1 else ''} in the baseline not reported", file=sys.stderr)
-    if args.statistics:
-        text = _statistics(reports, args.format)
-    elif args.format == "json":
-        text = to_json(reports)
-    elif args.format == "html":
-        from netlint.report.html import render_html_reports
+    for report in reports:  # a file name that is not UTF-8 (lone surrogates in Python) is shown with \xNN escapes
+        report.path = printable_path(report.path)
+    to_terminal = args.output is None and sys.stdout.isatty()
+    colour = args.color == "always" or (args.color == "auto" and to_terminal and not os.environ.get("NO_COLOR"))
 
-        text = render_html_reports(reports, targets)
-    elif args.format != "text":
-        text = _render_ci(args.format, reports, selected)
-    else:
-        to_terminal = args.output is None and sys.stdout.isatty()
-        colour = args.color == "always" or (args.color == "auto" and to_terminal and not os.environ.get("NO_COLOR"))
-        text = render_text(reports, colour=colour)
+    def render(reports: list[ModelReport], indices: list[int]) -> str:
+        if args.statistics:
+            return _statistics(reports, args.format)
+        if args.format == "json":
+            return to_json(reports)
+        if args.format == "html":
+            from netlint.report.html import render_html_reports
+
+            return render_html_reports(reports, [targets[i] for i in indices])
+        if args.format != "text":
+            return _render_ci(args.format, reports, [selected[i] for i in indices], args.fail_on)
+        return render_text(reports, colour=colour)
+
+    text = render_isolated(render, reports, args.format)
+    if args.format == "github" and not args.statistics:
+        _append_step_summary(reports)
     if args.output:
         write_atomically(Path(args.output), text)
     else:
-        sys.stdout.write(text)
+        _write_stdout(text)
     for report in reports:
         for error in report.errors:  # paths and reasons may hold control characters: one safe line each
             print(f"netlint: error: {safe(report.path)}: {safe(error)}", file=sys.stderr)
@@ -519,6 +580,118 @@ def _check(args: argparse.Namespace) -> int:
     if (failing and not args.exit_zero) or violated:
         return EXIT_FINDINGS
     return EXIT_CLEAN
+
+
+def render_isolated(render: Callable[[list[Any], list[int]], str], reports: list[Any], fmt: str) -> str:
+    """`render(reports, their positions)`, and the text must encode as UTF-8; should one model's report fail to
+    render (a bug, or content no reporter foresaw), that model's report is replaced, in `reports`, by its error line
+    (so stderr and the exit code say it too), and the other models' reports are written as they are: one model never
+    costs the others their report."""
+    try:
+        return _encodable(render(reports, list(range(len(reports)))))
+    except Exception:
+        pass
+    for index, report in enumerate(reports):
+        try:
+            _encodable(render([report], [index]))
+        except Exception as exc:
+            reports[index] = _render_failed(report, fmt, exc)
+    return _encodable(render(reports, list(range(len(reports)))))
+
+
+def _write_stdout(text: str) -> None:
+    """The report on stdout; a stream whose encoding cannot hold it (PYTHONIOENCODING=ascii, a C locale without
+    UTF-8 mode) gets its UTF-8 bytes, as a file written with -o would."""
+    try:
+        sys.stdout.write(text)
+    except UnicodeEncodeError:
+        sys.stdout.flush()
+        sys.stdout.buffer.write(text.encode("utf-8"))
+
+
+def printable_path(path: str) -> str:
+    """`path` as UTF-8 text: the bytes of a file name that is not valid UTF-8 written as \\xNN."""
+    try:
+        path.encode("utf-8")
+        return path
+    except UnicodeEncodeError:
+        return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def _encodable(text: str) -> str:
+    text.encode("utf-8")  # lone surrogates (a file name that is not UTF-8) cannot be written: raise here
+    return text
+
+
+def _render_failed(report: Any, fmt: str, exc: Exception) -> Any:
+    """The report of a model whose findings could not be rendered: its error line only, its path made printable."""
+    from netlint.engine import ModelReport
+
+    path = printable_path(report.path) if isinstance(report.path, str) else "?"
+    reason = f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+    error = safe(f"internal error: its {fmt} report could not be written: {reason} (please report this)")
+    return ModelReport(path, None, str(report.target), errors=[error.encode("utf-8", "replace").decode("utf-8")])
+
+
+def select_models(args: argparse.Namespace, fixed_config: FileConfig | None) -> list[Path]:
+    """The model files `args.paths` name (netlint.selection): .gitignore, `exclude`/`extend-exclude` and
+    `force-exclude` from the flags, else the configuration of the working directory (or --config). Folders without a
+    model are a usage error that says what was left out; files named but all excluded give no model (the caller
+    exits 0, as ruff does for what pre-commit passes), with a warning."""
+    from netlint.config import find_config
+    from netlint.selection import DEFAULT_EXCLUDE, Selection, count_models
+
+    project = fixed_config if fixed_config is not None else find_config(Path.cwd().resolve())
+    values = project.values
+    exclude = _split(args.exclude) if args.exclude is not None else values.get("exclude", list(DEFAULT_EXCLUDE))
+    exclude = [*exclude, *values.get("extend-exclude", []), *(_split(args.extend_exclude) or [])]
+    respect = args.respect_gitignore if args.respect_gitignore is not None else values.get("respect-gitignore", True)
+    force = args.force_exclude if args.force_exclude is not None else values.get("force-exclude", False)
+    root = project.path.parent if project.path is not None else Path.cwd()
+    selection = Selection(root, tuple(exclude), respect, force)
+    paths = selection.find(args.paths)
+    if paths:
+        return paths
+    folders = [path for path in args.paths if Path(path).is_dir()]
+    if not folders and selection.excluded:
+        print("netlint: warning: every file given is excluded (--force-exclude); nothing to lint", file=sys.stderr)
+        return []
+    left_out = count_models(folders)
+    hint = (
+        f" ({left_out} left out by .gitignore or the exclude patterns: see --no-respect-gitignore and --exclude)"
+        if left_out
+        else ""
+    )
+    raise UsageError("no .onnx or .tflite files found in " + ", ".join(map(str, args.paths)) + hint)
+
+
+def model_settings(
+    paths: list[Path], fixed_config: FileConfig | None, overrides: Overrides, configure: Callable[[Any], None]
+) -> list[tuple[Path, Any]]:
+    """Each model with its settings: its folder's configuration (or the fixed one), the flags, and the rules its
+    `per-file-ignores` turn off; `configure` finishes each distinct settings object (one per configuration and set
+    of ignored rules: models that share them share it)."""
+    from dataclasses import replace
+
+    from netlint.config import find_config, per_file_ignored, settings_for
+
+    shared: dict[tuple[Path | None, frozenset[str]], Any] = {}
+    folder_configs: dict[Path, FileConfig] = {}  # a folder of models resolves its path and finds its config once
+    work = []
+    for path in paths:
+        file_config = fixed_config
+        if file_config is None:
+            file_config = folder_configs.get(path.parent)
+            if file_config is None:
+                file_config = folder_configs[path.parent] = find_config(path.parent.resolve())
+        ignored = per_file_ignored(file_config, path)
+        settings = shared.get((file_config.path, ignored))
+        if settings is None:
+            flags = replace(overrides, ignore=[*overrides.ignore, *sorted(ignored)]) if ignored else overrides
+            settings = shared[(file_config.path, ignored)] = settings_for(file_config, flags)
+            configure(settings)
+        work.append((path, settings))
+    return work
 
 
 def _check_gates_usable(args: argparse.Namespace, targets: list) -> None:
@@ -580,7 +753,7 @@ def _drop_small_impacts(reports: list, min_ms: float) -> None:
         report.findings = [f for f, kept in zip(report.findings, keep, strict=True) if kept]
 
 
-def _render_ci(fmt: str, reports: list, selected: list[list]) -> str:
+def _render_ci(fmt: str, reports: list, selected: list[list], fail_on: str = "warning") -> str:
     """The formats CI services read: SARIF, GitHub workflow commands, GitLab code quality, JUnit XML."""
     if fmt == "sarif":
         from netlint.report.sarif import to_sarif
@@ -596,7 +769,24 @@ def _render_ci(fmt: str, reports: list, selected: list[list]) -> str:
         return to_gitlab(reports)
     from netlint.report.junit import to_junit
 
-    return to_junit(reports, selected)
+    return to_junit(reports, selected, fail_on)
+
+
+def _append_step_summary(reports: list) -> None:
+    """Append the findings' Markdown table to $GITHUB_STEP_SUMMARY (GitHub Actions' job summary) when it is set,
+    within what the file has left of its 1 MiB; a failure to write it is a warning, never the run's failure."""
+    target = os.environ.get("GITHUB_STEP_SUMMARY")
+    if not target:
+        return
+    from netlint.report.github import SUMMARY_BYTES, step_summary
+
+    try:
+        used = os.path.getsize(target) if os.path.isfile(target) else 0
+        text = render_isolated(lambda shown, _: step_summary(shown, SUMMARY_BYTES - used), list(reports), "github")
+        with open(target, "a", encoding="utf-8") as handle:
+            handle.write(text)
+    except OSError as exc:
+        print(f"netlint: warning: cannot write the job summary: {safe(exc.strerror or str(exc))}", file=sys.stderr)
 
 
 def _statistics(reports: list, fmt: str) -> str:

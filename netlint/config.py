@@ -32,7 +32,17 @@ KEYS: dict[str, str] = {
     "rule-options": "a table of rule code or name = table of option = value (`netlint rule CODE` lists them)",
     "cache-dir": "a string (the content cache's folder, relative to this file; read from the configuration of the "
     "working directory)",
+    "exclude": "a list of patterns (files and folders not searched; replaces the default: venv, site-packages, "
+    "node_modules, __pypackages__)",
+    "extend-exclude": "a list of patterns (files and folders not searched, in addition to `exclude`)",
+    "respect-gitignore": "a boolean (leave out what git ignores: .gitignore, .git/info/exclude; default true)",
+    "force-exclude": "a boolean (apply `exclude` and .gitignore to files passed by name too; default false)",
+    "per-file-ignores": "a table of file pattern = list of rule selectors",
+    "fail-on-missing-weights": "a boolean (a model whose external data file is missing is an error; default false)",
 }
+# The keys of file selection and of the run (not of one model's linting): read from the configuration of the working
+# directory (or --config), like cache-dir.
+SELECTION_KEYS = ("exclude", "extend-exclude", "respect-gitignore", "force-exclude")
 
 
 @dataclass
@@ -56,6 +66,7 @@ class Settings:
     fingerprints: bool = False  # compute structural fingerprints (baselines, SARIF, GitLab): not free on big graphs
     keep_slower_fixes: bool = False  # `netlint fix` applies fixes the cost model predicts to slow the target down
     skip_lfs_pointers: bool = False  # a Git LFS pointer is a skipped model (a note), not a load error
+    fail_on_missing_weights: bool = False  # a missing external data file is the model's error, not a note
 
     def ignored(self, node_id: str, code: str) -> bool:
         return any(code in codes and fnmatch.fnmatchcase(node_id, glob) for glob, codes in self.per_node_ignores)
@@ -95,14 +106,18 @@ def validate(values: dict[str, Any], where: str) -> dict[str, Any]:
             raise ConfigError(f"{where}: unknown key '{key}' (known keys: {', '.join(KEYS)})")
         if key in ("target", "precision", "chip", "cache-dir") and not isinstance(value, str):
             raise ConfigError(f"{where}: '{key}' must be {KEYS[key]}, got {_describe(value)}")
+        if key in ("respect-gitignore", "force-exclude", "fail-on-missing-weights") and not isinstance(value, bool):
+            raise ConfigError(f"{where}: '{key}' must be {KEYS[key]}, got {_describe(value)}")
+        if key in ("exclude", "extend-exclude"):
+            _check_list(value, key, where)
         if key in ("select", "extend-select", "ignore"):
             for selector in _check_list(value, key, where):
                 resolve_selector(selector, f"{where}: '{key}'")
-        if key in ("per-node-ignores", "severity"):
+        if key in ("per-node-ignores", "per-file-ignores", "severity"):
             if not isinstance(value, dict):
                 raise ConfigError(f"{where}: '{key}' must be {KEYS[key]}, got {_describe(value)}")
             for sub_key, sub_value in value.items():
-                if key == "per-node-ignores":
+                if key in ("per-node-ignores", "per-file-ignores"):
                     for selector in _check_list(sub_value, f"{key}.{sub_key}", where):
                         resolve_selector(selector, f"{where}: '{key}.{sub_key}'")
                 else:
@@ -229,7 +244,26 @@ def settings_for(file_config: FileConfig, overrides: Overrides) -> Settings:
         target = _select(target, overrides.precision or values.get("precision"), overrides, "precision", file_config)
         target = _select(target, overrides.chip or values.get("chip"), overrides, "chip", file_config)
     options = _rule_options(values.get("rule-options", {}), where)
-    return Settings([rules[code] for code in sorted(codes)], target, per_node, severity, file_config.path, options)
+    settings = Settings([rules[code] for code in sorted(codes)], target, per_node, severity, file_config.path, options)
+    settings.fail_on_missing_weights = bool(values.get("fail-on-missing-weights", False))
+    return settings
+
+
+def per_file_ignored(file_config: FileConfig, path: Path) -> frozenset[str]:
+    """The rule codes `per-file-ignores` of `file_config` turns off for the model at `path` (patterns relative to
+    the configuration's folder, matched as netlint.selection matches `exclude`)."""
+    table = file_config.values.get("per-file-ignores")
+    if not table or file_config.path is None:
+        return frozenset()
+    from netlint.selection import matching_pattern
+
+    where = _table_name(file_config.path)
+    codes: set[str] = set()
+    for pattern, selectors in table.items():
+        if matching_pattern([pattern], path, file_config.path.parent):
+            for selector in selectors:
+                codes |= resolve_selector(selector, f"{where}: 'per-file-ignores.{pattern}'")
+    return frozenset(codes)
 
 
 def _select(target: Target, wanted: str | None, overrides: Overrides, key: str, config: FileConfig) -> Target:

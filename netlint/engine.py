@@ -11,6 +11,7 @@ the first half and computes the cost model; the results are joined in the order 
 from __future__ import annotations
 
 import contextlib
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +57,17 @@ class CostSummary:
 
 
 @dataclass
+class Suppressed:
+    """A finding a suppression or the baseline took out of the report: SARIF still lists it, with `suppressions`
+    (code scanning shows it as suppressed, not as fixed)."""
+
+    finding: Finding
+    kind: str  # SARIF's suppression kind: "inSource" (a marker in the model) or "external" (configuration, baseline)
+    justification: str  # which marker, configuration entry or baseline
+    key: FindingKey | None = None  # its fingerprint, when the run computes them
+
+
+@dataclass
 class ModelReport:
     """What linting one model file produced; reporters see only this, never the graph."""
 
@@ -70,6 +82,8 @@ class ModelReport:
     notes: list[str] = field(default_factory=list)
     keys: list[FindingKey] = field(default_factory=list)  # one per finding: its graph and structural fingerprint
     cost: CostSummary | None = None
+    seconds: float = field(default=0.0, compare=False)  # loading and linting it in this run (0: served by the cache)
+    suppressed: list[Suppressed] = field(default_factory=list)  # findings suppressions or the baseline took out
 
 
 def lint_file(path: Path, settings: Settings, *, cores: int = 1) -> ModelReport:
@@ -79,8 +93,11 @@ def lint_file(path: Path, settings: Settings, *, cores: int = 1) -> ModelReport:
     The cyclic garbage collector is paused meanwhile: the IR is a few objects per node and holds no garbage, but
     every collection would rescan all of it (a sixth of the time on a 100k-node graph). Once the report is made the
     IR is freed by reference counting, collection resumes, and the report goes to the oldest generation."""
+    start = time.perf_counter()
     with paused(promote=True):
-        return _lint_file(path, settings, cores)
+        report = _lint_file(path, settings, cores)
+    report.seconds = time.perf_counter() - start
+    return report
 
 
 def _lint_file(path: Path, settings: Settings, cores: int) -> ModelReport:
@@ -96,7 +113,22 @@ def _lint_file(path: Path, settings: Settings, cores: int) -> ModelReport:
         return ModelReport(
             str(path), None, settings.target.name, settings.target.precision, settings.target.chip, errors=[str(exc)]
         )
+    if settings.fail_on_missing_weights:
+        missing = missing_weights(model)
+        if missing:
+            more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+            error = f"{missing[0]}{more}; --fail-on-missing-weights"
+            target = settings.target
+            return ModelReport(str(path), None, target.name, target.precision, target.chip, errors=[error])
     return lint_model(model, settings, cores=cores)
+
+
+def missing_weights(model: Model) -> list[str]:
+    """What the loader said about external data it could not read (a missing file, a location outside the folder,
+    bytes past the end): an error with `fail-on-missing-weights`, a note without."""
+    from netlint.io.onnx_io import WEIGHTS_UNAVAILABLE
+
+    return [note.removesuffix(WEIGHTS_UNAVAILABLE) for note in model.notes if note.endswith(WEIGHTS_UNAVAILABLE)]
 
 
 def lint_model(model: Model, settings: Settings, *, cores: int = 1) -> ModelReport:
@@ -122,9 +154,14 @@ def lint_model(model: Model, settings: Settings, *, cores: int = 1) -> ModelRepo
         else:
             report.findings.extend(_lint_graph(graph, graph.nodes, by_anchor, scanners, ctx, report))
     # per-node-ignores and `netlint: ignore` markers, then NL100 for the ones that suppressed nothing: after every rule
+    dropped: list[tuple[Finding, str, str]] = []
     report.findings = [
         _with_severity(_priced_by_runtime(finding, settings.target), settings)
-        for finding in suppress(model, report.findings, settings)
+        for finding in suppress(model, report.findings, settings, dropped)
+    ]
+    report.suppressed = [
+        Suppressed(_with_severity(_priced_by_runtime(finding, target), settings), kind, why)
+        for finding, kind, why in dropped
     ]
     report.skipped = ctx.skipped
     _add_cost(model, report, target)
@@ -132,6 +169,10 @@ def lint_model(model: Model, settings: Settings, *, cores: int = 1) -> ModelRepo
         from netlint.report.baseline import finding_keys  # not at the top: the reporters import this module
 
         report.keys = finding_keys(model, report.findings)
+        for entry, key in zip(
+            report.suppressed, finding_keys(model, [e.finding for e in report.suppressed]), strict=True
+        ):
+            entry.key = key
     return report
 
 

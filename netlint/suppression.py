@@ -150,13 +150,17 @@ def config_suppressions(settings: Settings) -> list[Suppression]:
     ]
 
 
-def suppress(model: Model, findings: list[Finding], settings: Settings) -> list[Finding]:
+def suppress(
+    model: Model, findings: list[Finding], settings: Settings, dropped: list[tuple[Finding, str, str]] | None = None
+) -> list[Finding]:
     """The findings no suppression covers, then (when NL100 is selected) one NL100 finding per suppression with an
-    item that suppressed nothing. Every suppression that covers a finding counts as used, not just the first."""
+    item that suppressed nothing. Every suppression that covers a finding counts as used, not just the first.
+    `dropped` receives each suppressed finding with SARIF's suppression kind ("inSource": a marker in the model,
+    "external": a configuration entry) and which suppression it was."""
     suppressions = [*config_suppressions(settings), *model_suppressions(model)]
     if not suppressions:
         return findings
-    kept = _filter(findings, suppressions)
+    kept = _filter(findings, suppressions, dropped)
     selected = {cls.code for cls in settings.rules}
     if UNUSED_CODE not in selected:
         return kept
@@ -179,7 +183,9 @@ def suppress(model: Model, findings: list[Finding], settings: Settings) -> list[
     return kept + unused
 
 
-def _filter(findings: Iterable[Finding], suppressions: list[Suppression]) -> list[Finding]:
+def _filter(
+    findings: Iterable[Finding], suppressions: list[Suppression], dropped: list[tuple[Finding, str, str]] | None = None
+) -> list[Finding]:
     by_node: dict[str | None, list[Suppression]] = defaultdict(list)
     globs: list[Suppression] = []
     for suppression in suppressions:
@@ -187,15 +193,19 @@ def _filter(findings: Iterable[Finding], suppressions: list[Suppression]) -> lis
     kept: list[Finding] = []
     for finding in findings:
         anchor = finding.nodes[0] if finding.nodes else ""
-        hit = False
+        first: Suppression | None = None
         for suppression in (*by_node.get(anchor, ()), *by_node.get(None, ()), *globs):
             if not suppression.covers(anchor):
                 continue
             for item in suppression.items:
                 if item.codes is not None and finding.code in item.codes:
-                    item.used = hit = True
-        if not hit:
+                    item.used = True
+                    first = first or suppression
+        if first is None:
             kept.append(finding)
+        elif dropped is not None:
+            kind = "external" if first.glob is not None else "inSource"
+            dropped.append((finding, kind, f"{first.text} ({first.where})"))
     return kept
 
 

@@ -19,7 +19,7 @@ import pytest
 import netlint.cache
 from netlint.cache import CACHEDIR_TAG, Cache, FileDigests, cache_key, report_from_json, report_to_json
 from netlint.config import FileConfig, Overrides, settings_for
-from netlint.engine import CostSummary, ModelReport, lint_file
+from netlint.engine import CostSummary, ModelReport, Suppressed, lint_file
 from netlint.pricing import Pricing
 from netlint.report.baseline import FindingKey
 from netlint.rule import Finding, FixRef, Impact, Skip
@@ -73,13 +73,23 @@ def full_report() -> ModelReport:
         ["shape inference failed"],
         [FindingKey("main", "FU004:0123456789abcdef0123")],
         cost,
+        0.25,
+        [
+            Suppressed(
+                Finding("FU006", "batchnorm-after-conv", "warning", "bn", ["bn"], ["t"]),
+                "inSource",
+                "netlint: ignore (doc_string of node 'bn')",
+                FindingKey("main", "FU006:0123456789abcdef0123"),
+            )
+        ],
     )
 
 
 def test_the_sample_sets_every_field():
     """Fails when a field is added to a report dataclass: add it to full_report so the round-trip covers it."""
     report = full_report()
-    for instance in (report, report.findings[0], report.cost, report.findings[0].impact, report.findings[0].fix):
+    instances = (report, report.findings[0], report.cost, report.findings[0].impact, report.findings[0].fix)
+    for instance in (*instances, report.suppressed[0]):
         for field in dataclasses.fields(instance):
             value = getattr(instance, field.name)
             default = field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default

@@ -179,3 +179,15 @@ def test_readme_layout_paths_exist():
     for path in layout:
         assert (REPO / path).exists(), path
     assert (REPO / "reports" / "templates" / "rule.md.j2").is_file()
+
+
+def test_readme_configuration_example_is_valid_configuration(tmp_path):
+    """The `[tool.netlint]` example under "Configuration" is read without error (every key known, every type right)."""
+    from netlint.config import read_config_file
+
+    text = readme()
+    section = text[text.index("## Configuration") : text.index("### Which files")]
+    block = section[section.index("```toml\n") + len("```toml\n") :]
+    (tmp_path / "pyproject.toml").write_text(block[: block.index("```")], encoding="utf-8")
+    config = read_config_file(tmp_path / "pyproject.toml")
+    assert {"extend-exclude", "per-file-ignores", "per-node-ignores"} <= set(config.values)

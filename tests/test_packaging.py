@@ -73,7 +73,7 @@ def wheel(source, tmp_path_factory) -> Path:
         failures.append(f"$ {' '.join(map(str, command))}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
     else:
         pytest.fail("building the wheel failed:\n" + "\n".join(failures))
-    wheels = list(out.glob("netlint-*.whl"))
+    wheels = list(out.glob("netlint_nn-*.whl"))
     assert len(wheels) == 1, wheels
     return wheels[0]
 
@@ -137,7 +137,8 @@ def test_wheel_ships_the_engine_rules_templates_and_targets(names, source):
 def test_wheel_has_no_stray_top_level_packages(names, wheel):
     top = {name.split("/")[0] for name in names}
     assert {folder for folder in top if not folder.endswith(".dist-info")} == {"netlint"}
-    assert [folder for folder in top if folder.endswith(".dist-info")] == [f"netlint-{netlint.__version__}.dist-info"]
+    dist_infos = [folder for folder in top if folder.endswith(".dist-info")]
+    assert dist_infos == [f"netlint_nn-{netlint.__version__}.dist-info"]
     assert not [n for n in names if n.startswith(("rules/", "reports/", "tests/"))]
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
     assert dist_info(wheel, "top_level.txt").split() == ["netlint"]
@@ -152,7 +153,13 @@ def test_wheel_declares_the_console_script(wheel):
 
 def test_wheel_metadata(wheel):
     metadata = Parser().parsestr(dist_info(wheel, "METADATA"))
-    assert metadata["Name"] == "netlint"
+    assert metadata["Name"] == netlint.DISTRIBUTION == "netlint-nn"  # "netlint" on the index is another project
+    assert metadata["License-Expression"] == "Apache-2.0"
+    assert "LICENSE" in metadata.get_all("License-File")
+    assert any(url.startswith("Homepage, https://") for url in metadata.get_all("Project-URL"))
+    classifiers = metadata.get_all("Classifier")
+    assert "Programming Language :: Python :: 3.11" in classifiers
+    assert "Topic :: Software Development :: Quality Assurance" in classifiers
     requires_python = SpecifierSet(metadata["Requires-Python"])
     assert "3.11" in requires_python and "3.12" in requires_python
     assert "3.10" not in requires_python

@@ -3,20 +3,28 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import hashlib
+import io
+import json
 import math
+import re
 import sys
 from collections import Counter
 from collections.abc import Callable
+from functools import cache
 from pathlib import Path
-from typing import Any
-
-import onnx
+from typing import TYPE_CHECKING, Any
 
 from netlint.collector import paused
-from netlint.errors import EXIT_CLEAN, EXIT_FINDINGS, ModelLoadError, UsageError
-from netlint.fixes.engine import FixError, FixResult, fix_model
-from netlint.ir import Model
+from netlint.errors import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, ModelLoadError, NetlintError, UsageError
 from netlint.terminal import safe
+
+if TYPE_CHECKING:  # onnx and the fix engine are imported where a model is fixed: a run whose models have nothing
+    import onnx  # to fix (a pre-commit hook's second run) spends no time importing them
+
+    from netlint.fixes.engine import FixResult
+    from netlint.ir import Model
 
 
 def run_fix(args: argparse.Namespace) -> int:
@@ -29,23 +37,38 @@ def run_fix(args: argparse.Namespace) -> int:
 
 
 def _run_fix(args: argparse.Namespace) -> int:
-    from netlint.cli import overrides_from
-    from netlint.config import FileConfig, find_config, read_config_file, settings_for
+    from netlint.cli import model_settings, overrides_from, select_models
+    from netlint.config import FileConfig, read_config_file
 
     if args.diff and (args.output or args.in_place):
         raise UsageError("--diff writes nothing: do not combine it with -o or --in-place")
     if not args.diff and bool(args.output) == bool(args.in_place):
         raise UsageError("say where the fixed model goes: -o FILE or --in-place (or --diff to only show changes)")
-    path = Path(args.path)
+    fixed_config = read_config_file(Path(args.config)) if args.config else FileConfig() if args.isolated else None
+    paths = select_models(args, fixed_config)
+    if not paths:  # every file named is excluded (--force-exclude)
+        return EXIT_CLEAN
+    several = len(paths) > 1 or any(Path(raw).is_dir() for raw in args.paths)
+    if several and (args.output or getattr(args, "report", None)):
+        flag = "-o" if args.output else "--report"
+        raise UsageError(f"{flag} takes one model; fix several with --in-place (or show the changes with --diff)")
+    if args.in_place:
+        from netlint.fixes.output import finish_interrupted
+
+        for path in paths:  # an in-place save killed while switching its weights files is completed first
+            finish_interrupted(path)
+    work = model_settings(paths, fixed_config, overrides_from(args), lambda settings: None)
+    if not several:
+        path, settings = work[0]
+        settings.keep_slower_fixes = bool(getattr(args, "keep_slower_fixes", False))
+        return _fix_one(args, path, settings)
+    return _fix_many(args, work, fixed_config)
+
+
+def _fix_one(args: argparse.Namespace, path: Path, settings: Any) -> int:
+    """Fix one model (see netlint.cli.FIX_HELP); errors raise (one line, exit 2)."""
     tflite_input = _is_tflite(path)
     proto, model = (None, None) if tflite_input else _load(path)
-    overrides = overrides_from(args)
-    if args.config:
-        file_config = read_config_file(Path(args.config))
-    else:
-        file_config = FileConfig() if args.isolated else find_config(path.parent.resolve())
-    settings = settings_for(file_config, overrides)
-    settings.keep_slower_fixes = bool(getattr(args, "keep_slower_fixes", False))
     report = Path(args.report) if getattr(args, "report", None) else None
     if report is not None and (tflite_input or report.resolve() == path.resolve()):
         raise UsageError(f"--report {report}: " + ("not for TFLite models yet" if tflite_input else "is the input"))
@@ -56,9 +79,10 @@ def _run_fix(args: argparse.Namespace) -> int:
     to_fp16 = bool(getattr(args, "to_fp16", False))
     loaded = [model]
     model = model if report is not None else None  # only the report needs the input's IR later: else it is freed
-    from netlint.fixes.output import has_external_data
+    from netlint.fixes.engine import fix_model
+    from netlint.fixes.output import external_layout, save_onnx
 
-    external = has_external_data(proto)  # of the input: with keep_original=False the proto is edited
+    layout = external_layout(proto, path)  # of the input: with keep_original=False the proto is edited
     result = fix_model(
         proto,
         str(path),
@@ -71,23 +95,156 @@ def _run_fix(args: argparse.Namespace) -> int:
         cores=_cores(args),
     )
     records: list[dict[str, Any]] = []
-    lines = _verify(result, path, args.verify, records)
+    lines = _verify(result, path, args.verify, records, required=args.in_place)
     out = path if args.in_place else Path(args.output) if args.output else None
     written = out is not None and (bool(result.applied) or not args.in_place)
-    if getattr(args, "format", "text") == "json":
-        sys.stdout.write(_json_summary(result, path, lines, records, out if written else None, args.diff))
-    else:
-        sys.stdout.write(_summary(result, path, lines, out, detailed=args.diff))
-    if written:
-        from netlint.fixes.output import write_model
-
+    notes: list[str] = []
+    if written:  # before the summary: a save that refuses (and writes nothing) must not be reported as written
         # only the report reads the fixed model afterwards: else its rewritten references need not be put back
-        write_model(result.fixed, out, path, external=external, restore=report is not None)  # type: ignore[arg-type]
+        notes = save_onnx(result.fixed, out, layout, restore=report is not None)  # type: ignore[arg-type]
+    if getattr(args, "format", "text") == "json":
+        sys.stdout.write(_json_summary(result, path, lines, records, out if written else None, args.diff, notes))
+    else:
+        sys.stdout.write(_summary(result, path, [*lines, *notes], out, detailed=args.diff))
     if report is not None:
         _write_report(report, result, path, out if written else None, model, settings.target, lines, records)
     if getattr(args, "exit_non_zero_on_fix", False) and result.applied:
         return EXIT_FINDINGS  # like ruff: the model was changed (or, with --diff, would be)
     return EXIT_CLEAN
+
+
+def _fix_many(args: argparse.Namespace, work: list[tuple[Path, Any]], fixed_config: Any) -> int:
+    """Fix every model of `work`. The lint (served by the content cache for unchanged models) decides which models
+    have a fix to try, and the cache remembers the models a fix found nothing to do in (same bytes, settings, fix
+    options and fix code), so that an unchanged repository is not fixed again (a pre-commit hook's second run); the
+    others are fixed one per worker process with -j > 1. The summary of each model that was changed (or would be,
+    with --diff) or failed is printed in the input order, its errors as one line each on stderr, then one line for
+    the run; the exit status is the worst of the models'."""
+    from netlint.batch import default_jobs, lint_many
+    from netlint.cache import Cache
+    from netlint.cli import _cache_dir
+    from netlint.engine import ModelReport
+
+    jobs = getattr(args, "jobs", None) or default_jobs()
+    cache = None if getattr(args, "no_cache", False) else Cache(_cache_dir(args, fixed_config))
+    reports = lint_many(work, jobs=jobs, cache=cache)
+    done_keys = [_nothing_key(cache, path, settings, args) if cache else None for path, settings in work]
+    to_fp16 = bool(getattr(args, "to_fp16", False))
+    for _, settings in work:  # after linting: the lint's cache key is `check`'s, shared with the check hook
+        settings.keep_slower_fixes = bool(getattr(args, "keep_slower_fixes", False))
+    todo = [
+        index
+        for index, report in enumerate(reports)
+        if (
+            report.errors
+            or to_fp16
+            or any(f.fix is not None and (f.fix.applicability == "safe" or args.unsafe_fixes) for f in report.findings)
+        )
+        and not (cache is not None and done_keys[index] and cache.get(done_keys[index], str(work[index][0])))
+    ]
+    outcomes: dict[int, tuple[int, str, str]] = {}
+    if jobs > 1 and len(todo) > 1:
+        outcomes = _fix_in_pool(args, work, todo, min(jobs, len(todo)))
+    else:
+        for index in todo:
+            outcomes[index] = _captured(args, *work[index])
+    status = EXIT_CLEAN
+    summaries: list[Any] = []
+    fixed = changed = 0
+    for index in todo:
+        code, out, err = outcomes[index]
+        status = max(status, code)
+        count = _fixed_count(out)
+        fixed += count
+        changed += bool(count)
+        if getattr(args, "format", "text") == "json":
+            summaries.extend([json.loads(out)] if out.strip() else [])
+        elif count or code == EXIT_ERROR:
+            sys.stdout.write(out)
+        sys.stderr.write(err)
+        key = done_keys[index]
+        if cache is not None and key and code != EXIT_ERROR and not count:  # nothing to do: remembered
+            path, settings = work[index]
+            cache.put(key, ModelReport(str(path), "nothing to fix", settings.target.name))
+    if getattr(args, "format", "text") == "json":
+        sys.stdout.write(json.dumps(summaries, indent=2, ensure_ascii=False) + "\n")
+    else:
+        verb = "Would fix" if args.diff else "Fixed"
+        models = f"{changed} model{'s' if changed != 1 else ''} of {len(work)}"
+        sys.stdout.write(f"{verb} {fixed} finding{'s' if fixed != 1 else ''} in {models}.\n")
+    return status
+
+
+def _nothing_key(cache: Any, path: Path, settings: Any, args: argparse.Namespace) -> str | None:
+    """The cache key under which "fixing this model found nothing to do" is remembered: its lint key (its bytes,
+    external data, settings, netlint's version and lint code), the fix options and the fix code."""
+    from netlint.cache import cache_key
+
+    key = cache_key(path, settings, None, cache.digests)
+    if key is None:
+        return None
+    options = [
+        bool(args.unsafe_fixes),
+        bool(getattr(args, "to_fp16", False)),
+        bool(getattr(args, "keep_slower_fixes", False)),
+        bool(args.diff),
+        _fixes_stamp(),
+    ]
+    return hashlib.sha256(f"{key}\0fix\0{json.dumps(options)}".encode()).hexdigest()
+
+
+@cache
+def _fixes_stamp() -> str:
+    """Size and modification time of every module of netlint.fixes: a changed fix invalidates what was remembered."""
+    folder = Path(__file__).parent
+    parts = []
+    for file in sorted(folder.rglob("*.py")):
+        stat = file.stat()
+        parts.append(f"{file.relative_to(folder)}:{stat.st_size}:{stat.st_mtime_ns}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _fixed_count(summary: str) -> int:
+    """The number a model's text summary ends with ("Fixed 3 findings; wrote ..."), 0 for "Nothing to fix"."""
+    match = re.match(r"(?:Fixed|Would fix) (\d+) finding", summary.rstrip().rsplit("\n", 1)[-1])
+    return int(match[1]) if match else 0
+
+
+def _captured(args: argparse.Namespace, path: Path, settings: Any) -> tuple[int, str, str]:
+    """Fix one model with its output captured: (exit status, stdout, stderr); an error is one line naming it."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            status = _fix_one(args, path, settings)
+        except NetlintError as exc:
+            text = str(exc)
+            shown = text if text.startswith(str(path)) else f"{path}: {text}"
+            print(f"netlint: error: {safe(shown)}", file=sys.stderr)
+            status = EXIT_ERROR
+        except Exception as exc:  # a bug: this model's error line, the others are still fixed
+            reason = " ".join(str(exc).split())[:200]
+            print(
+                f"netlint: error: {safe(str(path))}: internal error: {type(exc).__name__}: {safe(reason)} "
+                "(please report this)",
+                file=sys.stderr,
+            )
+            status = EXIT_ERROR
+    return status, out.getvalue(), err.getvalue()
+
+
+def _fix_in_pool(
+    args: argparse.Namespace, work: list[tuple[Path, Any]], todo: list[int], workers: int
+) -> dict[int, tuple[int, str, str]]:
+    """`_captured` for each model of `todo` in `workers` processes (started as netlint.batch starts its own)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from netlint.batch import start_method
+
+    context = multiprocessing.get_context(start_method())
+    with ProcessPoolExecutor(workers, mp_context=context) as pool:
+        futures = {index: pool.submit(_captured, args, *work[index]) for index in todo}
+        return {index: future.result() for index, future in futures.items()}
 
 
 def _cores(args: argparse.Namespace) -> int:
@@ -129,11 +286,15 @@ def _is_tflite(path: Path) -> bool:
 
 def _load(path: Path) -> tuple[onnx.ModelProto, Model]:
     """The ONNX input (run_fix sends TFLite files elsewhere first)."""
-    from netlint.io.onnx_io import model_from_proto
+    import onnx
+
+    from netlint.io.onnx_io import NOT_UTF8, model_from_proto
 
     try:
         proto = onnx.load(str(path), load_external_data=False)
         model = model_from_proto(proto, str(path), path.parent)  # the same validation `check` applies
+        if NOT_UTF8 in model.notes:  # the IR's names are not the file's: a fix could not find its nodes again
+            raise ModelLoadError("names or strings that are not valid UTF-8 (ONNX strings are UTF-8); not fixed")
     except ModelLoadError as exc:
         raise UsageError(f"{path}: {exc}") from None
     except Exception as exc:
@@ -143,7 +304,11 @@ def _load(path: Path) -> tuple[onnx.ModelProto, Model]:
 
 
 def _verify(
-    result: FixResult, path: Path, wanted: bool | None, records: list[dict[str, Any]] | None = None
+    result: FixResult,
+    path: Path,
+    wanted: bool | None,
+    records: list[dict[str, Any]] | None = None,
+    required: bool = False,
 ) -> list[str]:
     """onnxruntime's verification of an ONNX fix (see verification_lines)."""
     from netlint.fixes import verify
@@ -153,8 +318,9 @@ def _verify(
         wanted,
         records,
         available=verify.available(),
-        missing="onnxruntime is not installed: pip install 'netlint[verify]'",
+        missing="onnxruntime is not installed: pip install 'netlint-nn[verify]'",
         compare=lambda fixed: verify.compare(result.original, fixed, path.parent),
+        required=required,
     )
 
 
@@ -168,17 +334,25 @@ def verification_lines(
     compare: Callable[[Any], list[Any]],
     runtime: str | None = None,
     tolerance: str = "",
+    required: bool = False,
 ) -> list[str]:
     """Lines for the report (and, into `records`, one entry per output compared) of running the original and the
     fixed model (ONNX or TFLite: `compare(fixed)` runs both); raises FixError when an exact fix changes an output
     beyond tolerance. Fixes that are not exact (unsafe ones, and keep-fp32 / --to-fp16, whose float16 is never bit
-    for bit) are measured: max abs error and cosine similarity per output."""
+    for bit) are measured: max abs error and cosine similarity per output. `required` (--in-place): a rewrite that
+    cannot be verified because the runtime is missing is refused unless verification was turned off (--no-verify)."""
+    from netlint.fixes.engine import FixError
     from netlint.fixes.verify import ATOL, RTOL, VerifyUnavailable
 
     records = records if records is not None else []
     if not result.applied or wanted is False:
         return []
     if wanted is None and not available:
+        if required:
+            raise FixError(
+                f"not rewritten in place unverified: {missing.split(':')[0]} (pip install 'netlint-nn[verify]'); "
+                "--no-verify rewrites it without verifying"
+            )
         return [f"verify: skipped ({missing})"]
     prefix = f"verify ({runtime})" if runtime else "verify"
     lines: list[str] = []
@@ -234,7 +408,8 @@ def _summary(result: FixResult, path: Path, verify_lines: list[str], out: Path |
     lines.extend(f"  {safe(line)}" for line in [*verify_lines, *result.notes])
     remaining = len(result.remaining)
     if remaining:
-        lines.append(f"  {remaining} finding{'s' if remaining != 1 else ''} remain (`netlint check` lists them)")
+        verb = "remain" if remaining != 1 else "remains"
+        lines.append(f"  {remaining} finding{'s' if remaining != 1 else ''} {verb} (`netlint check` lists them)")
     count = len(result.applied)
     verb = "Would fix" if detailed else "Fixed"
     written = f"; wrote {safe(str(out))}" if out is not None and (count or out != path) else ""
@@ -257,11 +432,16 @@ def _record(diff: Any, check: str) -> dict[str, Any]:
 
 
 def _json_summary(
-    result: FixResult, path: Path, lines: list[str], records: list[dict[str, Any]], out: Path | None, diff: bool
+    result: FixResult,
+    path: Path,
+    lines: list[str],
+    records: list[dict[str, Any]],
+    out: Path | None,
+    diff: bool,
+    notes: list[str] | None = None,
 ) -> str:
     """`netlint fix --format json`: what was applied (per rule, with descriptions), skipped (with reasons), the
     verification of every output, and the op counts; one JSON object on stdout."""
-    import json
 
     by_rule: dict[tuple[str, str, str, str], dict[str, Any]] = {}
     for fix in result.applied:
@@ -287,7 +467,7 @@ def _json_summary(
             "messages": [line for line in lines if line.startswith("verify")],
         },
         "remaining": len(result.remaining),
-        "notes": list(result.notes),
+        "notes": [*result.notes, *(notes or [])],
     }
     return json.dumps(summary, indent=2, ensure_ascii=False) + "\n"
 

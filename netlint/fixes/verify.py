@@ -85,7 +85,7 @@ def run(model: onnx.ModelProto, base: Path, feeds: dict[str, np.ndarray]) -> dic
     try:
         import onnxruntime as ort
     except ImportError:
-        raise VerifyUnavailable("onnxruntime is not installed (pip install 'netlint[verify]')") from None
+        raise VerifyUnavailable("onnxruntime is not installed (pip install 'netlint-nn[verify]')") from None
     inline = _with_external_data(model, base)
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL

@@ -9,6 +9,8 @@ import os
 import sys
 from collections.abc import Sequence
 from functools import cache
+from itertools import chain
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -59,8 +61,87 @@ def _return_freed_memory() -> None:
         return
 
 
+# ONNX strings are UTF-8, but protobuf does not check proto2 strings: a field holding other bytes reads as `bytes`.
+NOT_UTF8 = "some names or strings of the file are not valid UTF-8; they are shown with \\x escapes"
+
+
 def model_from_proto(proto: onnx.ModelProto, path: str, base: Path) -> Model:
-    """The IR of an in-memory ModelProto; external data locations are resolved inside `base`."""
+    """The IR of an in-memory ModelProto; external data locations are resolved inside `base`. Every name and string
+    of the IR is text: a file whose strings are not valid UTF-8 is read from a copy where those bytes are written as
+    `\\xNN` (one note says so), so no rule and no report ever sees `bytes`. The check costs a scan of the IR's
+    names; the copy is made only for such a file."""
+    try:
+        model = _model_from_proto(proto, path, base)
+    except ModelLoadError:
+        raise
+    except Exception:  # a str operation on a bytes field (a doc_string, ...) fails before the check below
+        text = _decoded_copy(proto)
+        if text is None:
+            raise
+        model = _model_from_proto(text, path, base)
+        model.notes.append(NOT_UTF8)
+        return model
+    if _all_text(model):
+        return model
+    text = _decoded_copy(proto)
+    if text is None:
+        return model
+    model = _model_from_proto(text, path, base)
+    model.notes.append(NOT_UTF8)
+    return model
+
+
+def _all_text(model: Model) -> bool:
+    """Whether every name the IR holds is a str (scanned in C; its cost is in docs/performance.md)."""
+    kinds = {*map(type, model.metadata), *map(type, model.metadata.values())}
+    for graph in model.graphs():
+        nodes = graph.nodes
+        kinds.add(type(graph.name))
+        kinds.update(map(type, graph.values))  # every tensor a node writes, and the declared ones
+        kinds.update(map(type, graph.consumer_index()))  # every tensor a node reads
+        kinds.update(map(type, map(_ID, nodes)))
+        kinds.update(map(type, map(_OP, nodes)))
+        kinds.update(map(type, chain.from_iterable(map(_ATTRS, nodes))))  # attribute names
+    return bytes not in kinds
+
+
+_ID, _OP, _ATTRS = attrgetter("id"), attrgetter("op"), attrgetter("attrs")
+
+
+def _decoded_copy(proto: onnx.ModelProto) -> onnx.ModelProto | None:
+    """A copy of `proto` whose string fields holding bytes (not valid UTF-8) hold them decoded with `\\xNN`
+    escapes; None when it has none."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    return copy if _decode_strings(copy) else None
+
+
+def _decode_strings(message: Any) -> int:
+    """Decode, in place, every string field of `message` and its submessages that protobuf returned as bytes."""
+    from google.protobuf.descriptor import FieldDescriptor
+
+    changed = 0
+    for field, value in message.ListFields():
+        repeated = field.is_repeated if hasattr(field, "is_repeated") else field.label == FieldDescriptor.LABEL_REPEATED
+        if field.type == FieldDescriptor.TYPE_MESSAGE:
+            for item in value if repeated else (value,):
+                changed += _decode_strings(item)
+        elif field.type == FieldDescriptor.TYPE_STRING:
+            if repeated:
+                if any(type(item) is bytes for item in value):
+                    value[:] = [_text(item) for item in value]
+                    changed += 1
+            elif type(value) is bytes:
+                setattr(message, field.name, _text(value))
+                changed += 1
+    return changed
+
+
+def _text(value: Any) -> Any:
+    return value.decode("utf-8", "backslashreplace") if type(value) is bytes else value
+
+
+def _model_from_proto(proto: onnx.ModelProto, path: str, base: Path) -> Model:
     if not proto.HasField("graph") or (proto.ir_version <= 0 and not proto.opset_import):
         raise ModelLoadError("not an ONNX model (no graph and no IR version in the protobuf)")
     # The conversion allocates a few objects per node and frees none: the cyclic GC would rescan the growing heap
@@ -131,6 +212,9 @@ def _inferred(proto: onnx.ModelProto, notes: list[str]) -> onnx.ModelProto:
         return proto
 
 
+WEIGHTS_UNAVAILABLE = ": rules that need those weight values skip the nodes that use them"  # ends such notes
+
+
 class _ExternalData:
     """Resolves external-data locations inside the model's folder and memory-maps them lazily."""
 
@@ -190,7 +274,7 @@ class _ExternalData:
                 return _MappedConst(shared, dtype, offset, shape, count)
         if location not in self._reported:
             self._reported.add(location)
-            self.notes.append(f"{problem}: rules that need those weight values skip the nodes that use them")
+            self.notes.append(f"{problem}{WEIGHTS_UNAVAILABLE}")
         return ConstData(lambda: np.empty(0), unavailable=problem)
 
 
@@ -226,12 +310,13 @@ def _shape_of(type_proto: onnx.TypeProto) -> tuple[int | str | None, ...] | None
     tensor_type = type_proto.tensor_type
     if not tensor_type.HasField("shape"):
         return None
-    return tuple(
+    shape = tuple(
         [
             dim.dim_value if dim.HasField("dim_value") else dim.dim_param if dim.HasField("dim_param") else None
             for dim in tensor_type.shape.dim[:]
         ]
     )
+    return tuple(map(_text, shape)) if bytes in set(map(type, shape)) else shape  # a dim_param not valid UTF-8
 
 
 # Inline tensors up to this size are copied out of the protobuf, so the IR holds no reference into it and the

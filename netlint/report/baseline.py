@@ -66,10 +66,12 @@ def keys_of(report: ModelReport) -> list[FindingKey]:
     """The report's keys; a report whose findings were edited after linting falls back to code + node ids."""
     if len(report.keys) == len(report.findings):
         return report.keys
-    return [
-        FindingKey("", f"{f.code}:" + hashlib.sha256("\n".join(f.nodes).encode()).hexdigest()[:20])
-        for f in report.findings
-    ]
+    return [fallback_key(f) for f in report.findings]
+
+
+def fallback_key(finding: Finding) -> FindingKey:
+    """The key of a finding whose fingerprint the run did not compute: code + node ids."""
+    return FindingKey("", f"{finding.code}:" + hashlib.sha256("\n".join(finding.nodes).encode()).hexdigest()[:20])
 
 
 def node_signature(graph: Graph, node: Node) -> str:
@@ -151,7 +153,10 @@ def read_baseline(path: Path) -> dict[str, Counter[str]]:
 
 
 def apply_baseline(reports: list[ModelReport], baseline: dict[str, Counter[str]], path: Path) -> int:
-    """Keep only the findings the baseline does not hold (occurrences beyond its count); returns how many it held."""
+    """Keep only the findings the baseline does not hold (occurrences beyond its count), moving the held ones to the
+    report's `suppressed` (SARIF lists them as suppressed); returns how many it held."""
+    from netlint.engine import Suppressed  # not at the top: the engine imports this module
+
     held = 0
     for report in reports:
         remaining = Counter(baseline.get(model_key(report.path, path), Counter()))
@@ -160,6 +165,7 @@ def apply_baseline(reports: list[ModelReport], baseline: dict[str, Counter[str]]
             if remaining[key.fingerprint] > 0:
                 remaining[key.fingerprint] -= 1
                 held += 1
+                report.suppressed.append(Suppressed(finding, "external", f"in the baseline {path.name}", key))
             else:
                 findings.append(finding)
                 keys.append(key)

@@ -1,5 +1,13 @@
-"""GitHub Actions workflow commands: one `::warning file=PATH,title=CODE::message` line per finding, which the runner
-turns into an annotation on the model file in the pull request.
+"""GitHub Actions workflow commands: `::warning file=PATH,title=CODE::message` lines, which the runner turns into
+annotations on the model file in the pull request, and a Markdown summary for the job's page.
+
+GitHub shows at most 10 error, 10 warning and 10 notice annotations per step (and 50 per job: actions/toolkit's
+docs/problem-matchers.md), and drops the rest silently. So findings are grouped, one annotation per model, rule and
+severity ("FU006 (52 findings)", its first message, the nodes), the groups with the most findings first, and at most
+ANNOTATIONS_PER_KIND annotations of each kind are printed; when there are more, the last one of that kind says how
+many were left out, and every group left out is printed as a plain log line instead (the log keeps everything).
+`step_summary` is the full list as a Markdown table, which `netlint check --format github` appends to
+$GITHUB_STEP_SUMMARY when it is set (within GitHub's 1 MiB per step).
 
 Escaping follows the runner's rules (actions/toolkit's command.ts): in the message `%`, `\\r`, `\\n` become `%25`,
 `%0D`, `%0A`; in property values `:` and `,` also become `%3A` and `%2C`. Other control characters are shown escaped
@@ -8,11 +16,20 @@ Escaping follows the runner's rules (actions/toolkit's command.ts): in the messa
 
 from __future__ import annotations
 
+import html
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
 from netlint.engine import ModelReport
 from netlint.report.sarif import relative_path
+from netlint.rule import Finding
 from netlint.terminal import safe
 
 COMMANDS = {"error": "error", "warning": "warning", "info": "notice"}
+ANNOTATIONS_PER_KIND = 10  # GitHub's limit per step for each of error, warning and notice
+SUMMARY_BYTES = 1 << 20  # GitHub's limit for one step's summary
+NODES_SHOWN = 5
 
 
 def escape_data(text: str) -> str:
@@ -28,20 +45,122 @@ def _command(kind: str, properties: dict[str, str], message: str) -> str:
     return f"::{kind} {props}::{safe(escape_data(message))}"
 
 
-def to_github(reports: list[ModelReport]) -> str:
-    lines: list[str] = []
+@dataclass
+class _Annotation:
+    kind: str  # error, warning, notice
+    path: str
+    title: str
+    message: str
+    count: int = 1  # findings it stands for
+    order: int = 0
+    findings: list[Finding] = field(default_factory=list)
+
+
+def _annotations(reports: list[ModelReport]) -> list[_Annotation]:
+    """One annotation per unreadable model's error, skipped model, and (model, rule, severity) group of findings."""
+    found: list[_Annotation] = []
     for report in reports:
         path = relative_path(report.path)
-        for error in report.errors:
-            lines.append(_command("error", {"file": path, "title": "netlint"}, error))
+        found.extend(_Annotation("error", path, "netlint", error) for error in report.errors)
         if report.format is None and not report.errors:  # skipped (a Git LFS pointer with --skip-lfs-pointers)
-            lines.extend(_command("notice", {"file": path, "title": "netlint"}, note) for note in report.notes)
+            found.extend(_Annotation("notice", path, "netlint", note) for note in report.notes)
+        groups: dict[tuple[str, str], list[Finding]] = {}
         for finding in report.findings:
+            groups.setdefault((finding.code, finding.severity), []).append(finding)
+        for (code, severity), findings in groups.items():
+            found.append(_group(COMMANDS[severity], path, code, findings))
+    for order, annotation in enumerate(found):
+        annotation.order = order
+    return found
+
+
+def _group(kind: str, path: str, code: str, findings: list[Finding]) -> _Annotation:
+    first = findings[0]
+    nodes = [finding.nodes[0] if finding.nodes else "-" for finding in findings]
+    if len(findings) == 1:
+        message, title = f"{first.message} [node {nodes[0]}]", code
+    else:
+        shown = ", ".join(nodes[:NODES_SHOWN])
+        more = f" and {len(nodes) - NODES_SHOWN} more" if len(nodes) > NODES_SHOWN else ""
+        message = f"{len(findings)} findings, the first: {first.message} [nodes {shown}{more}]"
+        title = f"{code} ({len(findings)} findings)"
+    if first.help:
+        message += f"\nhelp: {first.help}"
+    if first.fix is not None:
+        message += f" (fix: {first.fix.name}, {first.fix.applicability})"
+    return _Annotation(kind, path, title, message, len(findings), findings=findings)
+
+
+def to_github(reports: list[ModelReport]) -> str:
+    """The workflow commands (at most ANNOTATIONS_PER_KIND per kind), then the groups left out as plain lines."""
+    annotations = _annotations(reports)
+    shown: list[_Annotation] = []
+    left_out: list[_Annotation] = []
+    for kind in ("error", "warning", "notice"):
+        of_kind = sorted((a for a in annotations if a.kind == kind), key=lambda a: (-a.count, a.order))
+        if len(of_kind) <= ANNOTATIONS_PER_KIND:
+            shown.extend(of_kind)
+            continue
+        kept, rest = of_kind[: ANNOTATIONS_PER_KIND - 1], of_kind[ANNOTATIONS_PER_KIND - 1 :]
+        shown.extend(kept)
+        left_out.extend(rest)
+        findings = sum(a.count for a in rest)
+        models = len({a.path for a in rest})
+        note = (
+            f"{len(rest)} more {kind} annotations ({findings} finding{'s' if findings != 1 else ''} in {models} "
+            f"model{'s' if models != 1 else ''}) not shown: GitHub shows {ANNOTATIONS_PER_KIND} per step; the log "
+            "below and the job summary list them"
+        )
+        shown.append(_Annotation(kind, rest[0].path, "netlint", note, order=len(annotations)))
+    shown.sort(key=lambda a: a.order)
+    lines = [_command(a.kind, {"file": a.path, "title": a.title}, a.message) for a in shown]
+    for annotation in sorted(left_out, key=lambda a: a.order):
+        for finding in annotation.findings or [None]:
+            if finding is None:
+                lines.append(f"netlint: {safe(annotation.path)}: {annotation.kind}: {safe(annotation.message)}")
+                continue
             node = finding.nodes[0] if finding.nodes else "-"
-            message = f"{finding.message} [node {node}]"
-            if finding.help:
-                message += f"\nhelp: {finding.help}"
-            if finding.fix is not None:
-                message += f" (fix: {finding.fix.name}, {finding.fix.applicability})"
-            lines.append(_command(COMMANDS[finding.severity], {"file": path, "title": finding.code}, message))
+            lines.append(
+                f"netlint: {safe(annotation.path)}:{safe(node)}: {finding.code} [{finding.severity}] "
+                f"{safe(finding.message)}"
+            )
     return "".join(line + "\n" for line in lines)
+
+
+def _cell(text: str) -> str:
+    """Model text as one Markdown table cell: no markup, no HTML (GitHub renders both in summaries), one line."""
+    text = html.escape(safe(" ".join(text.split())), quote=False)
+    return re.sub(r"([\\`*_\[\]|#~])", r"\\\1", text)
+
+
+def step_summary(reports: list[ModelReport], budget: int = SUMMARY_BYTES) -> str:
+    """Every finding, error and skipped model as a Markdown table (a job summary page), within `budget` bytes: rows
+    beyond it are counted in a last line (the log has them)."""
+    severities = Counter(finding.severity for report in reports for finding in report.findings)
+    total = sum(severities.values())
+    counts = ", ".join(f"{severities[s]} {s}" for s in ("error", "warning", "info") if severities[s])
+    models = f"{len(reports)} model{'s' if len(reports) != 1 else ''}"
+    head = f"### netlint: {total} finding{'s' if total != 1 else ''}{f' ({counts})' if counts else ''} in {models}\n\n"
+    rows: list[str] = []
+    for report in reports:
+        path = _cell(relative_path(report.path))
+        rows.extend(f"| {path} | - | - | error | {_cell(error)} | - |\n" for error in report.errors)
+        if report.format is None and not report.errors:
+            rows.extend(f"| {path} | - | - | skipped | {_cell(note)} | - |\n" for note in report.notes)
+        for finding in report.findings:
+            node = _cell(finding.nodes[0]) if finding.nodes else "-"
+            fix = _cell(f"{finding.fix.name} ({finding.fix.applicability})") if finding.fix else "-"
+            message = _cell(finding.message + (f" (help: {finding.help})" if finding.help else ""))
+            rows.append(f"| {path} | {node} | {finding.code} | {finding.severity} | {message} | {fix} |\n")
+    if not rows:
+        return head
+    parts = [head, "| model | node | rule | severity | message | fix |\n| --- | --- | --- | --- | --- | --- |\n"]
+    used = sum(len(part.encode("utf-8")) for part in parts) + 200  # room for the last line
+    for index, row in enumerate(rows):
+        used += len(row.encode("utf-8"))
+        if used > budget:
+            rest = len(rows) - index
+            parts.append(f"\n{rest} more row{'s' if rest != 1 else ''} not shown (GitHub's size limit): see the log\n")
+            break
+        parts.append(row)
+    return "".join(parts)

@@ -1,9 +1,13 @@
 """SARIF 2.1.0 (the OASIS standard code-scanning services read, GitHub's among them).
 
 Each rule that ran is a reportingDescriptor with its summary, the "What it does" section and the whole rule page as
-help. Each finding is a result with a physical location (the model file, relative to the working folder; models have
-no lines, so the region is line 1, which GitHub requires), a logical location `model/graph/node`, and the finding's
-structural fingerprint (stable across re-exports) in partialFingerprints.
+help, and a helpUri. Each finding is a result with a physical location (the model file, relative to the root of the
+git work tree the run is in, `uriBaseId` %SRCROOT%, so that code scanning attaches it to the file whatever folder
+netlint ran from; relative to the working folder outside a repository; models have no lines, so the region is line
+1, which GitHub requires), a logical location `model/graph/node`, and the finding's structural fingerprint (the
+baseline's: stable across re-exports, renamed nodes and renamed files) in partialFingerprints. Findings a `netlint:
+ignore` marker, `per-node-ignores` or the baseline took out are results too, with `suppressions` (inSource or
+external, and which one), so code scanning shows them as suppressed instead of fixed.
 """
 
 from __future__ import annotations
@@ -12,13 +16,14 @@ import json
 import re
 from collections import Counter
 from collections.abc import Iterable
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from netlint import __version__
+from netlint import HOMEPAGE, __version__
 from netlint.engine import ModelReport
-from netlint.report.baseline import keys_of
+from netlint.report.baseline import fallback_key, keys_of
 from netlint.rule import Rule, all_rules
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -27,11 +32,23 @@ FINGERPRINT = "netlintStructural/v1"
 SRCROOT = "%SRCROOT%"
 
 
+@lru_cache(maxsize=8)
+def source_root(cwd: str) -> Path:
+    """The root of the git work tree holding `cwd` (the nearest folder with a `.git` folder, or the `.git` file of a
+    worktree or submodule): what CI systems resolve file paths against. `cwd` itself outside a repository."""
+    here = Path(cwd)
+    for folder in (here, *here.parents):
+        if (folder / ".git").exists():
+            return folder
+    return here
+
+
 def relative_path(path: str) -> str:
-    """The model's path relative to the working folder, with forward slashes (absolute when it lies outside)."""
+    """The model's path relative to the repository root (source_root), with forward slashes (absolute when it lies
+    outside)."""
     resolved = Path(path).resolve()
     try:
-        return resolved.relative_to(Path.cwd().resolve()).as_posix()
+        return resolved.relative_to(source_root(str(Path.cwd().resolve()))).as_posix()
     except ValueError:
         return resolved.as_posix()
 
@@ -67,6 +84,7 @@ def _descriptor(rule: type[Rule]) -> dict[str, Any]:
         "shortDescription": {"text": summary},
         "fullDescription": {"text": _section(docs, "What it does") or summary},
         "help": {"text": docs or summary, "markdown": docs or summary},
+        "helpUri": HOMEPAGE,
         "defaultConfiguration": {"level": LEVELS[rule.severity]},
         "properties": {"category": rule.category, "tags": [rule.category]},
     }
@@ -80,7 +98,7 @@ def to_sarif(reports: list[ModelReport], rules: Iterable[type[Rule]] = ()) -> st
     registry = all_rules()
     ran = {rule.code: rule for rule in rules}
     for report in reports:
-        for finding in report.findings:
+        for finding in [*report.findings, *(entry.finding for entry in report.suppressed)]:
             if finding.code not in ran and finding.code in registry:
                 ran[finding.code] = registry[finding.code]
     ordered = sorted(ran)
@@ -90,8 +108,11 @@ def to_sarif(reports: list[ModelReport], rules: Iterable[type[Rule]] = ()) -> st
     for report in reports:
         location = artifact_location(report.path)
         model = relative_path(report.path)
-        keys = keys_of(report)
-        for finding, key, unique in zip(report.findings, keys, occurrences(k.fingerprint for k in keys), strict=True):
+        # the suppressed first: the baseline holds a fingerprint's first occurrences, so numbering stays stable
+        entries = [(entry.finding, entry.key or fallback_key(entry.finding), entry) for entry in report.suppressed]
+        entries += [(finding, key, None) for finding, key in zip(report.findings, keys_of(report), strict=True)]
+        uniques = occurrences(key.fingerprint for _, key, _ in entries)
+        for (finding, key, suppressed), unique in zip(entries, uniques, strict=True):
             node = finding.nodes[0] if finding.nodes else ""
             result: dict[str, Any] = {
                 "ruleId": finding.code,
@@ -117,6 +138,10 @@ def to_sarif(reports: list[ModelReport], rules: Iterable[type[Rule]] = ()) -> st
             }
             if finding.code in index:
                 result["ruleIndex"] = index[finding.code]
+            if suppressed is not None:
+                result["suppressions"] = [
+                    {"kind": suppressed.kind, "status": "accepted", "justification": suppressed.justification}
+                ]
             results.append(result)
         for error in report.errors:
             notifications.append(
@@ -130,12 +155,13 @@ def to_sarif(reports: list[ModelReport], rules: Iterable[type[Rule]] = ()) -> st
         "tool": {
             "driver": {
                 "name": "netlint",
+                "informationUri": HOMEPAGE,
                 "version": __version__,
                 "semanticVersion": __version__,
                 "rules": [_descriptor(ran[code]) for code in ordered],
             }
         },
-        "originalUriBaseIds": {SRCROOT: {"uri": Path.cwd().resolve().as_uri().rstrip("/") + "/"}},
+        "originalUriBaseIds": {SRCROOT: {"uri": source_root(str(Path.cwd().resolve())).as_uri().rstrip("/") + "/"}},
         "invocations": [{"executionSuccessful": not notifications, "toolExecutionNotifications": notifications}],
         "results": results,
     }

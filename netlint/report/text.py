@@ -74,14 +74,15 @@ def render_text(reports: list[ModelReport], colour: bool = False) -> str:
         if report.cost is not None and report.cost.latency_ms is not None:
             lines.append(f"{paint(path, 'path')}: {safe(cost_text(report))}")
     total = sum(severities.values())
-    models = f"{len(reports)} model{'s' if len(reports) != 1 else ''}"
+    linted = len(reports) - unreadable - skipped_models  # a model that could not be read has no "no findings"
+    models = f"{linted} model{'s' if linted != 1 else ''}"
     targets = sorted({_target_label(report) for report in reports} - {"generic"})
     if targets:
         models += f" for {', '.join(safe(label) for label in targets)}"
     if total:
         counts = ", ".join(f"{severities[s]} {s}" for s in ("error", "warning", "info") if severities[s])
         lines.append(f"Found {total} finding{'s' if total != 1 else ''} ({counts}) in {models}.")
-    else:
+    elif linted or not (unreadable or skipped_models):
         lines.append(f"No findings in {models}.")
     if skipped_models:
         lines.append(f"{skipped_models} model{'s' if skipped_models != 1 else ''} skipped.")

@@ -479,3 +479,65 @@ def test_external_data_weights_are_read_not_written(check, tmp_path):
     ]
     assert model["skipped"] == []
     assert (sha256(tmp_path / "m.onnx"), sha256(tmp_path / "m.data")) == before
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["check", "--exit-z", "m.onnx"],  # --exit-zero
+        ["check", "--fail", "info", "m.onnx"],  # --fail-on
+        ["fix", "--in-pl", "m.onnx"],  # --in-place
+        ["report", "--min-imp", "1", "m.onnx"],  # --min-impact
+    ],
+)
+def test_options_are_never_abbreviated(argv, tmp_path, monkeypatch, capsys):
+    """An abbreviation that works today breaks when a longer option is added: options only as spelled."""
+    prelu_model(tmp_path / "m.onnx")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    assert f"unrecognized arguments: {argv[1]}" in capsys.readouterr().err
+    assert not (tmp_path / "netlint-report.html").exists()
+
+
+def test_fail_on_missing_weights(tmp_path, monkeypatch, capsys, data_dir):
+    """A repository that commits its weights makes a model whose external data is absent an error (exit 2); without
+    the option it is linted topology-only, with a note."""
+    shutil.copy(data_dir / "tv_mobilenet_v2_bn_unfolded_noweights.onnx", tmp_path / "m.onnx")
+    prelu_model(tmp_path / "ok.onnx")
+    monkeypatch.chdir(tmp_path)
+    assert main(["check", "m.onnx", "ok.onnx", "--no-cache"]) == 1
+    assert "note: external data file" in capsys.readouterr().out
+    assert main(["check", "m.onnx", "ok.onnx", "--no-cache", "--fail-on-missing-weights"]) == 2
+    out, err = capsys.readouterr()
+    (line,) = [line for line in err.splitlines() if line.startswith("netlint: error: ")]
+    assert line.startswith("netlint: error: m.onnx: external data file '")
+    assert line.endswith("not found; --fail-on-missing-weights")
+    assert "ok.onnx:prelu: FU004" in out  # the other model is still linted
+    (tmp_path / "netlint.toml").write_text("fail-on-missing-weights = true\n", encoding="utf-8")
+    assert main(["check", "m.onnx", "--isolated", "--no-cache"]) == 1  # --isolated: no configuration
+    capsys.readouterr()
+    from netlint.config import find_config
+
+    find_config.cache_clear()
+    assert main(["check", "m.onnx", "--no-cache"]) == 2
+
+
+def test_a_stdout_that_cannot_encode_the_report_gets_utf8(tmp_path):
+    """PYTHONIOENCODING=ascii (or a C locale): a node name outside ASCII still reaches stdout, as UTF-8 bytes."""
+    import os
+    import sys
+
+    prelu_model(tmp_path / "m.onnx", name="préluü")
+    env = {**os.environ, "PYTHONIOENCODING": "ascii"}
+    result = subprocess.run(
+        [sys.executable, "-m", "netlint", "check", "m.onnx", "--format", "json", "--no-cache"],
+        cwd=tmp_path,
+        capture_output=True,
+        env=env,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout.decode("utf-8"))
+    assert document["models"][0]["findings"][0]["nodes"] == ["préluü"]

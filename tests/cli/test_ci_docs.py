@@ -6,10 +6,12 @@ unique fingerprints, GitHub workflow commands)."""
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import jsonschema
@@ -39,6 +41,19 @@ def gitlab_commands() -> list[str]:
     pipeline = yaml.safe_load((CI / "gitlab-ci.yml").read_text(encoding="utf-8"))
     scripts = [job["script"] for job in pipeline.values() if isinstance(job, dict) and "script" in job]
     return [line.strip() for script in scripts for line in script if line.strip().startswith("netlint ")]
+
+
+def distribution() -> str:
+    return tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["name"]
+
+
+def install_lines() -> list[str]:
+    """Every `pip install ...` line of the CI examples."""
+    workflow = yaml.safe_load((CI / "github-actions.yml").read_text(encoding="utf-8"))
+    lines = [step["run"] for job in workflow["jobs"].values() for step in job["steps"] if "run" in step]
+    pipeline = yaml.safe_load((CI / "gitlab-ci.yml").read_text(encoding="utf-8"))
+    lines += [line for job in pipeline.values() if isinstance(job, dict) for line in job.get("script", [])]
+    return [line.strip() for line in lines if "pip install" in line]
 
 
 def run(command: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -114,3 +129,45 @@ def test_without_the_flag_the_pointer_fails_the_gitlab_job(workspace):
     result = run(command.replace(" --skip-lfs-pointers", ""), workspace)
     assert result.returncode == 2
     assert "lfs_pointer.onnx: Git LFS pointer file" in result.stderr
+
+
+def test_the_examples_install_this_projects_distribution():
+    """`pip install netlint` installs an unrelated program (a network-configuration linter): every example job installs
+    the name pyproject.toml publishes, and nothing else called netlint."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    name = distribution()
+    assert canonicalize_name(name) != "netlint"
+    lines = install_lines()
+    assert len(lines) == 3  # two GitHub jobs, one GitLab job
+    for line in lines:
+        requirements = [word for word in shlex.split(line.split("pip install", 1)[1]) if not word.startswith("-")]
+        assert [canonicalize_name(Requirement(word).name) for word in requirements] == [canonicalize_name(name)], line
+    for document in (REPO / "README.md", REPO / "docs" / "ci.md", REPO / ".pre-commit-hooks.yaml"):
+        text = document.read_text(encoding="utf-8")
+        assert not re.search(r"pip install '?netlint(\[|'|\s|$)", text), document  # never the other project
+
+
+CURRENT_ACTIONS = {"actions/checkout": 6, "actions/setup-python": 6, "github/codeql-action/upload-sarif": 4}
+
+
+def test_the_github_workflow_uses_current_actions_and_least_privilege():
+    workflow = yaml.safe_load((CI / "github-actions.yml").read_text(encoding="utf-8"))
+    assert workflow["permissions"] == {}  # nothing unless a job asks for it
+    used: dict[str, set[int]] = {}
+    for job in workflow["jobs"].values():
+        for step in job["steps"]:
+            if "uses" in step:
+                action, version = step["uses"].split("@")
+                used.setdefault(action, set()).add(int(version.removeprefix("v").split(".")[0]))
+            if step.get("uses", "").startswith("actions/checkout@"):
+                assert step["with"]["persist-credentials"] is False  # no token left in .git/config
+    assert {action: max(versions) for action, versions in used.items()} == CURRENT_ACTIONS
+    assert all(len(versions) == 1 for versions in used.values())
+    jobs = workflow["jobs"]
+    assert jobs["sarif"]["permissions"] == {"contents": "read", "security-events": "write", "actions": "read"}
+    assert jobs["annotations"]["permissions"] == {"contents": "read"}
+    for job in jobs.values():  # no job may write anything but code scanning alerts
+        writes = {scope for scope, level in job["permissions"].items() if level == "write"}
+        assert writes <= {"security-events"}

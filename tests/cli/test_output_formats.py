@@ -238,9 +238,12 @@ def test_text_clean_and_unreadable_summaries(check, tmp_path):
     assert result.returncode == 2
     assert result.stdout.splitlines() == [
         "c.onnx: error: empty file (0 bytes)",
-        "No findings in 3 models.",
+        "No findings in 2 models.",  # the unreadable one is not a model without findings
         "1 model could not be read.",
     ]
+    alone = check("c.onnx")
+    assert alone.returncode == 2
+    assert alone.stdout.splitlines() == ["c.onnx: error: empty file (0 bytes)", "1 model could not be read."]
 
 
 def test_text_notes_for_missing_external_data(check, tmp_path, data_dir):

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import pytest
 from onnx import external_data_helper
 
 from netlint.cli import main
@@ -103,18 +104,34 @@ def test_bad_inputs_exit_2_with_one_line(run_cli, tmp_path, data_dir):
     assert not (tmp_path / "o.onnx").exists()
 
 
-def test_external_data_stays_external(run_cli, tmp_path):
+def test_external_data_stays_external_under_the_inputs_file_name(run_cli, tmp_path):
     model = onnx.load(str(conv_bn_model(tmp_path / "inline.onnx")))
     onnx.save_model(model, str(tmp_path / "m.onnx"), save_as_external_data=True, location="m.data", size_threshold=0)
     data_before = digest(tmp_path / "m.data")
-    result = run_cli("fix", tmp_path / "m.onnx", "-o", tmp_path / "out.onnx")
+    (tmp_path / "out").mkdir()
+    result = run_cli("fix", tmp_path / "m.onnx", "-o", tmp_path / "out" / "fixed.onnx")
     assert result.returncode == 0, result.stderr
     assert digest(tmp_path / "m.data") == data_before
-    fixed = onnx.load(str(tmp_path / "out.onnx"), load_external_data=False)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["fixed.onnx", "m.data"]
+    fixed = onnx.load(str(tmp_path / "out" / "fixed.onnx"), load_external_data=False)
     weight = next(t for t in fixed.graph.initializer if t.name.startswith("conv.weight"))
     assert external_data_helper.uses_external_data(weight)
-    assert {e.value for e in weight.external_data if e.key == "location"} == {"out.onnx.data"}
-    onnx.checker.check_model(str(tmp_path / "out.onnx"), full_check=True)
+    assert {e.value for e in weight.external_data if e.key == "location"} == {"m.data"}
+    onnx.checker.check_model(str(tmp_path / "out" / "fixed.onnx"), full_check=True)
+
+
+def test_o_into_the_inputs_folder_refuses_to_overwrite_its_weights(run_cli, tmp_path):
+    """The input's layout cannot be written next to it without overwriting the input's own weights file: the fix
+    refuses, says why and what to do, and writes nothing."""
+    model = onnx.load(str(conv_bn_model(tmp_path / "inline.onnx")))
+    onnx.save_model(model, str(tmp_path / "m.onnx"), save_as_external_data=True, location="m.data", size_threshold=0)
+    before = {p.name: digest(p) for p in tmp_path.iterdir()}
+    result = run_cli("fix", tmp_path / "m.onnx", "-o", tmp_path / "out.onnx", "--no-verify")
+    assert result.returncode == 2
+    assert "would overwrite the input's own: write it to another folder" in result.stderr
+    assert "--in-place" in result.stderr and "Traceback" not in result.stderr
+    assert {p.name: digest(p) for p in tmp_path.iterdir()} == before  # nothing written, nothing changed
+    assert "wrote" not in result.stdout
 
 
 def test_unsafe_fixes_report_the_deviation(run_cli, tmp_path, data_dir):
@@ -131,28 +148,24 @@ def test_unsafe_fixes_report_the_deviation(run_cli, tmp_path, data_dir):
     assert "FU004" not in codes(findings_of(tmp_path / "out.onnx"))
 
 
-def test_an_interrupted_write_leaves_no_output_and_no_temporary_file(tmp_path, monkeypatch):
-    """The process dies in the middle of writing (simulated: the write raises after half the bytes)."""
-    import tempfile
-
+@pytest.mark.parametrize("anonymous", [True, False], ids=["O_TMPFILE", "named temporary file"])
+def test_an_interrupted_write_leaves_no_output_and_no_temporary_file(tmp_path, monkeypatch, anonymous):
+    """The process is interrupted in the middle of writing (simulated: the write stops after half the bytes and
+    raises KeyboardInterrupt), with anonymous temporary files and with the named ones used where O_TMPFILE is not
+    available."""
     import netlint.fixes.output as output
 
     model = conv_bn_model(tmp_path / "m.onnx")
     before = digest(model)
-    real = tempfile.NamedTemporaryFile
+    real = output._Writer.bytes
 
-    def dying(*args, **kwargs):
-        handle = real(*args, **kwargs)
-        original = handle.write
+    def dying(self, data):
+        real(self, data[: len(data) // 2])
+        raise KeyboardInterrupt
 
-        def write(data):
-            original(data[: len(data) // 2])
-            raise KeyboardInterrupt
-
-        handle.write = write
-        return handle
-
-    monkeypatch.setattr(output.tempfile, "NamedTemporaryFile", dying)
+    monkeypatch.setattr(output._Writer, "bytes", dying)
+    if not anonymous:
+        monkeypatch.setattr(output._Writer, "_anonymous", lambda self: None)
     assert main(["fix", str(model), "-o", str(tmp_path / "out.onnx"), "--no-verify"]) == 130  # "interrupted"
     assert not (tmp_path / "out.onnx").exists()
     assert sorted(path.name for path in tmp_path.iterdir()) == ["m.onnx"]  # no temporary file left
@@ -284,11 +297,11 @@ def test_the_fix_hook_fixes_every_model_and_fails_when_it_changed_one(tmp_path):
 
 
 def test_writing_external_data_streams_it_and_leaves_the_model_as_it_was(tmp_path):
-    """write_model copies every external tensor's bytes into the output's data file (from an input whose tensors sit
+    """save_onnx copies every external tensor's bytes into the output's data file (from an input whose tensors sit
     at offsets in one file, here another folder) and moves the large inline initializers a fix wrote out too; the
     in-memory model keeps its references (the report still reads it after the write), and the written model has the
     same values."""
-    from netlint.fixes.output import write_model
+    from netlint.fixes.output import external_layout, save_onnx
 
     source_dir, out_dir = tmp_path / "in", tmp_path / "out"
     source_dir.mkdir()
@@ -296,12 +309,13 @@ def test_writing_external_data_streams_it_and_leaves_the_model_as_it_was(tmp_pat
     model = onnx.load(str(conv_bn_model(tmp_path / "inline.onnx")))
     onnx.save_model(model, str(source_dir / "m.onnx"), save_as_external_data=True, location="w.bin", size_threshold=0)
     loaded = onnx.load(str(source_dir / "m.onnx"), load_external_data=False)
+    layout = external_layout(loaded, source_dir / "m.onnx")
     rng = np.random.default_rng(0)
     loaded.graph.initializer.append(onnx.numpy_helper.from_array(rng.normal(size=600).astype(np.float32), "new"))
     before = loaded.SerializeToString()
-    write_model(loaded, out_dir / "f.onnx", source_dir / "m.onnx", external=True)
+    assert save_onnx(loaded, out_dir / "f.onnx", layout) == []
     assert loaded.SerializeToString() == before
-    assert sorted(p.name for p in out_dir.iterdir()) == ["f.onnx", "f.onnx.data"]
+    assert sorted(p.name for p in out_dir.iterdir()) == ["f.onnx", "w.bin"]
     written = onnx.load(str(out_dir / "f.onnx"), load_external_data=False)
     assert {t.name for t in written.graph.initializer if external_data_helper.uses_external_data(t)} >= {"new"}
     expected = onnx.load(str(source_dir / "m.onnx"))
@@ -310,3 +324,42 @@ def test_writing_external_data_streams_it_and_leaves_the_model_as_it_was(tmp_pat
     for a, b in zip(expected.graph.initializer, got.graph.initializer, strict=True):
         assert a.name == b.name
         np.testing.assert_array_equal(onnx.numpy_helper.to_array(a), onnx.numpy_helper.to_array(b))
+
+
+def test_fix_takes_many_paths_and_folders(tmp_path, monkeypatch, capsys):
+    """Several models and folders in one run, in place (-j 2: in worker processes): each changed model's summary,
+    errors one line each, one line for the run, the worst exit status; a second run on the unchanged models loads
+    none of them again (the content cache remembers that fixing them found nothing to do)."""
+    import netlint.fixes.command as command
+
+    folder = tmp_path / "models"
+    (folder / "sub").mkdir(parents=True)
+    conv_bn_model(folder / "a.onnx")
+    conv_bn_model(folder / "sub" / "b.onnx")
+    clean = GraphBuilder()
+    clean.output(clean.relu(clean.input("x", [1, 2, 4, 4]), name="relu"))
+    clean.save(folder / "clean.onnx")
+    (tmp_path / "broken.onnx").write_bytes(b"not a model")
+    monkeypatch.chdir(tmp_path)
+    argv = ["fix", "--in-place", "models", "broken.onnx", "--cache-dir", str(tmp_path / "cache")]
+    assert main([*argv, "-j", "2"]) == 2  # the unreadable model
+    out, err = capsys.readouterr()
+    assert "models/a.onnx:\n  FU006 fold-batchnorm (safe): 1 fix" in out
+    assert "models/sub/b.onnx:\n  FU006 fold-batchnorm (safe): 1 fix" in out
+    assert "clean.onnx" not in out  # nothing to say about it
+    assert out.splitlines()[-1] == "Fixed 2 findings in 2 models of 4."
+    (line,) = err.splitlines()
+    assert line.startswith("netlint: error: broken.onnx: not a valid ONNX protobuf")
+    for name in ("a.onnx", "sub/b.onnx"):
+        assert "FU006" not in codes(findings_of(onnx.load(str(folder / name))))
+
+    fixed: list[Path] = []
+    real = command._fix_one
+    monkeypatch.setattr(
+        command, "_fix_one", lambda args, path, settings: fixed.append(path) or real(args, path, settings)
+    )
+    assert main([*argv, "-j", "1", "--exit-non-zero-on-fix"]) == 2
+    assert fixed == [Path("broken.onnx")]  # errors are tried again; the models with nothing to fix are not loaded
+    assert capsys.readouterr().out.splitlines()[-1] == "Fixed 0 findings in 0 models of 4."
+    assert main(["fix", "models", "-o", "x.onnx"]) == 2
+    assert "-o takes one model" in capsys.readouterr().err

@@ -334,3 +334,14 @@ def test_the_lints_predicted_latency_is_shown_without_the_model(data_dir) -> Non
     )
     assert any(shown in t for t in latency), latency
     assert '<svg class="chart"' not in html  # the per-op breakdown needs the model
+
+
+def test_counts_in_the_page_use_the_right_plural(tmp_path, run_cli) -> None:
+    for name, slopes in (("one.onnx", [0.1, 0.3]), ("none.onnx", None)):
+        b = GraphBuilder()
+        x = b.input("x", [1, 2, 4, 4])
+        b.output(b.prelu(x, slopes, name="p") if slopes else b.relu(x, name="r"))
+        b.save(tmp_path / name)
+    text = " ".join(parse(_report(tmp_path, run_cli, tmp_path / "one.onnx", tmp_path / "none.onnx")).text)
+    assert "— 1 finding" in text and "— 1 findings" not in text
+    assert "— 0 findings" in text

@@ -25,23 +25,25 @@ def run_fix_tflite(args: argparse.Namespace, path: Path, settings: Settings) -> 
     to_fp16 = bool(getattr(args, "to_fp16", False))  # float16 weights (netlint.fixes.tflite.keep_fp32)
     result = fix_tflite(data, str(path), settings, unsafe=args.unsafe_fixes, to_fp16=to_fp16)
     records: list[dict] = []
-    lines = verify_lines(result, args.verify, records)
+    lines = verify_lines(result, args.verify, records, required=args.in_place)
     out = path if args.in_place else Path(args.output) if args.output else None
     written = out is not None and (bool(result.applied) or not args.in_place)
+    if written:  # before the summary, which says it was written
+        from netlint.fixes.output import save_bytes
+
+        save_bytes(out, result.fixed)  # type: ignore[arg-type]
     if getattr(args, "format", "text") == "json":
         sys.stdout.write(_json_summary(result, path, lines, records, out if written else None, args.diff))  # type: ignore[arg-type]
     else:
         sys.stdout.write(_summary(result, path, lines, out, detailed=args.diff))  # type: ignore[arg-type]
-    if written:
-        from netlint.fixes.output import write_bytes_atomically
-
-        write_bytes_atomically(out, result.fixed)  # type: ignore[arg-type]
     if getattr(args, "exit_non_zero_on_fix", False) and result.applied:
         return EXIT_FINDINGS  # like the ONNX path: the model was changed (or, with --diff, would be)
     return EXIT_CLEAN
 
 
-def verify_lines(result: TfliteFixResult, wanted: bool | None, records: list | None = None) -> list[str]:
+def verify_lines(
+    result: TfliteFixResult, wanted: bool | None, records: list | None = None, required: bool = False
+) -> list[str]:
     """LiteRT's verification of a TFLite fix (netlint.fixes.command.verification_lines): integer outputs must be
     equal, float ones within tolerance."""
     from netlint.fixes.command import verification_lines
@@ -52,8 +54,9 @@ def verify_lines(result: TfliteFixResult, wanted: bool | None, records: list | N
         wanted,
         records,
         available=verify.available(),
-        missing="ai-edge-litert is not installed: pip install 'netlint[verify]'",
+        missing="ai-edge-litert is not installed: pip install 'netlint-nn[verify]'",
         compare=lambda fixed: verify.compare(result.original, fixed),
         runtime="LiteRT",
         tolerance="; integer outputs exactly",
+        required=required,
     )

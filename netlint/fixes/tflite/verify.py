@@ -42,7 +42,7 @@ def _interpreter(data: bytes):
     try:
         from ai_edge_litert.interpreter import Interpreter, OpResolverType
     except ImportError:
-        raise VerifyUnavailable("ai-edge-litert is not installed (pip install 'netlint[verify]')") from None
+        raise VerifyUnavailable("ai-edge-litert is not installed (pip install 'netlint-nn[verify]')") from None
     try:
         # The builtin kernels without the XNNPACK delegate: the kernels every LiteRT build has, and no log line.
         resolver = OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
