@@ -454,7 +454,9 @@ class _Validator:
             key = f"cost.chip.{chip}"
             self.declared_chip(chip, key)
             entry = self.table(entry, key)
-            self.keys(entry, key, (frozenset(), COST_NUMBERS | {"precision"}))
+            self.keys(entry, key, (frozenset(), COST_NUMBERS | {"precision", "source"}))
+            if "source" in entry:  # numbers measured for this chip cite where (else [cost].source covers them)
+                self.source(entry, key)
             present |= {f"chip.{chip}.{number}" for number in self.cost_numbers(entry, key)}
             for name, inner in self.table(entry.get("precision", {}), f"{key}.precision").items():
                 self.declared_precision(name, f"{key}.precision.{name}")
