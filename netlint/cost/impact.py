@@ -87,7 +87,7 @@ def summary(cost: ModelCost, target: Target) -> CostSummary:
         fallback_ops=len(cost.fallback_nodes),
         partitions=cost.partitions,
         assumed=list(cost.rates.assumed) if cost.rates is not None else [],
-        pricing=cost.pricing,
+        pricing=cost.pricing if cost.latency_us is not None else None,  # no latency (generic): nothing priced
     )
 
 
