@@ -16,8 +16,8 @@ from __future__ import annotations
 import atexit
 import contextlib
 import importlib.util
+import json
 import os
-import pickle
 import signal
 import tempfile
 import time
@@ -147,7 +147,7 @@ class _Worker:
         atexit.register(self.close)
 
     def submit(self, request: tuple[str, str, str]) -> int:
-        data = pickle.dumps(request)
+        data = json.dumps(request).encode("utf-8")
         self.requests.write(len(data).to_bytes(8, "little") + data)
         self.requests.flush()
         self.sent += 1
@@ -199,7 +199,7 @@ def _serve(requests: int, replies: int) -> None:
             head = incoming.read(8)
             if len(head) < 8:
                 break
-            source, target, level = pickle.loads(incoming.read(int.from_bytes(head, "little")))
+            source, target, level = json.loads(incoming.read(int.from_bytes(head, "little")))
             answer = _session(source, target, level).encode("utf-8")
             outgoing.write(len(answer).to_bytes(8, "little") + answer)
             outgoing.flush()
