@@ -231,7 +231,7 @@ def test_calibrate_writes_a_target_that_loads(run_cli, tmp_path):
     table = cost["activation_ops_per_element"]
     assert {"Relu", "Gelu", "Elu", "Sigmoid", "Tanh", "HardSwish", "PRelu"} <= set(table)
     assert all(value > 0 for value in table.values())
-    assert table["Elu"] > table["Relu"] and table["Gelu"] > table["Relu"]
+    assert table["Elu"] > table["Relu"]  # (ORT's fused Gelu kernel runs near Relu's time: no order asserted)
     # ORT's own NCHWc reorders timed: a positive copy rate (two with the size between them when they differ)
     from netlint.calibrate.bench import OrtRunner
     from netlint.calibrate.suite import reorders_run
