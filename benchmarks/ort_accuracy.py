@@ -7,8 +7,10 @@ ORT graph backend"), measured.
 2. Noise floor: the same model timed as two models, interleaved (A/A): the spread of the ratio, and the spread of one
    model's time between rounds.
 3. (a) Whole models: the full-weight ONNX models of the corpus and the onnx wheel's light models. Measured: one pinned
-   thread, all models interleaved in rounds, medians. Predicted: netlint.cost.backends.cost (ORT's graph + the
-   calibrated rates), and for comparison the static model with the same target and with the shipped ort-cpu.
+   thread, all models interleaved in rounds, timed as netlint calibrate times (netlint.calibrate.bench.clean_median:
+   the median wall time of the visits the OS did not pause, what a quiet machine shows), and the plain median wall.
+   Predicted: netlint.cost.backends.cost (ORT's graph + the calibrated rates), and for comparison the static model
+   with the same target and with the shipped ort-cpu.
 4. (b) Problem/fixed pairs: stacks of 10 blocks (A: the problem, B: the fix) at three shapes: the activation pairs of
    benchmarks/cost_accuracy.py, PRelu -> Relu after 1x1 and 3x3 convs, SpaceToDepth -> DepthToSpace removed, Erf-GELU
    -> Relu, a pre-activation BatchNormalization folded away, an NHWC transpose ping-pong removed, a multi-consumer
@@ -45,7 +47,8 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from cost_accuracy import Net, onnx_feeds, pair_blocks, spearman, stack  # noqa: E402
 
-from netlint.calibrate.bench import OrtRunner, measure, pinned  # noqa: E402
+from netlint.calibrate.bench import OrtRunner, pinned  # noqa: E402
+from netlint.calibrate.bench import measure as measure_on  # noqa: E402
 from netlint.cost import backends, cost_model  # noqa: E402
 from netlint.io import load_model  # noqa: E402
 from netlint.targets import Target, load_target  # noqa: E402
@@ -57,6 +60,17 @@ QUICK_MODELS = ("facenet_mtcnn_pnet", "tv_squeezenet1_1", "tv_mobilenet_v2", "li
 
 def load() -> float:
     return os.getloadavg()[0]
+
+
+def measure(runs: dict, **options):
+    """netlint.calibrate.bench.measure as netlint calibrate times (one thread: clean_median, what a quiet machine
+    shows), keeping each visit's wall time too."""
+    timings = measure_on(runs, clean=True, warm=frozenset(runs), **options)
+    WALL_MEDIANS.update({name: float(np.median(values)) for name, values in timings.walls.items()})
+    return timings
+
+
+WALL_MEDIANS: dict[str, float] = {}  # name -> median wall time of every visit
 
 
 # --- calibration ---------------------------------------------------------------------------------------------------
@@ -97,11 +111,18 @@ def noise_floor(runner: OrtRunner, budget_s: float, log) -> dict:
     timings = measure(runs, budget_s=budget_s, min_rounds=5, max_rounds=200)
     ratios = [a / b for a, b in zip(timings.samples["A1"], timings.samples["A2"], strict=True)]
     single = timings.samples["A1"]
+    walls = timings.walls["A1"]
+    wall_ratios = [a / b for a, b in zip(timings.walls["A1"], timings.walls["A2"], strict=True)]
     return {
         "rounds": timings.rounds,
         "ratio_median": float(np.median(ratios)),
         "ratio_p10_p90": [float(np.percentile(ratios, 10)), float(np.percentile(ratios, 90))],
         "time_spread": float(np.percentile(single, 90) / np.percentile(single, 10) - 1),
+        "wall_ratio_p10_p90": [float(np.percentile(wall_ratios, 10)), float(np.percentile(wall_ratios, 90))],
+        "wall_time_spread": float(np.percentile(walls, 90) / np.percentile(walls, 10) - 1),
+        "cpu_over_wall": float(np.median(single) / np.median(walls)),
+        "clean_visits": float(np.mean([c >= 0.9 * w for c, w in zip(single, walls, strict=True)])),
+        "clean_a1_over_a2": timings.medians["A1"] / timings.medians["A2"],
         "load": load(),
     }
 
@@ -116,7 +137,13 @@ def whole_models(paths: list[Path], runner: OrtRunner, targets: dict, budget_s: 
     log(f"(a) timing {len(runs)} models interleaved (budget {budget_s:.0f} s, load {load():.2f})")
     timings = measure(runs, budget_s=budget_s, min_rounds=3, max_rounds=40)
     return [
-        {"model": name, "measured_us": measured, "rounds": timings.rounds, **predicted[name]}
+        {
+            "model": name,
+            "measured_us": measured,
+            "wall_us": WALL_MEDIANS.get(name),
+            "rounds": timings.rounds,
+            **predicted[name],
+        }
         for name, measured in timings.medians.items()
     ]
 
@@ -315,6 +342,7 @@ def main(argv: list[str] | None = None) -> int:
             rows = whole_models(paths, runner, targets, 60 if args.quick else 240, log)
             results["whole_models"] = rows
             results["whole_model_summary"] = {label: summary(rows, label) for label in targets}
+            results["whole_model_summary_wall"] = {label: summary(rows, label, "wall_us") for label in targets}
             results["load_after_models"] = load()
         if "pairs" not in skip:
             pair_rows = pairs(runner, targets, args.quick, 60 if args.quick else 240, log)
@@ -339,13 +367,15 @@ def report(results: dict) -> None:
         print(f"noise floor: {json.dumps(results['noise'])}")
     if "whole_models" in results:
         print("\n(a) whole models (us)")
-        print(f"{'model':44s} {'measured':>10s} {'ort-graph':>10s} {'static':>10s} {'shipped':>10s}")
+        print(f"{'model':44s} {'clean':>10s} {'wall':>10s} {'ort-graph':>10s} {'static':>10s} {'shipped':>10s}")
         for row in results["whole_models"]:
             cells = [row.get(k) for k in ("ort-graph", "static-here", "static-shipped")]
             shown = " ".join(f"{c:>10.0f}" if c else f"{'-':>10s}" for c in cells)
-            print(f"{row['model'][:44]:44s} {row['measured_us']:>10.0f} {shown}")
+            print(f"{row['model'][:44]:44s} {row['measured_us']:>10.0f} {row.get('wall_us', 0):>10.0f} {shown}")
         for label, found in results["whole_model_summary"].items():
-            print(f"  {label}: {json.dumps(found)}")
+            print(f"  {label} vs clean time: {json.dumps(found)}")
+        for label, found in results.get("whole_model_summary_wall", {}).items():
+            print(f"  {label} vs median wall: {json.dumps(found)}")
     if "pairs" in results:
         print("\n(b) pairs (speed-up A / B)")
         for row in results["pairs"]:

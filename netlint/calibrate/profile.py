@@ -2,10 +2,14 @@
 
 Each model gets two sessions with the options the cost backend optimizes with (netlint.cost.backends.ort_optimize:
 the target's level, CPU EP, `threads` intra-op threads): one with ORT's profiler on, which also saves its optimized
-model (so every profiled node is a kernel of a graph read exactly as the backend reads one), and one without, timed
-by the wall clock. Rounds visit every model once, in a fresh seeded order (a shared machine's drifts hit all alike),
-until the budget is spent; per kernel and per model the median over rounds is kept. The load average is recorded
-with the run.
+model (so every profiled node is a kernel of a graph read exactly as the backend reads one), and one without. Rounds
+visit every model once, in a fresh seeded order (a shared machine's drifts hit all alike), until the budget is
+spent, and run each session twice, timing the second (a model's steady state: the first run after another model's
+is up to 1.5x slower); per kernel and per model the median over rounds is kept. On one thread, only the runs that
+kept the CPU throughout count where enough did (netlint.calibrate.bench.clean_median: a run the OS paused for
+another process has a kernel inflated by the pause and the caches refilled after it): the model's time is
+clean_median's, and the kernel times (ORT's profiler's, wall clock) are those of the profiled runs that were clean.
+The load average is recorded with the run.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from netlint.calibrate.bench import CLEAN_SHARE, MIN_CLEAN, clean_median, time_both
 from netlint.calibrate.kernel_suite import Net
 from netlint.cost.backends.ort_backend import machine_block
 from netlint.cost.backends.ort_graph import kernels_of
@@ -42,7 +47,7 @@ class Sample:
 class ModelTimes:
     model: str
     family: str
-    wall_us: float  # median over rounds of session.run, unprofiled
+    wall_us: float  # session.run unprofiled, over rounds (one thread: netlint.calibrate.bench.clean_median)
     kernel_us: float  # sum of the kernels' median profiled durations
     kernels: int
     samples: list[Sample] = field(default_factory=list)
@@ -106,6 +111,8 @@ def profile(
                 run_w.run(None, net.feeds)
             sessions.append((net, run_p, run_w, optimized))
         walls: list[list[float]] = [[] for _ in nets]
+        cpus: list[list[float]] = [[] for _ in nets]
+        shares: list[list[float]] = [[] for _ in nets]  # per profiled run: its CPU time / its wall time
         order = list(range(len(nets)))
         shuffle = random.Random(0)
         rounds = 0
@@ -113,10 +120,15 @@ def profile(
             shuffle.shuffle(order)
             for index in order:
                 net, run_p, run_w, _ = sessions[index]
+                run_p.run(None, net.feeds)  # each session runs twice per visit, the second timed: steady state
+                wall, cpu = time.perf_counter_ns(), time.thread_time_ns()
                 run_p.run(None, net.feeds)
-                begin = time.perf_counter_ns()
+                wall, cpu = time.perf_counter_ns() - wall, time.thread_time_ns() - cpu
+                shares[index].append(1.0 if threads != 1 else cpu / max(wall, 1))
                 run_w.run(None, net.feeds)
-                walls[index].append((time.perf_counter_ns() - begin) / 1e3)
+                cpu, wall = time_both(lambda net=net, run_w=run_w: run_w.run(None, net.feeds), 1)
+                cpus[index].append(cpu if threads == 1 else wall)
+                walls[index].append(wall)
             rounds += 1
             if progress is not None:
                 progress(f"timing round {rounds}")
@@ -125,13 +137,31 @@ def profile(
         block = machine_block()
         models = []
         for index, (net, run_p, _, optimized) in enumerate(sessions):
-            durations = _durations(run_p.end_profiling(), skip=2)
-            models.append(_model_times(net, optimized, durations, walls[index], block))
+            durations = _clean(_durations(run_p.end_profiling(), skip=2, step=2), shares[index])
+            models.append(_model_times(net, optimized, durations, clean_median(cpus[index], walls[index]), block))
     return Profiled(models, rounds, (before, load_average()))
 
 
-def _durations(path: str, skip: int) -> dict[str, list[float]]:
-    """Node name -> its kernel durations (us) per run, the first `skip` runs (warm-up) left out."""
+def _clean(durations: dict[str, list[float]], shares: list[float]) -> dict[str, list[float]]:
+    """The kernel durations of the profiled runs that kept the CPU throughout (`shares`: each run's CPU time over its
+    wall time, >= CLEAN_SHARE), when at least MIN_CLEAN did. Else every run's, each scaled by its run's share (ORT's
+    profiler times kernels on the wall clock: a run the OS paused for other processes has its kernels inflated by the
+    pauses, which the scaling spreads evenly)."""
+    clean = [share >= CLEAN_SHARE for share in shares]
+    found = {}
+    for name, values in durations.items():
+        if len(values) != len(shares):  # not one duration per run: kept as they are
+            found[name] = values
+        elif sum(clean) >= MIN_CLEAN:
+            found[name] = [value for value, ok in zip(values, clean, strict=True) if ok]
+        else:
+            found[name] = [value * min(share, 1.0) for value, share in zip(values, shares, strict=True)]
+    return found
+
+
+def _durations(path: str, skip: int, step: int = 1) -> dict[str, list[float]]:
+    """Node name -> its kernel durations (us) per run, the first `skip` runs (warm-up) left out, then of every `step`
+    runs the last (the others warmed the caches up)."""
     with open(path, encoding="utf-8") as handle:
         events = json.load(handle)
     Path(path).unlink(missing_ok=True)
@@ -139,12 +169,10 @@ def _durations(path: str, skip: int) -> dict[str, list[float]]:
     for event in events:
         if event.get("cat") == "Node" and event.get("name", "").endswith("_kernel_time"):
             found.setdefault(event["name"][: -len("_kernel_time")], []).append(float(event["dur"]))
-    return {name: values[skip:] for name, values in found.items() if len(values) > skip}
+    return {name: values[skip + step - 1 :: step] for name, values in found.items() if len(values) > skip}
 
 
-def _model_times(
-    net: Net, optimized: str, durations: dict[str, list[float]], walls: list[float], block: int
-) -> ModelTimes:
+def _model_times(net: Net, optimized: str, durations: dict[str, list[float]], wall: float, block: int) -> ModelTimes:
     proto = onnx.load_from_string(net.model)
     original = model_from_proto(proto, net.name, Path(".")).graph
     ort_graph = _read(onnx.load(optimized, load_external_data=False))
@@ -161,5 +189,4 @@ def _model_times(
         if net.one_signed and kernel.op == "PRelu":  # fed one-signed data: what a statically known sign runs
             kernel = replace(kernel, sign_known=True)
         samples.append(Sample(kernel, median, net.name, entry.name))
-    wall = float(np.median(walls)) if walls else float("nan")
     return ModelTimes(net.name, net.family, wall, total, len(mapped.kernels), samples)

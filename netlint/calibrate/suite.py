@@ -285,7 +285,8 @@ def _time(runner: Runner, models: list[MicroModel], budget_s: float, progress: C
     return measure(
         runs,
         budget_s=budget_s * 0.9 - (time.perf_counter() - started),
-        warm=frozenset(spec.name for spec in models if spec.family == REORDER),
+        warm=frozenset(runs),  # steady state: each visit's first call (after another model's) is not timed
+        clean=getattr(runner, "threads", 0) == 1,
         progress=(lambda i, n: progress(f"timing round {i}/{n}")) if progress is not None else None,
     )
 

@@ -5,8 +5,11 @@ The model file is run as it is (its real weights; a model whose external weights
 of the same shapes, which time the same except for data-dependent ops) on seeded random inputs (dynamic dimensions
 1), on one thread pinned to one CPU, with the target's optimization level: one session with ORT's profiler (which
 also saves the optimized model it runs, so each profiled kernel is read as the backend reads ORT's graph) and one
-without, timed by the wall clock, alternating, `runs` times after two warm-up runs; medians are kept. Predicted is the
-target's per-kernel-class rates on the same kernels.
+without, alternating, `runs` times after two warm-up runs; medians are kept. On a shared machine only the runs that
+kept the CPU throughout count where enough did, as `netlint calibrate` times (netlint.calibrate.bench.clean_median;
+the plain median wall time is printed next to it); kernel times are ORT's profiler's (wall clock), from the profiled
+runs that were clean, else scaled by their run's CPU share (netlint.calibrate.profile). Predicted is the target's
+per-kernel-class rates on the same kernels.
 """
 
 from __future__ import annotations
@@ -34,13 +37,13 @@ def measure(model: Model, target: Target, path: str, *, runs: int = 20) -> dict[
         raise UsageError(f"--measure needs a target priced by onnxruntime and onnxruntime installed ({why or 'no'})")
     if model.format != "onnx":
         raise UsageError("--measure runs ONNX models (onnxruntime); this model is " + model.format)
-    from netlint.calibrate.bench import pinned
+    from netlint.calibrate.bench import clean_median, pinned
     from netlint.cost.backends.onnx_export import export
 
     with tempfile.TemporaryDirectory(prefix="netlint-measure-") as folder, pinned(1):
         source = _runnable(model, path, Path(folder), export)
         feeds = _feeds(model)
-        times, walls, optimized = _profile(source, feeds, backend.level, runs, folder)
+        times, (cpus, walls), optimized = _profile(source, feeds, backend.level, runs, folder)
         mapped = _mapped(optimized, model, backend)
     rows = []
     for entry in mapped.kernels:
@@ -61,7 +64,8 @@ def measure(model: Model, target: Target, path: str, *, runs: int = 20) -> dict[
         "runs": runs,
         "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
         "predicted_us": predicted_total,
-        "measured_us": float(np.median(walls)),
+        "measured_us": clean_median(cpus, walls),  # a quiet machine's wall time (netlint.calibrate.bench)
+        "measured_wall_us": float(np.median(walls)),
         "measured_kernels_us": kernel_sum,
         "kernels": sorted(rows, key=lambda row: -(row["measured_us"] or 0.0)),
     }
@@ -115,7 +119,7 @@ def _profile(
         import onnxruntime as ort
     except ImportError:
         raise UsageError("--measure needs onnxruntime (pip install 'netlint[ort]')") from None
-    from netlint.calibrate.profile import _durations
+    from netlint.calibrate.profile import _clean, _durations
     from netlint.cost.backends.ort_optimize import _level
 
     optimized = os.path.join(folder, "optimized.onnx")
@@ -131,21 +135,27 @@ def _profile(
     try:
         with_profile = ort.InferenceSession(source, profiled, providers=["CPUExecutionProvider"])
         without = ort.InferenceSession(source, plain, providers=["CPUExecutionProvider"])
-        walls = []
-        for index in range(runs + 2):
+        cpus, walls, shares = [], [], []
+        for index in range(runs + 2):  # each session twice, the second timed: steady state, as calibrate times
             with_profile.run(None, feeds)
-            start = time.perf_counter_ns()
+            wall, cpu = time.perf_counter_ns(), time.thread_time_ns()
+            with_profile.run(None, feeds)
+            wall, cpu = time.perf_counter_ns() - wall, time.thread_time_ns() - cpu
+            without.run(None, feeds)
+            start, begin = time.perf_counter_ns(), time.thread_time_ns()
             without.run(None, feeds)
             if index >= 2:
                 walls.append((time.perf_counter_ns() - start) / 1e3)
-        times = _durations(with_profile.end_profiling(), skip=2)
+                cpus.append((time.thread_time_ns() - begin) / 1e3)
+                shares.append(cpu / max(wall, 1))
+        times = _clean(_durations(with_profile.end_profiling(), skip=4, step=2), shares)
     except UsageError:
         raise
     except Exception as exc:
         raise UsageError(
             f"--measure: onnxruntime could not run the model ({' '.join(str(exc).split())[:200]})"
         ) from None
-    return times, walls, optimized
+    return times, (cpus, walls), optimized
 
 
 def _mapped(optimized: str, model: Model, backend: Any) -> Any:
@@ -164,8 +174,8 @@ def render_measured(measured: dict[str, Any], top: int = 15) -> str:
         f"measured with onnxruntime's profiler, median of {measured['runs']} runs on one pinned thread"
         + (f" (load average {load:.2f})" if load is not None else "")
         + ":",
-        f"  total: predicted {_us(predicted)}, measured {_us(wall)} ({_ratio(predicted, wall)}); kernels alone "
-        f"{_us(measured['measured_kernels_us'])} measured",
+        f"  total: predicted {_us(predicted)}, measured {_us(wall)} ({_ratio(predicted, wall)}; median wall time of "
+        f"all runs {_us(measured.get('measured_wall_us'))}); kernels alone {_us(measured['measured_kernels_us'])}",
         f"  {'kernel':<44} {'op':<18} {'predicted':>10} {'measured':>10} {'pred/meas':>9}",
     ]
     for row in measured["kernels"][:top]:

@@ -75,3 +75,24 @@ def test_update_replaces_only_the_cost_tables_and_cites_the_run() -> None:
     before = [line for line in original.splitlines() if not line.startswith(("#", "["))][:40]
     assert all(line in result for line in before[:20])  # the target's other facts, as they were written
     assert "# the run's header" in result
+
+
+# --- timing on a shared machine --------------------------------------------------------------------------------------
+def test_a_run_s_time_is_that_of_its_visits_the_os_did_not_pause() -> None:
+    from netlint.calibrate.bench import clean_median
+
+    cpu = [100.0, 100.0, 102.0, 101.0, 99.0, 130.0, 100.0]
+    wall = [101.0, 300.0, 103.0, 102.0, 100.0, 400.0, 101.0]  # two visits paused (CPU share < 0.9)
+    assert clean_median(cpu, wall) == 101.0  # the clean visits' wall times
+    assert clean_median(cpu[:3], wall[:3]) == 100.0  # too few clean visits: the CPU times' median
+
+
+def test_profiled_kernels_come_from_clean_runs_or_are_scaled_by_their_run_s_share() -> None:
+    from netlint.calibrate.profile import _clean
+
+    durations = {"conv": [10.0, 30.0, 10.0, 10.0, 10.0, 10.0], "once": [5.0]}
+    shares = [1.0, 0.3, 0.95, 0.92, 1.0, 0.99]
+    kept = _clean(durations, shares)
+    assert kept["conv"] == [10.0, 10.0, 10.0, 10.0, 10.0] and kept["once"] == [5.0]
+    scaled = _clean({"conv": [10.0, 30.0]}, [1.0, 0.5])
+    assert scaled["conv"] == [10.0, 15.0]
