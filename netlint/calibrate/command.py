@@ -213,6 +213,7 @@ def target_document(base: dict[str, Any], result: Any, name: str) -> dict[str, A
         else:
             del cost["assumed"]
     cost["source"] = source
+    cost.pop("accuracy", None)  # measured for the base's numbers, not these: benchmark this target anew
     precisions = getattr(result, "precisions", None) or {}
     if precisions:  # LiteRT: a float precision and the quantized ones it was measured in (int16x8: reference kernels)
         target["precisions"] = ["fp32", *precisions]
