@@ -225,11 +225,19 @@ def pairs(runner: OrtRunner, targets: dict, quick: bool, budget_s: float, log) -
     return rows
 
 
+NEUTRAL = 0.03  # a measured speed-up within 1 +- 3% is no effect at this machine's noise (see the noise floor)
+
+
 def pair_summary(rows: list[dict], key: str) -> dict:
+    """Sign agreement over every pair (a prediction of exactly 1 counts as "not faster"), over the pairs whose measured
+    effect is beyond NEUTRAL (the ones a sign can be read from), and the median |predicted / measured - 1|."""
     found = [(row[key], row["measured"]) for row in rows if row.get(key)]
+    clear = [(p, m) for p, m in found if abs(m - 1) > NEUTRAL]
     return {
         "pairs": len(found),
         "sign": sum((p > 1) == (m > 1) for p, m in found) / len(found) if found else None,
+        "pairs_beyond_noise": len(clear),
+        "sign_beyond_noise": sum((p > 1) == (m > 1) for p, m in clear) / len(clear) if clear else None,
         "median_ratio_error": float(np.median([abs(p / m - 1) for p, m in found])) if found else None,
     }
 
@@ -253,7 +261,7 @@ def fixes(paths: list[Path], runner: OrtRunner, target_file: str, budget_s: floa
             out = folder / f"{path.stem}.{code}.onnx"
             fixed = subprocess.run(
                 [sys.executable, "-m", "netlint", "fix", str(path), "-o", str(out), "--select", code, "--target",
-                 target_file, "--unsafe-fixes", "--no-verify", "-q"],
+                 target_file, "--unsafe-fixes", "--no-verify"],
                 capture_output=True, text=True, check=False,
             )  # fmt: skip
             if fixed.returncode == 0 and out.exists():

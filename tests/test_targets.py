@@ -279,7 +279,7 @@ def test_ethos_u_ops_are_the_mapped_vela_5_list(name: str) -> None:
 
 def test_the_ops_list_matches_the_installed_vela() -> None:
     """When ethos-u-vela is installed, its own supported-ops report is the list above (a Vela upgrade shows here)."""
-    pytest.importorskip("ethosu.vela", reason="ethos-u-vela is not installed (pip install 'netlint[ethos-u]')")
+    pytest.importorskip("ethosu.vela", reason="ethos-u-vela is not installed (pip install 'netlint-nn[ethos-u]')")
     from netlint.cost.backends.vela import supported_report
 
     assert supported_report() == sorted(VELA_5_2)

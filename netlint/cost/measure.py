@@ -118,7 +118,7 @@ def _profile(
     try:
         import onnxruntime as ort
     except ImportError:
-        raise UsageError("--measure needs onnxruntime (pip install 'netlint[ort]')") from None
+        raise UsageError("--measure needs onnxruntime (pip install 'netlint-nn[ort]')") from None
     from netlint.calibrate.profile import _clean, _durations
     from netlint.cost.backends.ort_optimize import _level
 

@@ -35,7 +35,7 @@ from netlint.io import load_model
 from netlint.targets import load_target
 from netlint.testing import GraphBuilder
 
-ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed (pip install 'netlint[ort]')")
+ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed (pip install 'netlint-nn[ort]')")
 
 
 @pytest.fixture(autouse=True)

@@ -14,7 +14,7 @@ from netlint.cost.backends import store
 from netlint.io import load_model
 from netlint.targets import load_target
 
-pytest.importorskip("ethosu.vela", reason="ethos-u-vela is not installed (pip install 'netlint[ethos-u]')")
+pytest.importorskip("ethosu.vela", reason="ethos-u-vela is not installed (pip install 'netlint-nn[ethos-u]')")
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 INT8 = DATA / "keras_mobilenet_v2_a035_int8.tflite"

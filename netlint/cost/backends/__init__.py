@@ -2,9 +2,9 @@
 
 - static: netlint's own model of the target's runtime (netlint.cost.model): every target, always available;
 - onnxruntime: the kernels ORT's optimizer builds, timed with calibrated per-kernel-class rates
-  (netlint.cost.backends.ort_backend; `pip install 'netlint[ort]'`);
+  (netlint.cost.backends.ort_backend; `pip install 'netlint-nn[ort]'`);
 - vela: Arm's Vela compiles the TFLite model for Ethos-U and its performance estimator times it
-  (netlint.cost.backends.vela; `pip install 'netlint[ethos-u]'`).
+  (netlint.cost.backends.vela; `pip install 'netlint-nn[ethos-u]'`).
 
 The target file names its backend and options in [cost.backend] (`name`, and e.g. `optimization_level` for ORT,
 `system_config` / `memory_mode` for Vela). `cost(graph, target)` prices a whole model and `price(before, after, ...)`
@@ -78,7 +78,7 @@ def _make(target: Target) -> tuple[Backend | None, str | None]:
         if not ort_backend.enabled():
             return None, "NETLINT_ORT=0"
         if not ort_optimize.available():
-            return None, "onnxruntime is not installed: pip install 'netlint[ort]'"
+            return None, "onnxruntime is not installed: pip install 'netlint-nn[ort]'"
         rates = kernel_rates((target.section("cost") or {}).get("kernels"))
         if rates is None:
             return None, "the target has no [cost.kernels] rates"
@@ -89,7 +89,7 @@ def _make(target: Target) -> tuple[Backend | None, str | None]:
         if os.environ.get("NETLINT_VELA", "1") == "0":
             return None, "NETLINT_VELA=0"
         if not vela.available():
-            return None, "ethos-u-vela is not installed: pip install 'netlint[ethos-u]'"
+            return None, "ethos-u-vela is not installed: pip install 'netlint-nn[ethos-u]'"
         return vela.VelaBackend(target, chosen), None
     return None, None
 

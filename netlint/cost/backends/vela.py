@@ -1,6 +1,6 @@
 """The Ethos-U backend: Arm's Vela compiles the TFLite model and its performance estimator times it.
 
-Whole model: the model file is compiled by Vela (`ethos-u-vela`, `pip install 'netlint[ethos-u]'`) for the target's
+Whole model: the model file is compiled by Vela (`ethos-u-vela`, `pip install 'netlint-nn[ethos-u]'`) for the target's
 chip (its accelerator config: `ethos-u55-128`; no chip chosen: the smallest, as the static model does) with the
 target's [cost.backend] options (`system_config`, `memory_mode`, `config`; Vela's own defaults when absent). Vela's
 per-layer report gives each operator's placement (NPU or CPU) and NPU cycles; its summary the clock and the NPU
