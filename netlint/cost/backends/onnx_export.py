@@ -4,8 +4,11 @@ ORT decides its kernels from the graph's structure, attributes, shapes and dtype
 constants (shapes, axes, Clip bounds, scales); the values of large weights change none of its decisions. So every
 constant larger than INLINE_BYTES, and every constant whose data is missing (a topology-only model), becomes a
 *stand-in*: an initializer of the same shape and dtype whose bytes live in a sparse file (created by truncation:
-no byte is written, none read from the user's weights). Small constants keep their real values. Constants computed
-Constant nodes are written as initializers; every other node is kept as it is (ConstantOfShape weights, the
+no byte is written, none read from the user's weights). Every stand-in is the same region of that file (offset 0,
+its own length: the file is as large as the largest one): ORT reads each stand-in when it writes its optimized model,
+and zeros read again from pages already in the page cache cost a third of zeros allocated anew (1.5 GB of weights:
+1.4 s instead of 3.4 s; ORT's kernels identical on every corpus and light model). Small constants keep their real
+values. Constant nodes are written as initializers; every other node is kept as it is (ConstantOfShape weights, the
 DequantizeLinear of a QDQ weight: ORT folds them, or fuses them into QLinear kernels, as it would the real model).
 Node names are `n<index>` (the index into the IR graph's node list), so ORT's optimized model can be mapped back.
 
@@ -26,7 +29,7 @@ from onnx import TensorProto, helper, numpy_helper
 from netlint.ir import ConstantUnavailable, Graph, Node
 
 INLINE_BYTES = 16 * 1024  # constants up to this size keep their real values (shapes, bounds, slopes, scales)
-ALIGN = 4096  # stand-ins start on page boundaries in the stand-in file
+ALIGN = 4096  # the probe's size (sparse_file_ok)
 STANDIN_FILE = "standins.bin"
 DEFAULT_OPSET = 17
 
@@ -86,33 +89,26 @@ def export(
 
 
 def merge(parts: list[Exported]) -> Exported:
-    """Several exported graphs (made with distinct prefixes) as one model: ORT optimizes them in one session. Their
-    stand-ins are laid out one after the other in one stand-in file."""
+    """Several exported graphs (made with distinct prefixes) as one model: ORT optimizes them in one session."""
     if not parts:
         raise ValueError("nothing to merge")
     graph = helper.make_graph([], "netlint-batch", [], [])
     opsets: dict[str, int] = {}
-    offset = 0
+    size = 0
     ids: dict[str, str] = {}
     for part in parts:
         source = part.model.graph
         graph.node.extend(source.node)
         graph.input.extend(source.input)
         graph.output.extend(source.output)
-        for tensor in source.initializer:
-            copy = graph.initializer.add()
-            copy.CopyFrom(tensor)
-            if copy.data_location == TensorProto.EXTERNAL:
-                for entry in copy.external_data:
-                    if entry.key == "offset":
-                        entry.value = str(int(entry.value) + offset)
-        offset += _aligned(part.standin_bytes)
+        graph.initializer.extend(source.initializer)  # stand-ins all at offset 0 of the one stand-in file
+        size = max(size, part.standin_bytes)
         ids.update(part.node_ids)
         for entry in part.model.opset_import:
             opsets[entry.domain] = max(opsets.get(entry.domain, 0), entry.version)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets.items()])
     model.ir_version = parts[0].model.ir_version
-    return Exported(model, offset, ids)
+    return Exported(model, size, ids)
 
 
 def _opsets(graph: Graph, opsets: Mapping[str, int] | None) -> dict[str, int]:
@@ -124,10 +120,6 @@ def _opsets(graph: Graph, opsets: Mapping[str, int] | None) -> dict[str, int]:
         if node.domain and node.domain not in found and node.domain != "ai.onnx":
             found[node.domain] = 1
     return found
-
-
-def _aligned(size: int) -> int:
-    return (size + ALIGN - 1) // ALIGN * ALIGN
 
 
 class _Writer:
@@ -192,10 +184,10 @@ class _Writer:
             raise Unexportable(f"constant '{name}' has no shape")
         tensor = TensorProto(name=self.name(name), data_type=helper.np_dtype_to_tensor_dtype(dtype), dims=shape)
         tensor.data_location = TensorProto.EXTERNAL
-        for key, text in (("location", STANDIN_FILE), ("offset", str(self.offset)), ("length", str(nbytes))):
+        for key, text in (("location", STANDIN_FILE), ("offset", "0"), ("length", str(nbytes))):
             entry = tensor.external_data.add()
             entry.key, entry.value = key, text
-        self.offset = _aligned(self.offset + max(nbytes, 1))
+        self.offset = max(self.offset, nbytes)  # every stand-in reads the same zeros: the file is the largest one
         self.initializers.append(tensor)
 
     def inputs(self) -> list[onnx.ValueInfoProto]:
