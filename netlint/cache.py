@@ -45,12 +45,15 @@ from netlint.engine import CostSummary, ModelReport, Suppressed
 from netlint.pricing import Pricing
 from netlint.report.baseline import FindingKey
 from netlint.rule import Finding, FixRef, Impact, Skip
+from netlint.source import Frame, Source
 
 if typing.TYPE_CHECKING:
     from netlint.config import Settings
 
-# Bump when the entry layout changes (2: dataclasses as lists of their fields; 3: lists of dataclasses by columns).
-CACHE_FORMAT = 3
+# Bump when the entry layout changes (2: dataclasses as lists of their fields; 3: lists of dataclasses by columns;
+# 4: findings' sources, and their stacks in a table after the report; 5: Finding.reference, Impact.modelled;
+# 6: Impact.pricing and CostSummary.pricing).
+CACHE_FORMAT = 6
 DEFAULT_DIR = ".netlint_cache"
 CACHEDIR_TAG = (
     "Signature: 8a477f597d28d172789f06886806bc55\n"
@@ -66,6 +69,8 @@ _TYPES = {  # for resolving annotations written under TYPE_CHECKING or as string
     "Impact": Impact,
     "Skip": Skip,
     "Pricing": Pricing,
+    "Source": Source,
+    "Frame": Frame,
     "Suppressed": Suppressed,
 }
 
@@ -276,15 +281,60 @@ def _code_stamp(rule_modules: tuple[str, ...]) -> str:
 def report_to_json(report: ModelReport) -> list[Any]:
     """The report as JSON values: every dataclass as the list of its fields in __init__'s order (generic, like
     dataclasses.astuple without its deep copies; no field names to store and parse again), tuples tagged, numpy
-    scalars as their exact Python value."""
-    return _encode(report)
+    scalars as their exact Python value. Sources' stacks (`list[Frame]`) are stored once each, in a table after the
+    report, and referred to by index: every instance of a block has the same stack (30k findings of a dynamo export
+    stored 46 MB of stacks, 13 MB without them)."""
+    table: list[Any] = []
+    _STACKS.append((table, {}))
+    try:
+        return [_encode(report), table]
+    finally:
+        _STACKS.pop()
 
 
 def report_from_json(value: Any) -> ModelReport:
     """Rebuild a ModelReport from `report_to_json` output, typed by the dataclasses' annotations; any mismatch is
     a ValueError/TypeError/KeyError. `value` is consumed (rebuilt in place: pass json.loads output, not a value you
-    keep)."""
-    return _build(ModelReport, value)
+    keep). Sources with one stack share one list of frames, as when linted."""
+    if type(value) is not list or len(value) != 2 or type(value[1]) is not list:
+        raise TypeError("expected a report and its table of stacks")
+    encoded, table = value
+    frames = _rows_converter(Frame)
+    _STACKS.append(([frames(stack) for stack in table], None))
+    try:
+        return _build(ModelReport, encoded)
+    finally:
+        _STACKS.pop()
+
+
+# The table of stacks of the report being encoded (the table, and each stack's index by its frames) or decoded (the
+# rebuilt stacks, None): a stack stack of one, as reports are encoded one at a time.
+_STACKS: list[tuple[list[Any], dict[tuple[Frame, ...], int] | None]] = []
+
+
+def _stack_index(frames: list[Frame]) -> int:
+    """A stack's index in the table of the report being encoded (added on first sight)."""
+    if not _STACKS or _STACKS[-1][1] is None:
+        raise TypeError("a stack is stored only inside report_to_json")
+    table, index = _STACKS[-1]
+    if type(frames) is not list or any(type(frame) is not Frame for frame in frames):
+        raise TypeError("a stack is a list of Frame")
+    key = tuple(frames)
+    known = index.get(key)
+    if known is None:
+        known = index[key] = len(table)
+        table.append(_rows_encoder(Frame)(frames))
+    return known
+
+
+def _stack(value: Any) -> list[Frame]:
+    """The stack an index names in the table of the report being decoded."""
+    if type(value) is not int or not _STACKS or _STACKS[-1][1] is not None:
+        raise TypeError("expected the index of a stack")
+    stacks = _STACKS[-1][0]
+    if not 0 <= value < len(stacks):
+        raise ValueError(f"no stack {value} in the entry's table")
+    return stacks[value]  # type: ignore[no-any-return]
 
 
 def _encode(value: Any) -> Any:
@@ -316,7 +366,10 @@ def _encoders(cls: type) -> tuple[tuple[str, Callable[[Any], Any]], ...]:
 
 
 def _field_encoder(hint: Any) -> Callable[[Any], Any]:
-    """How a field declared `hint` is stored: by its value (_encode), but a list of dataclasses by columns."""
+    """How a field declared `hint` is stored: by its value (_encode), but a list of dataclasses by columns and a
+    source's stack by its index in the report's table (report_to_json)."""
+    if hint == list[Frame]:
+        return _stack_index
     origin = typing.get_origin(hint)
     if origin in (Union, types.UnionType):
         arms = [arm for arm in typing.get_args(hint) if arm is not type(None)]
@@ -347,6 +400,8 @@ def _rows_encoder(cls: type) -> Callable[[list[Any]], list[Any]]:
             columns.append((field.name, _table_encoder(*table)))
         elif hints[field.name] in _ANY_CONTAINERS:
             columns.append((field.name, _tagged_encoder))
+        elif hints[field.name] in _NESTED:
+            columns.append((field.name, _nested_encoder(_NESTED[hints[field.name]])))
         else:
             encode = _field_encoder(hints[field.name])
             columns.append((field.name, lambda column, encode=encode: [encode(item) for item in column]))
@@ -360,6 +415,55 @@ def _rows_encoder(cls: type) -> Callable[[list[Any]], list[Any]]:
 
 
 _ANY_CONTAINERS = (dict[str, Any], list[Any])  # a column of these is stored with the rows that hold a tuple
+# Columns of findings' sources (Finding.source: one or null; Finding.other_sources: a list or null) are stored as
+# the length of each row (-1: null) and the rows' sources together, by columns: tens of thousands of findings of a
+# dynamo export each have a source, and a call per source and field (or per finding's list) cost most of a cached run.
+_NESTED: dict[Any, bool] = {Source | None: False, list[Source] | None: True}  # the hint -> a list per row
+
+
+def _nested_encoder(many: bool) -> Callable[[list[Any]], list[Any]]:
+    rows = _rows_encoder(Source)
+
+    def encode(column: list[Any]) -> list[Any]:
+        if many:
+            if any(value is not None and type(value) is not list for value in column):
+                raise TypeError("expected lists of sources")
+            lengths = [-1 if value is None else len(value) for value in column]
+            return [lengths, rows([item for value in column if value is not None for item in value])]
+        return [[-1 if value is None else 1 for value in column], rows([v for v in column if v is not None])]
+
+    return encode
+
+
+def _nested_check(where: str, many: bool) -> Callable[[Any, int], list[Any]]:
+    """A column of sources or lists of them (_nested_encoder)."""
+    build = _rows_converter(Source)
+
+    def check(column: Any, count: int) -> list[Any]:
+        if type(column) is not list or len(column) != 2:
+            raise TypeError(f"{where}: expected the rows' lengths and their sources")
+        lengths = _column(where, column[0], count)
+        if not _INT.issuperset(map(type, lengths)):
+            raise TypeError(f"{where}: expected lengths")
+        items = build(column[1])
+        rows: list[Any] = []
+        position = 0
+        for length in lengths:
+            if length == -1:
+                rows.append(None)
+            elif many and length >= 0:
+                rows.append(items[position : position + length])
+                position += length
+            elif length == 1:
+                rows.append(items[position] if position < len(items) else None)
+                position += 1
+            else:
+                raise ValueError(f"{where}: a length of {length}")
+        if position != len(items):
+            raise ValueError(f"{where}: the lengths do not add up to the sources stored")
+        return rows
+
+    return check
 
 
 def _tagged_encoder(column: list[Any]) -> list[Any]:
@@ -470,6 +574,8 @@ def _converter(tp: Any) -> Callable[[Any], Any]:
     origin = typing.get_origin(tp)
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
         return _dataclass_converter(tp)
+    if tp == list[Frame]:  # a source's stack: by index in the report's table (report_from_json)
+        return _stack
     if origin in (Union, types.UnionType):
         arms = [arm for arm in typing.get_args(tp) if arm is not type(None)]
         inner = _converter(arms[0]) if len(arms) == 1 else _decode
@@ -682,6 +788,8 @@ def _column_checks(cls: type) -> list[Callable[[Any, int], list[Any]]]:
         table = _table_class(hints[field.name])
         if table is not None:
             checks.append(_table_check(where, _converter(table[0]), table[1]))
+        elif hints[field.name] in _NESTED:
+            checks.append(_nested_check(where, _NESTED[hints[field.name]]))
         elif kind in (_EXACT, _EXACT_OR_NULL, _NUMBER, _NUMBER_OR_NULL):
             allowed = {int, float} if kind in (_NUMBER, _NUMBER_OR_NULL) else {arg}
             if kind < _NOT_NULL:

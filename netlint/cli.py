@@ -84,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="exit 1 only for findings at or above this severity (default: warning)",
     )
     check.add_argument("--statistics", action="store_true", help="print the number of findings per rule instead")
+    add_source_options(check)
     add_impact_option(check)
     check.add_argument(
         "--max-latency-ms",
@@ -240,7 +241,24 @@ def _add_report_parser(commands: argparse._SubParsersAction) -> None:
     report.add_argument("--skip-lfs-pointers", action="store_true", help=SKIP_LFS_HELP)
     report.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     add_impact_option(report)
+    add_source_options(report)
     add_scaling_options(report)
+
+
+def add_source_options(parser: argparse.ArgumentParser) -> None:
+    """--group and --show-source: how findings with a source in the model's code are shown."""
+    parser.add_argument(
+        "--group",
+        choices=("module", "none"),
+        help="module: the findings of one rule created by one line of model code (or one module path, up to its "
+        "indices) are one entry with every instance listed; none: one entry per finding (default: module in text "
+        "and html when findings have sources; json always lists every finding and the groups)",
+    )
+    parser.add_argument(
+        "--show-source",
+        action="store_true",
+        help="print the line of model code that created each finding's node under it (text output)",
+    )
 
 
 def add_target_options(
@@ -499,6 +517,7 @@ def _check(args: argparse.Namespace) -> int:
     from netlint.engine import ModelReport
     from netlint.report import render_text, to_json
     from netlint.report.baseline import apply_baseline, read_baseline
+    from netlint.sources import resolve_sources
 
     overrides = overrides_from(args)
     fixed_config = read_config_file(Path(args.config)) if args.config else FileConfig() if args.isolated else None
@@ -534,6 +553,7 @@ def _check(args: argparse.Namespace) -> int:
     if cache is not None and cache.warning:
         print(f"netlint: warning: {safe(cache.warning)}", file=sys.stderr)
 
+    resolve_sources(reports, selected)  # the repository's files and the markers in them: after the cache
     if args.write_baseline:
         return _write_baseline(Path(args.write_baseline), reports)
     if args.min_impact is not None:
@@ -547,6 +567,8 @@ def _check(args: argparse.Namespace) -> int:
     to_terminal = args.output is None and sys.stdout.isatty()
     colour = args.color == "always" or (args.color == "auto" and to_terminal and not os.environ.get("NO_COLOR"))
 
+    group = args.group != "none"  # the findings of one rule made by one line of model code: one entry
+
     def render(reports: list[ModelReport], indices: list[int]) -> str:
         if args.statistics:
             return _statistics(reports, args.format)
@@ -555,10 +577,10 @@ def _check(args: argparse.Namespace) -> int:
         if args.format == "html":
             from netlint.report.html import render_html_reports
 
-            return render_html_reports(reports, [targets[i] for i in indices])
+            return render_html_reports(reports, [targets[i] for i in indices], group=group)
         if args.format != "text":
             return _render_ci(args.format, reports, [selected[i] for i in indices], args.fail_on)
-        return render_text(reports, colour=colour)
+        return render_text(reports, colour=colour, group=group, show_source=args.show_source)
 
     text = render_isolated(render, reports, args.format)
     if args.format == "github" and not args.statistics:

@@ -21,22 +21,24 @@ from netlint.collector import paused
 from netlint.config import Settings
 from netlint.errors import ModelLoadError
 from netlint.io import LFS_SKIPPED, LfsPointerError, load_model
-from netlint.ir import ConstantUnavailable, Graph, Model
+from netlint.io.provenance import may_have_sources, sources_for
+from netlint.ir import ConstantUnavailable, Graph, Model, Node
 from netlint.pattern import Match
+from netlint.portable import summarise
 from netlint.pricing import Pricing
-from netlint.rule import Context, Finding, Rule, Skip
+from netlint.rule import PORTABLE, Context, Finding, Rule, Skip
 from netlint.suppression import suppress
 from netlint.targets import Target
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from netlint.ir import Node
     from netlint.report.baseline import FindingKey
 
 # A graph this large is linted on two cores when the caller allows it: below, the rules take less time than what
 # sharing them costs (a fork, and pickling the second half's findings back). docs/performance.md has the figures.
 SPLIT_MIN_NODES = 50_000
+RELATED_NODES = 64  # a finding's nodes whose sources are read besides its advice node's
 
 
 @dataclass
@@ -136,7 +138,7 @@ def lint_model(model: Model, settings: Settings, *, cores: int = 1) -> ModelRepo
     how many cores a large graph may be linted on (see the module's docstring); the report is the same."""
     target = settings.target
     report = ModelReport(model.path, model.format, target.name, target.precision, target.chip, notes=list(model.notes))
-    ctx = Context(settings.target, options=settings.rule_options)
+    ctx = Context(settings.target, options=settings.rule_options, format=model.format)
     rules = [cls() for cls in settings.rules]
     by_anchor: dict[str, list[Rule]] = defaultdict(list)
     scanners: list[Rule] = []
@@ -155,16 +157,22 @@ def lint_model(model: Model, settings: Settings, *, cores: int = 1) -> ModelRepo
             report.findings.extend(_lint_graph(graph, graph.nodes, by_anchor, scanners, ctx, report))
     # per-node-ignores and `netlint: ignore` markers, then NL100 for the ones that suppressed nothing: after every rule
     dropped: list[tuple[Finding, str, str]] = []
-    report.findings = [
-        _with_severity(_priced_by_runtime(finding, settings.target), settings)
-        for finding in suppress(model, report.findings, settings, dropped)
-    ]
+    found = [_priced_by_runtime(finding, target) for finding in suppress(model, report.findings, settings, dropped)]
+    if target.portable:  # no particular hardware: what depends on the target is one summary per kind
+        found = summarise(found, settings.rules)
+        # a suppressed occurrence of such a kind would not have been reported on its own either
+        dropped = [entry for entry in dropped if PORTABLE not in entry[0].data]
+    _cite(found, settings.rules)
+    _cite([finding for finding, _, _ in dropped], settings.rules)
+    report.findings = found
     report.suppressed = [
         Suppressed(_with_severity(_priced_by_runtime(finding, target), settings), kind, why)
         for finding, kind, why in dropped
     ]
     report.skipped = ctx.skipped
-    _add_cost(model, report, target)
+    _add_sources(model, report, rules)
+    _add_cost(model, report, target, settings.rules)
+    report.findings = [_with_severity(finding, settings) for finding in report.findings]
     if settings.fingerprints:  # fingerprints need the graph, which reporters never see
         from netlint.report.baseline import finding_keys  # not at the top: the reporters import this module
 
@@ -256,6 +264,47 @@ def _can_fork() -> bool:
     return can_fork()
 
 
+def _add_sources(model: Model, report: ModelReport, rules: list[Rule]) -> None:
+    """Each finding's source (netlint.io.provenance): where the model's code created the node its advice is about
+    (`Rule.advice_node`), with the other nodes' sources; read for the findings' nodes only, and not at all for a
+    model whose export records none. A source the export records in a form netlint cannot read is left out, with a
+    note, never a failed report."""
+    if not (report.findings or report.suppressed) or not may_have_sources(model):
+        return
+    hooks = {rule.code: rule.advice_node for rule in rules if type(rule).advice_node is not Rule.advice_node}
+    graphs = list(model.graphs())
+    if len(graphs) == 1:
+        node_of = graphs[0].node
+    else:  # subgraphs' node ids are prefixed by their owner's: one index over every graph
+        index = {node.id: node for graph in graphs for node in graph.nodes}
+        node_of = index.get
+    pairs: list[tuple[Node, list[Node]]] = []
+    placed: list[Finding] = []
+    for finding in [*report.findings, *(entry.finding for entry in report.suppressed)]:  # SARIF lists both
+        nodes = finding.nodes
+        advice = nodes[0] if nodes else None
+        hook = hooks.get(finding.code)
+        if hook is not None:
+            with contextlib.suppress(Exception):  # a rule pack's hook that fails: the anchor, as by default
+                advice = hook(finding)
+        node = node_of(advice) if advice is not None else None
+        if node is None:
+            continue
+        # the first nodes only: a whole-graph finding may name thousands, and a few distinct sources are listed
+        others = [other for node_id in nodes[:RELATED_NODES] if node_id != advice and (other := node_of(node_id))]
+        pairs.append((node, others))
+        placed.append(finding)
+    try:
+        sources = sources_for(model, pairs)
+    except Exception as exc:
+        report.notes.append(f"sources not read: {type(exc).__name__}: {' '.join(str(exc).split())[:160]}")
+        return
+    for finding, (source, related) in zip(placed, sources, strict=True):
+        finding.source = source
+        if related:
+            finding.other_sources = related
+
+
 def _warm_cost(graph: Graph, target: Target) -> None:
     """Compute the cost model now (netlint.cost.impact memoises it per graph), while a forked copy lints; a failure
     is left for `_add_cost` to report when it asks again."""
@@ -290,9 +339,10 @@ def _start_cost(graph: Graph, target: Target) -> None:
         start(graph, target)
 
 
-def _add_cost(model: Model, report: ModelReport, target: Target) -> None:
+def _add_cost(model: Model, report: ModelReport, target: Target, rules: Sequence[type[Rule]] = ()) -> None:
     """The model's predicted cost on the target and, when it has throughput numbers, each finding's impact
-    (netlint.cost.impact). netlint.cost is imported here only: start-up stays cheap."""
+    (netlint.cost.impact), then the severity that impact implies (`_severity_from_price`). netlint.cost is imported
+    here only: start-up stays cheap."""
     from netlint.cost.impact import model_cost, price_findings, summary
 
     try:
@@ -301,6 +351,44 @@ def _add_cost(model: Model, report: ModelReport, target: Target) -> None:
         price_findings(model.graph, report.findings, target, cost)
     except Exception as exc:  # the cost model must never cost the findings themselves
         report.notes.append(f"cost model failed: {type(exc).__name__}: {' '.join(str(exc).split())[:160]}")
+        return
+    aims = {rule.code: rule.aim for rule in rules}
+    for finding in report.findings:
+        _severity_from_price(finding, aims.get(finding.code, "latency"))
+
+
+def _severity_from_price(finding: Finding, aim: str) -> None:
+    """A warning about latency whose own predicted saving on the target is zero or negative is info: the finding is
+    true, but fixing it is not predicted to pay there (a placeholder price, `Impact.modelled` False, decides
+    nothing; nor does the price of an accuracy finding)."""
+    impact = finding.impact
+    if finding.severity != "warning" or impact is None or not impact.modelled or aim != "latency":
+        return
+    if impact.saving_ms > 0:
+        return
+    finding.severity = "info"
+    change = "its fix" if finding.fix is not None else "the change it advises"  # manual rules: netlint.cost.advice
+    if impact.saving_ms < 0:
+        finding.message += f"; {change} is predicted to slow {impact.target} down by {_ms(-impact.saving_ms)}"
+    else:
+        finding.message += f"; {change} is predicted to save nothing on {impact.target}"
+
+
+def _ms(value: float) -> str:
+    return f"{value:.3g} ms" if value >= 0.001 else f"{value * 1000:.3g} µs"
+
+
+def _cite(findings: list[Finding], rules: Sequence[type[Rule]]) -> None:
+    """Give every finding without a citation its rule's first reference (`Rule.reference`)."""
+    known: dict[str, str | None] = {}
+    classes = {rule.code: rule for rule in rules}
+    for finding in findings:
+        if finding.reference is None:
+            code = finding.code
+            if code not in known:
+                rule = classes.get(code)
+                known[code] = rule.reference() if rule is not None else None
+            finding.reference = known[code]
 
 
 def _run_patterns(
@@ -359,10 +447,20 @@ def _applies(rule: Rule, ctx: Context) -> bool:
 
 
 def _priced_by_runtime(finding: Finding, target: Target) -> Finding:
-    """A finding whose fix the target's runtime applies by itself (ONNX Runtime folds BN on load) is advice only."""
-    if finding.fix is not None and finding.severity != "info" and target.applies_fix(finding.fix.name):
+    """A finding whose fix the target's runtime applies by itself (ONNX Runtime folds BN on load, TIDL merges it into
+    the conv) is advice only, and cites the fact that says so. A manual fix names a form the pass does not rewrite
+    (a BN after a Concat of convs, or behind Quantize/Dequantize), and the runtime's fusion, which matches the
+    direct conv → BN pattern, does not either: that finding keeps its severity and its price."""
+    fix = finding.fix
+    if (
+        fix is not None
+        and fix.applicability != "manual"
+        and finding.severity != "info"
+        and target.applies_fix(fix.name)
+    ):
         finding.severity = "info"
         finding.message += f"; {target.label} applies {finding.fix.name} itself when it loads the model"
+        finding.reference = target.rewrite_source(finding.fix.name) or finding.reference
     return finding
 
 

@@ -9,6 +9,7 @@ RUNTIME_GRAPH = "measured-runtime-graph"
 VENDOR_ESTIMATOR = "vendor-estimator"
 STATIC_MODEL = "static-model"
 BASES = (RUNTIME_GRAPH, VENDOR_ESTIMATOR, STATIC_MODEL)
+STATIC_GRAPH = "netlint's model of the runtime"  # the static model's graph when nothing more specific is said
 
 
 @dataclass(frozen=True)
@@ -19,14 +20,15 @@ class Pricing:
     basis: str = STATIC_MODEL
     model_band: float | None = None
     finding_band: float | None = None
-    graph: str = "netlint's model of the runtime"
+    graph: str = STATIC_GRAPH
     rates: str = "the target's rates"
 
     @property
     def summary(self) -> str:
-        """'ORT graph + calibrated rates', 'Vela 5.2.0 estimate', 'static model'."""
+        """'ORT graph + calibrated rates', 'Vela 5.2.0 estimate', 'static model' (with why, where a toolchain was
+        wanted: 'static model, netlint's emulation of ORT: ...')."""
         if self.basis == RUNTIME_GRAPH:
             return f"{self.graph} + {self.rates}"
         if self.basis == VENDOR_ESTIMATOR:
             return self.graph
-        return f"static model ({self.graph})"
+        return "static model" if self.graph == STATIC_GRAPH else f"static model, {self.graph}"

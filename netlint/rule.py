@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from netlint.ir import Graph, Node
 from netlint.pattern import Match, Op
 from netlint.pricing import Pricing
+from netlint.source import Source
 
 if TYPE_CHECKING:
     from netlint.targets import Target
@@ -58,6 +59,9 @@ class Impact:
     latency_ms_after: float
     # how a manual rule's advised change was priced, or why it has no modelled latency effect (docs/cost-model.md)
     basis: str | None = None
+    # False when the saving is a placeholder, not a prediction (the change's latency effect is not modelled there, or
+    # the finding is about accuracy): the engine then never derives the severity from it
+    modelled: bool = True
     # what priced it and how far to trust it: the basis (runtime graph, vendor estimator, static model) and the
     # target's measured error band for a finding's saving (netlint.cost.basis)
     pricing: Pricing | None = None
@@ -84,6 +88,9 @@ class Finding:
     help: str | None = None
     data: dict[str, Any] = field(default_factory=dict)  # facts the fix pass reads (never parsed from `message`)
     impact: Impact | None = None  # set by the cost model when the target has one
+    source: Source | None = None  # where the model's code created the node the advice is about (netlint.io.provenance)
+    other_sources: list[Source] | None = None  # the other nodes' distinct sources, when the finding has a source
+    reference: str | None = None  # the citation of the fact the finding rests on (the rule's first reference if unset)
 
 
 @dataclass(frozen=True)
@@ -102,6 +109,7 @@ class Context:
     target: Target
     skipped: list[Skip] = field(default_factory=list)
     options: dict[str, dict[str, Any]] = field(default_factory=dict)  # rule code -> configured option values
+    format: str | None = None  # the model file's format ("onnx", "tflite"), when the engine knows it
 
     def skip(self, rule: Rule, node: Node, reason: str) -> None:
         self.skipped.append(Skip(rule.code, node.id, reason))
@@ -109,6 +117,9 @@ class Context:
     def option(self, rule: Rule, key: str) -> Any:
         """The configured value of one of `rule.options`, or its default."""
         return self.options.get(rule.code, {}).get(key, rule.options[key].default)
+
+
+PORTABLE = "portable"  # Finding.data key of a target-dependent finding made without a target (see Rule.verdict)
 
 
 class Rule:
@@ -119,6 +130,9 @@ class Rule:
     fix: ClassVar[FixRef | None] = None
     pattern: ClassVar[Op | None] = None
     options: ClassVar[dict[str, Option]] = {}
+    # "latency": the finding is worth its predicted saving, so a warning predicted to save nothing on the target is
+    # info (the engine); "accuracy": it is about the numbers, whatever its latency price
+    aim: ClassVar[Literal["latency", "accuracy"]] = "latency"
 
     # --- what a rule implements -------------------------------------------------------------------------------------
     def applies(self, ctx: Context) -> bool:
@@ -151,9 +165,38 @@ class Rule:
     def tensors(self, graph: Graph, match: Match) -> list[str]:
         return [out for out in match.anchor.outputs if out]
 
+    def advice_node(self, finding: Finding) -> str | None:
+        """The id of the node the finding's advice is about: its source (where the model's code created it) is the
+        finding's source, and the other nodes' are listed with it. The anchor unless the rule says otherwise (FU003:
+        the activation, not the conv it follows)."""
+        return finding.nodes[0] if finding.nodes else None
+
     def scan(self, graph: Graph, ctx: Context) -> Iterator[Finding]:
         """Whole-graph rules override this; pattern rules are driven by the engine's anchor index instead."""
         return iter(())
+
+    def reference_for(self, graph: Graph, match: Match, ctx: Context) -> str | None:
+        """The citation of the fact this finding rests on (e.g. the target section that decided it); None: the
+        rule's first reference (`Rule.reference`)."""
+        return None
+
+    # --- without a target: one summary per kind (netlint.portable) ----------------------------------------------------
+    # A rule whose verdict depends on the target reports, on a portable target (`generic`), each occurrence with
+    # `data[PORTABLE] = key` (a tuple of strings saying what kind it is); the engine then replaces them by one info
+    # finding per key that counts them and names, per built-in target, what `verdict` says there.
+    def verdict(self, key: tuple[str, ...], target: Target) -> tuple[bool, str] | None:
+        """On the built-in target selection `target`: whether an occurrence of kind `key` is reported there, and a
+        few words on why ("fuses", "does not fuse"); None when the target states nothing about it."""
+        return None
+
+    def subject(self, key: tuple[str, ...], count: int) -> str:
+        """What the summary counts: "57 convs are followed by SiLU"."""
+        return f"{count} occurrence{'s' if count != 1 else ''} of {' '.join(key)}"
+
+    @classmethod
+    def reference(cls) -> str | None:
+        """The rule's first reference (its docstring's References section), the default citation of its findings."""
+        return _first_reference(cls.docs())
 
     # --- shared machinery ---------------------------------------------------------------------------------------------
     def finding(self, graph: Graph, match: Match, ctx: Context) -> Finding:
@@ -178,6 +221,7 @@ class Rule:
             self.fix_for(graph, match) if own[2] else self.fix,
             self.help(graph, match, ctx) if own[3] else None,
             self.data(graph, match, ctx) if own[4] else {},
+            reference=self.reference_for(graph, match, ctx) if own[5] else None,
         )
 
     @classmethod
@@ -191,10 +235,24 @@ class Rule:
 
 @cache
 def _own_hooks(cls: type[Rule]) -> tuple[bool, ...]:
-    """Per rule class: whether it overrides severity_for, tensors, fix_for, help and data (see `Rule.finding`)."""
-    return tuple(
-        getattr(cls, hook) is not getattr(Rule, hook) for hook in ("severity_for", "tensors", "fix_for", "help", "data")
-    )
+    """Per rule class: whether it overrides severity_for, tensors, fix_for, help, data and reference_for (see
+    `Rule.finding`)."""
+    hooks = ("severity_for", "tensors", "fix_for", "help", "data", "reference_for")
+    return tuple(getattr(cls, hook) is not getattr(Rule, hook) for hook in hooks)
+
+
+_REFERENCES = re.compile(r"^## References\s*\n(.*?)(?=^## |\Z)", re.MULTILINE | re.DOTALL)
+
+
+@cache
+def _first_reference(docs: str) -> str | None:
+    """The first item of a rule docstring's References section, on one line."""
+    found = _REFERENCES.search(docs)
+    if found is None:
+        return None
+    items = re.split(r"^- ", found.group(1), flags=re.MULTILINE)
+    first = next((item for item in items if item.strip()), None)
+    return " ".join(first.split()) if first else None
 
 
 _REGISTRY: dict[str, type[Rule]] = {}

@@ -170,7 +170,7 @@ def suppress(
     # (a bare `netlint: ignore` that suppresses nothing must not hide that it does)
     unused: list[Finding] = []
     for suppression in suppressions:
-        items = _unused_items(suppression, selected)
+        items = unused_items(suppression, selected)
         if suppression.problem is None and not items:
             continue
         anchor = _anchor(suppression, node_ids, model.graph.name)
@@ -209,7 +209,7 @@ def _filter(
     return kept
 
 
-def _unused_items(suppression: Suppression, selected: set[str]) -> list[Item]:
+def unused_items(suppression: Suppression, selected: set[str]) -> list[Item]:
     """Items that suppressed nothing and name a selected rule, or name no rule at all. An item for rules that did
     not run is not unused (the run did not look); an item naming only NL100 is never reported by NL100."""
     return [

@@ -11,7 +11,7 @@ from netlint._lazy import numpy as np  # loaded on first use: a run served by th
 from netlint.ir import Graph, Node, Value
 from netlint.ir.graph import PASS_THROUGH_OPS
 from netlint.ir.ops import ACTIVATION_OPS, UNARY_MATH_OPS
-from netlint.rule import Context, Finding, Option, Rule, register
+from netlint.rule import Context, Finding, Option, Rule, Severity, register
 
 if TYPE_CHECKING:
     from netlint.cost.sizes import TensorSizes
@@ -60,6 +60,8 @@ SAME_COUNT = frozenset(
     }
 )
 TOP = 5
+# Below this share of the graph's nodes sized (or costed), the movers' share is not a measure of the graph: info.
+MIN_SIZED = 0.5
 
 
 def static_values(graph: Graph) -> frozenset[str]:
@@ -359,7 +361,9 @@ class DataMoverHeavy(Rule):
     A dimension the model's inputs name (e.g. `batch`) counts as 1, so the traffic is per unit of it. A tensor whose
     shape is unknown is sized through ops that keep the element count (Reshape, Transpose, elementwise ops, Concat)
     when it can be; a node that still cannot be sized is left out of both sums, counted in the message, and listed
-    as skipped, never counted as zero.
+    as skipped, never counted as zero. When fewer than half of the nodes could be sized (or, on a target with a cost
+    model, costed), the share says little about the graph: the finding is then info and says how many nodes it
+    rests on.
 
     ## Why is this bad?
     Data movers compute nothing: they read a tensor and write it back in another order, so they cost memory
@@ -444,11 +448,15 @@ class DataMoverHeavy(Rule):
         )
         if cost.gaps:
             message += f"; {cost.coverage_line()}"
+        severity: Severity = self.severity
+        if cost.coverage < MIN_SIZED:
+            severity = "info"
+            message += f"; the cost model covers only {cost.coverage:.0%} of the nodes, too little to judge the graph"
         message += self._same_cost(ctx)
         yield Finding(
             self.code,
             self.name,
-            self.severity,
+            severity,
             message,
             [node.id for _, node in worst],
             [out for _, node in worst for out in node.outputs if out],
@@ -482,18 +490,25 @@ class DataMoverHeavy(Rule):
             f"data movers carry {moved / total:.0%} of the tensor traffic ({_mb(moved)} of {_mb(total)}{per}, "
             f"{len(movers)} movers; limit {limit:.0%}); the largest: {listed}"
         )
+        severity: Severity = self.severity
         if unsized:
             movers_unsized = sum(node.op in DATA_MOVERS for node in unsized)
             message += (
                 f"; {len(unsized)} nodes ({movers_unsized} of them movers) could not be sized (shapes unknown) "
                 f"and are left out"
             )
+            static = static_values(graph)
+            counted = sum(1 for node in graph.nodes if _counted(node, static))
+            sized = counted - len(unsized)
+            if counted and sized / counted < MIN_SIZED:
+                severity = "info"
+                message += f": the share is from {sized} of {counted} nodes, too few to judge the graph"
         message += self._same_cost(ctx)
         outputs = [out for _, node in worst for out in node.outputs if out]
         return Finding(
             self.code,
             self.name,
-            self.severity,
+            severity,
             message,
             [node.id for _, node in worst],
             outputs,

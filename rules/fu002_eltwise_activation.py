@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 from functools import cache
+from typing import Any
 
 from netlint._lazy import numpy as np  # loaded on first use: a run served by the cache needs no numpy
 from netlint.ir import Graph, Node
 from netlint.ir.ops import CONV_OPS, prelu_kind
 from netlint.pattern import Match, Op
-from netlint.rule import Context, FixRef, Rule, Severity, register
-from netlint.targets import DEFAULT_TARGET, Target, list_targets
+from netlint.rule import PORTABLE, Context, FixRef, Rule, Severity, register
+from netlint.targets import Target, builtin_selections
 
 ELTWISE_OPS = frozenset({"Add", "Sub", "Mul", "Sum"})  # Sum of two inputs (TFLite ADD_N) is an Add
 # Relu and clips: TFLite fuses them into ADD/SUB/MUL (fused_activation_function), Vela into any elementwise NPU op, and
 # the issue scopes this rule to non-trivial activations; they are never reported.
-TRIVIAL = frozenset({"Relu", "Relu6", "ReluN1To1", "Relu0To1", "Clip"})
+TRIVIAL = frozenset({"Relu", "Relu6", "ReluN1To1", "Relu0To1", "ReluPow2", "Clip"})
 # Targets whose compiler also fuses the activations of its conv table into an elementwise op, so converting the op to
 # a conv gains nothing. Not (yet) a fact of the target schema, hence a constant here: Arm Vela's
 # fuse_activation_function_with_prev moves a standalone activation onto any preceding NPU operation whose block type
@@ -76,8 +77,9 @@ class EltwiseActivation(Rule):
     - ort-cpu, onednn-cpu (target kind cpu): info when the activation fuses into a conv there, saying the rewrite is
       not expected to pay on a CPU; nothing when it would not fuse into a conv either, or when the target fuses
       Conv → Add → activation as a residual block.
-    - generic, or a target file without [fusion]: info naming the built-in accelerator targets where the finding
-      would be a warning; nothing when there are none (e.g. Sigmoid or Gelu after an Add).
+    - generic (no target): one info finding per activation kind and op, naming the built-in targets where it would
+      be a warning; nothing when there are none (e.g. Sigmoid or Gelu after an Add).
+    - a target file without [fusion]: info naming the built-in accelerator targets where it would be a warning.
     - An activation the selected target does not fuse into convs either: nothing (the rewrite would not help).
 
     ## References
@@ -116,19 +118,25 @@ class EltwiseActivation(Rule):
             return "no convolution computes this elementwise op"
         if _residual_fuses(graph, node, kind, ctx.target):
             return "the target fuses Conv -> Add -> activation as one kernel"
-        verdict = _verdict(ctx.target, kind)
+        verdict = self._verdict(ctx, kind)
         if verdict is not None and kind == "PRelu" and act is not node:
             atol = float(ctx.options.get("FU004", {}).get("atol", PRELU_ATOL))
             real = prelu_kind(graph, act, atol)
             if real != kind:
                 kind = real
-                verdict = None if real is None or real in TRIVIAL else _verdict(ctx.target, real)
+                verdict = None if real is None or real in TRIVIAL else self._verdict(ctx, real)
         if verdict is None:
             return "the rewrite would not let this activation fuse on the target"
         if act is not node:
             match.nodes["activation"] = act
         match.data.update(kind=kind, form=form, verdict=verdict, fused=act is node)
         return None
+
+    @staticmethod
+    def _verdict(ctx: Context, kind: str) -> tuple[Severity, str, str] | None:
+        if ctx.target.portable:  # summarised by netlint.portable from `verdict` below
+            return ("info", "unstated", "") if _accelerators_fusing(kind) else None
+        return _verdict(ctx.target, kind)
 
     def message(self, graph: Graph, match: Match, ctx: Context) -> str:
         node, data = match.anchor, match.data
@@ -164,6 +172,29 @@ class EltwiseActivation(Rule):
     def severity_for(self, graph: Graph, match: Match, ctx: Context) -> Severity:
         severity, _, _ = match.data["verdict"]  # type: ignore[misc]
         return severity  # type: ignore[no-any-return]
+
+    def data(self, graph: Graph, match: Match, ctx: Context) -> dict[str, Any]:
+        return {PORTABLE: (str(match.data["kind"]), str(match.anchor.op))} if ctx.target.portable else {}
+
+    def reference_for(self, graph: Graph, match: Match, ctx: Context) -> str | None:
+        return None if ctx.target.portable else ctx.target.fusion_source(str(match.data["kind"]))
+
+    # --- without a target --------------------------------------------------------------------------------------------
+    def verdict(self, key: tuple[str, ...], target: Target) -> tuple[bool, str] | None:
+        kind, _op = key
+        if target.fused_activations() is None:
+            return None
+        if target.name in FUSES_AFTER_ELTWISE:
+            return False, "fuses it after the elementwise op too"
+        if not target.fuses(kind, "Conv"):
+            return False, "does not fuse it into a conv either"
+        if target.kind == "cpu":
+            return False, f"fuses it into a conv, but a CPU is not expected to gain ({CPU_MEASUREMENT})"
+        return True, "fuses it into a conv but not after the elementwise op"
+
+    def subject(self, key: tuple[str, ...], count: int) -> str:
+        kind, op = key
+        return f"{count} {op}{'s are' if count != 1 else ' is'} followed by {kind}, which a 1x1 conv would let fuse"
 
     def help(self, graph: Graph, match: Match, ctx: Context) -> str:
         if match.data["form"] == "depthwise":
@@ -272,10 +303,10 @@ def _verdict(target: Target, kind: str) -> tuple[Severity, str, str] | None:
     """(severity, why: "accelerator" | "cpu" | "unstated", where it matters) for a non-trivial `kind` after an
     elementwise op on `target`, or None when the eltwise-as-conv rewrite would not let the activation fuse there."""
     fused = target.fused_activations()
-    if target.name == DEFAULT_TARGET or fused is None:
+    if fused is None:
         where = _accelerators_fusing(kind)
         return ("info", "unstated", where) if where else None
-    if kind not in fused or target.name in FUSES_AFTER_ELTWISE:
+    if not target.fuses(kind, "Conv") or target.name in FUSES_AFTER_ELTWISE:
         return None
     if target.kind == "cpu":
         return "info", "cpu", target.label
@@ -287,11 +318,10 @@ def _accelerators_fusing(kind: str) -> str:
     """The built-in accelerator targets (and their chips) where `kind` fuses into convs but not after an elementwise
     op: where FU002 would be a warning."""
     found = []
-    for target in list_targets():
-        if target.kind == "cpu" or target.name in (DEFAULT_TARGET, *FUSES_AFTER_ELTWISE):
+    for target, selections in builtin_selections():
+        if target.kind == "cpu" or target.name in FUSES_AFTER_ELTWISE:
             continue
-        selections = [target.select(p, c) for p in target.precisions or (None,) for c in target.chips or (None,)]
-        chips = [s.chip for s in selections if s.fuses(kind)]
+        chips = [s.chip for s in selections if s.fuses(kind, "Conv")]
         if chips:
             named = sorted({chip for chip in chips if chip})
             found.append(f"{target.name} (chip {' or '.join(named)})" if named else target.name)

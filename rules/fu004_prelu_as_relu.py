@@ -2,31 +2,51 @@
 
 from __future__ import annotations
 
+from functools import cache
+from typing import Any as AnyType
 from typing import ClassVar
 
-from netlint.ir import Graph
-from netlint.ir.ops import range_kind, slope_range
+from netlint.rules.fu002_eltwise_activation import ELTWISE_OPS, FUSES_AFTER_ELTWISE
+
+from netlint.ir import Graph, Node
+from netlint.ir.ops import CONV_OPS, range_kind, slope_range
 from netlint.pattern import Any, Match, Op
-from netlint.rule import Context, FixRef, Option, Rule, Severity, register
+from netlint.rule import PORTABLE, Context, FixRef, Option, Rule, Severity, register
+from netlint.targets import Target, builtin_selections
+from netlint.targets.schema import FUSION_HOSTS
+
+HOST_OF = {op: host for host, ops in FUSION_HOSTS.items() for op in ops}
+# After an elementwise op (no conv before the PRelu): FU002's targets whose compiler fuses the activations of its conv
+# table into the elementwise op before them (Arm Vela: "fuse_activation_function_with_prev").
+ELTWISE = "Eltwise"
 
 
 @register
 class PreluAsRelu(Rule):
-    """A PRelu whose slopes make a cheaper activation exact, or whose varying slopes cost speed on most targets.
+    """A PRelu whose slopes make a cheaper activation exact, or whose varying slopes cost a fusion on the target.
 
     ## What it does
     Reads the slopes of every PRelu (TFLite PRELU) and says what the PRelu really is:
     all slopes ≈ 0 (|a| ≤ `atol`, default 1e-6): exactly Relu; all ≈ 1: the identity; all equal: exactly LeakyRelu(a).
-    When the slopes vary per channel, the PRelu is reported as advice (severity info): on targets that fuse Relu
-    best, it costs speed that a retrained Relu would not. Slopes in a missing external data file are reported as
-    skipped; quantized slopes are dequantized first.
+    The first two hold on every target (warning). The other two depend on how the target fuses PRelu, LeakyRelu and
+    Relu into the conv before the PRelu (its fusion table, precision, chip and the efficiency its guide gives):
+
+    - all equal (exactly LeakyRelu): a warning where LeakyRelu fuses and PRelu does not (or less efficiently), as on
+      ONNX Runtime CPU; info where the two fuse alike (both or neither: Qualcomm HTP, oneDNN, TI, Ethos-U).
+    - varying slopes: info where Relu fuses and PRelu does not (Qualcomm HTP on 8450, TI, ONNX Runtime CPU), or
+      fuses less efficiently (Qualcomm HTP FP16 on 8550/8650: PRelu "Good", Relu "Best"), saying which; nothing where
+      PRelu fuses as well as Relu (Qualcomm HTP A8/A16 on 8550/8650, oneDNN) or after an op nothing fuses into.
+
+    Without a target (`generic`) those two cases are summarised per kind, naming the targets where they matter.
+    Slopes in a missing external data file are reported as skipped; quantized slopes are dequantized first.
 
     ## Why is this bad?
-    ReLU, ReLUX and ReLUMinMax are the activations accelerators fuse best: Qualcomm's HTP guide calls ReLU "the best
-    choice for an activation function" and names ReLU, ReLUX and ReLUMinMax the preferred activations for A8 and A16
-    (8- and 16-bit) runtimes, while PReLU fuses only on the newest HMX generations. A PReLU that is not fused is a
-    separate elementwise pass over the whole tensor with a per-channel multiply, and its cost depends on the data
-    (a branch per element on CPUs). When the slopes make it exactly Relu, LeakyRelu or the identity, that cost buys
+    Qualcomm's HTP guide fuses PRelu into the preceding convolution only "on 8550 and 8650" (efficiency "best" in
+    A8/A16, "Good" in FP16, where Relu is "Best"), and recommends "usage of Relu over PRelu/HardSwish whenever this
+    can be achieved"; TI's TIDL merges only ReLU into the convolution and imports PReLU as a separate batchnorm-type
+    layer; ONNX Runtime's CPU provider fuses LeakyRelu, not PRelu, into Conv. A PReLU that is not fused is a
+    separate elementwise pass over the whole tensor with a per-channel multiply, and its cost depends on the data (a
+    branch per element on CPUs). When the slopes make it exactly Relu, LeakyRelu or the identity, that cost buys
     nothing.
 
     ## Example
@@ -41,14 +61,24 @@ class PreluAsRelu(Rule):
     unsafe when slopes vary (→ Relu changes the function: retrain or fine-tune, then measure accuracy).
 
     ## Targets
-    Qualcomm HTP (Relu/ReluX/ReluMinMax fuse in A8/A16; PRelu/LeakyRelu fusion only on newer HMX), TI TDA4 (ReLU is
-    applied on the fly by the MMA; other activations run on the DSP), ONNX Runtime CPU (PRelu is not fused into Conv).
+    - Every target: exact Relu and identity PRelus (warning).
+    - qualcomm-htp: varying slopes are info on 8450 (PRelu does not fuse) and in fp16 on 8550/8650 ("Good" against
+      Relu's "Best"), nothing in a8/a16 on 8550/8650; exact LeakyRelu is info (the two fuse alike).
+    - ti-tda4vm: varying slopes info (only ReLU merges into the convolution); exact LeakyRelu info.
+    - ort-cpu: varying slopes info; exact LeakyRelu a warning (ConvActivationFusion takes LeakyRelu, not PRelu).
+    - onednn-cpu: both fuse as post-ops: varying slopes not reported, exact LeakyRelu info.
+    - ethos-u55: neither fuses (separate NPU operations): varying slopes info (Relu would fuse), exact LeakyRelu info;
+      after an Add/Sub/Mul too, where Vela fuses a Relu into the elementwise op ("fuse_activation_function_with_prev")
+      but not a PRelu. Elsewhere a PRelu after an elementwise op is not reported: a Relu would not fuse there either.
 
     ## References
-    - Qualcomm AI Engine Direct SDK, HTP guidelines, "Choice of Activation functions" (80-63442-10):
-      https://docs.qualcomm.com/bundle/publicresource/80-63442-10/topics/htp_guidelines_activation_functions.md
+    - Qualcomm AI Engine Direct SDK, HTP guidelines, "Quantized 16 bit activations (A16) vs FP16 and Activation
+      Fusion" (80-63442-10):
+      https://docs.qualcomm.com/bundle/publicresource/80-63442-10/topics/htp_guidelines_a16_vs_fp16.md
     - He et al., "Delving Deep into Rectifiers" (PReLU), arXiv:1502.01852
     - ONNX Runtime, onnxruntime/core/optimizer/conv_activation_fusion.cc (the activations it fuses into Conv)
+    - TI edgeai-tidl-tools, Supported Operators (docs/supported_ops_rts_versions.md: PReLU imported as batchnorm):
+      https://github.com/TexasInstruments/edgeai-tidl-tools
     """
 
     code = "FU004"
@@ -74,7 +104,19 @@ class PreluAsRelu(Rule):
             return "no slope values"
         kind = range_kind(low, high, float(ctx.option(self, "atol")))  # slope_kind, from the extremes it needs anyway
         kind = "varying" if kind == "PRelu" else kind
-        match.data.update(kind=kind, count=count, low=low, high=high)
+        host = _host(graph, match.anchor)
+        match.data.update(kind=kind, count=count, low=low, high=high, host=host)
+        if kind in ("Relu", "Identity"):
+            return None  # exact everywhere
+        target = ctx.target
+        if target.portable:
+            if not _matters_somewhere(str(kind), host):
+                return "PRelu and this activation fuse alike on every built-in target"
+            return None
+        verdict = _verdict(str(kind), host, target)
+        if verdict is None:
+            return "PRelu runs as well as the alternative here"
+        match.data["verdict"] = verdict
         return None
 
     def message(self, graph: Graph, match: Match, ctx: Context) -> str:
@@ -84,14 +126,13 @@ class PreluAsRelu(Rule):
             return f"{prelu} has {count} all ≈ 0: it is exactly Relu, the activation every target fuses best"
         if data["kind"] == "Identity":
             return f"{prelu} has {count} all ≈ 1: it computes the identity and can be removed"
+        why = f"; {data['verdict'][1]}" if "verdict" in data else ""  # type: ignore[index]
         if data["kind"] == "LeakyRelu":
             return (
-                f"{prelu} has {count} all equal to {data['low']:.6g}: it is exactly LeakyRelu(alpha={data['low']:.6g})"
+                f"{prelu} has {count} all equal to {data['low']:.6g}: it is exactly "
+                f"LeakyRelu(alpha={data['low']:.6g}){why}"
             )
-        return (
-            f"{prelu} has {count} varying from {data['low']:.4g} to {data['high']:.4g}; targets that fuse Relu best "
-            f"(Qualcomm HTP A8/A16) run it as a separate elementwise pass"
-        )
+        return f"{prelu} has {count} varying from {data['low']:.4g} to {data['high']:.4g}{why}"
 
     def help(self, graph: Graph, match: Match, ctx: Context) -> str:
         return {
@@ -104,4 +145,106 @@ class PreluAsRelu(Rule):
         return self.fix if match.data["kind"] != "varying" else FixRef("prelu-to-relu", "unsafe")
 
     def severity_for(self, graph: Graph, match: Match, ctx: Context) -> Severity:
-        return self.severity if match.data["kind"] != "varying" else "info"
+        kind = match.data["kind"]
+        if kind in ("Relu", "Identity"):
+            return self.severity
+        if kind == "LeakyRelu" and "verdict" in match.data and match.data["verdict"][0]:  # type: ignore[index]
+            return self.severity
+        return "info"
+
+    def data(self, graph: Graph, match: Match, ctx: Context) -> dict[str, AnyType]:
+        kind = str(match.data["kind"])
+        if ctx.target.portable and kind not in ("Relu", "Identity"):
+            return {PORTABLE: (kind, str(match.data["host"]))}
+        return {}
+
+    def reference_for(self, graph: Graph, match: Match, ctx: Context) -> str | None:
+        if ctx.target.portable or match.data["kind"] in ("Relu", "Identity"):
+            return None
+        return ctx.target.fusion_source("PRelu")
+
+    # --- without a target --------------------------------------------------------------------------------------------
+    def verdict(self, key: tuple[str, ...], target: Target) -> tuple[bool, str] | None:
+        kind, host = key
+        if target.fused_activations() is None:
+            return None
+        found = _verdict(kind, host, target)
+        if found is None:
+            return False, "PRelu runs as well"
+        return (kind != "LeakyRelu" or found[0]), found[2]
+
+    def subject(self, key: tuple[str, ...], count: int) -> str:
+        kind, _host = key
+        if kind == "varying":
+            return f"{count} PRelu{'s have' if count != 1 else ' has'} slopes that vary per channel"
+        return f"{count} PRelu{'s are' if count != 1 else ' is'} exactly LeakyRelu (all slopes equal)"
+
+
+def _host(graph: Graph, prelu: Node) -> str:
+    """The op the PRelu would fuse into ("Conv", "Gemm", ...), or "" when its input is not a conv's output."""
+    producer = graph.effective_producer(prelu.inputs[0]) if prelu.inputs else None
+    if producer is None or producer.fused_activation is not None:
+        return ""
+    if producer.op in ELTWISE_OPS:
+        return ELTWISE
+    if producer.op not in CONV_OPS:
+        return ""
+    return HOST_OF.get(producer.op, producer.op)
+
+
+def _fuses_after(kind: str, host: str, target: Target) -> bool:
+    if host == ELTWISE:
+        return target.name in FUSES_AFTER_ELTWISE and bool(target.fuses(kind))
+    return bool(host) and any(target.fuses_into(op) for op in FUSION_HOSTS[host]) and bool(target.fuses(kind))
+
+
+def _standing(kind: str, host: str, target: Target) -> tuple[int, int, float]:
+    """How well `kind` runs after a `host` op on `target`, comparable with >=: (fuses, efficiency: 2 best or
+    unstated, 1 good, 0 not fused, minus its ops per element where they are not hidden: the target's calibrated
+    [cost].activation_ops_per_element, 1 where it states none)."""
+    fused = _fuses_after(kind, host, target)
+    if fused and target.fusion_efficiency(kind) != "good":
+        return 1, 2, 0.0
+    table = (target.section("cost") or {}).get("activation_ops_per_element", {})
+    return (1, 1, -float(table.get(kind, 1.0))) if fused else (0, 0, -float(table.get(kind, 1.0)))
+
+
+def _verdict(kind: str, host: str, target: Target) -> tuple[bool, str, str] | None:
+    """For an exact LeakyRelu (`kind` "LeakyRelu") or varying slopes ("varying") after a `host` op ("" when not
+    after a conv): (whether it is worth a warning, the reason for the message, a short phrase), or None when PRelu
+    runs as well as the alternative there (nothing to say)."""
+    other = "LeakyRelu" if kind == "LeakyRelu" else "Relu"
+    prelu, better = _standing("PRelu", host, target), _standing(other, host, target)
+    label = target.label
+    if prelu >= better:
+        if kind == "LeakyRelu":
+            return False, f"on {label} PRelu and LeakyRelu run alike, so the change is cosmetic there", "run alike"
+        return None
+    if prelu[0] and better[0]:
+        reason = f"on {label} PRelu fuses with efficiency 'good', {other} 'best' (the HTP guide's table)"
+        phrase = f"PRelu fuses less efficiently than {other}"
+    elif better[0]:
+        into = "the elementwise op before it" if host == ELTWISE else f"the {host}"
+        reason = f"on {label} {other} fuses into {into}, PRelu does not: it runs as a separate elementwise pass"
+        phrase = f"{other} fuses, PRelu does not"
+    else:
+        ratio = prelu[2] / better[2] if better[2] else 1.0
+        reason = (
+            f"on {label} neither fuses here, and a PRelu costs {ratio:.2g}x a {other} per element "
+            "(the target's calibrated activation costs)"
+        )
+        phrase = f"PRelu costs more per element than {other}"
+    return kind == "LeakyRelu", reason, phrase
+
+
+@cache
+def _matters_somewhere(kind: str, host: str) -> bool:
+    """Whether some built-in target selection says something about this kind after this op."""
+    for _target, chosen in builtin_selections():
+        for selection in chosen:
+            if selection.fused_activations() is None:
+                continue
+            found = _verdict(kind, host, selection)
+            if found is not None and (kind != "LeakyRelu" or found[0]):
+                return True
+    return False

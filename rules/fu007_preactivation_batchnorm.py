@@ -6,7 +6,7 @@ import math
 
 from netlint._lazy import numpy as np  # loaded on first use: a run served by the cache needs no numpy
 from netlint.ir import ConstantUnavailable, Graph, Node
-from netlint.ir.ops import const_source
+from netlint.ir.ops import concat_of_convs, const_source, quantized_between, quantized_weights
 from netlint.pattern import Match, Op
 from netlint.rule import Context, FixRef, Rule, register
 
@@ -37,8 +37,14 @@ class PreactivationBatchnorm(Rule):
     how many channels have γ ≤ 0. When those values are in a missing external data file, the pattern is still
     reported and the γ check is listed as skipped.
 
-    Not flagged: a batchnorm directly after a conv with no other consumer (FU006 `batchnorm-after-conv` reports the
-    BatchNormalization; any form folds backward into that conv exactly), an activation that the scale cannot cross
+    ResNet V2's tail counts too: BN → Relu → a spatial mean (GlobalAveragePool, or ReduceMean over the spatial axes)
+    → reshapes → a fully-connected layer (Gemm/MatMul) with constant weights; the scale crosses the mean (it is
+    linear) into the FC's input rows. Samsung ONE folds "17 out of 17 pre-activations in ResNet50 V2", that one
+    included.
+
+    Not flagged: a batchnorm directly after a conv with no other consumer, or after a channel Concat of such convs
+    (FU006 `batchnorm-after-conv` reports the BatchNormalization; it folds backward into those convs exactly,
+    whatever γ), an activation that the scale cannot cross
     (Relu6, Clip, Sigmoid, SiLU, ...: bounded or not homogeneous), an activation output that is also read by
     something other than a conv or is a graph output, a BatchNormalization in training mode, and a chain with no
     scale (a bias Add alone).
@@ -63,8 +69,10 @@ class PreactivationBatchnorm(Rule):
     activation into the next conv's input channels and keep one per-channel Add (that Add can then fuse into a conv
     before it where there is one). With channels where γ ≤ 0 it is unsafe: the scale cannot cross the activation
     there. The `make-gamma-positive` variant (Samsung ONE's MakeBatchNormGammaPositive pass) clamps negative γ to
-    1e-10 first; that changes the function, so retrain or measure accuracy. When the γ values are unavailable, the
-    fix is manual: check the signs first.
+    1e-10 first; that changes the function, so retrain or measure accuracy. The fix is manual (advice, what the
+    pass does not rewrite) when the γ values are unavailable (check the signs first), for the mean → FC tail, for a
+    reader the pass does not fold yet (ONNX ConvTranspose and Gemm, TFLite TRANSPOSE_CONV), and in a quantized model
+    ("fold in the float model before quantization": integer kernels requantize after every op, so no fold is exact).
 
     ## Targets
     Every target: no target file states that its compiler folds a batchnorm across an activation, and the rule's
@@ -72,6 +80,8 @@ class PreactivationBatchnorm(Rule):
     a conv; TFLite keeps the MUL/ADD pair.
 
     ## References
+    - Samsung ONE, issue #4773 "Fuse pre-activation batchnorm" ("we could successfully fuse 17 out of 17
+      pre-activations in ResNet50 V2"): https://github.com/Samsung/ONE/issues/4773
     - Samsung ONE, compiler/luci/pass/src/FusePreActivationBatchNormPass.cpp:
       https://github.com/Samsung/ONE/blob/master/compiler/luci/pass/src/FusePreActivationBatchNormPass.cpp
     - Samsung ONE, compiler/luci/pass/src/MakeBatchNormGammaPositivePass.cpp:
@@ -97,6 +107,8 @@ class PreactivationBatchnorm(Rule):
             return "part of a longer affine chain; reported at its first node"
         if before is not None and _folds_backward(graph, before):
             return "directly after a conv it folds into (FU006 reports a BatchNormalization there)"
+        if before is not None and head.op == "BatchNormalization" and concat_of_convs(graph, before, head):
+            return "after a Concat of convs it folds backward into, gamma-free (FU006 reports it)"
         chain, problem = _chain(graph, head)
         if problem is not None:
             return problem
@@ -110,13 +122,27 @@ class PreactivationBatchnorm(Rule):
             return f"the scale cannot cross a {kind}"
         act_out = act_node.output if act_node is not None else last.output
         convs = _conv_uses(graph, act_out)
+        tail: list[Node] = []
         if not convs:
-            return "the activation's output is not read only by convs with constant weights"
-        for index, node in enumerate([*chain[1:], *([act_node] if act_node else [])]):
+            tail, convs = _mean_then_fc(graph, act_out)
+        if not convs:
+            return "the activation's output is not read only by convs with constant weights (or a mean, then an FC)"
+        for index, node in enumerate([*chain[1:], *([act_node] if act_node else []), *tail]):
             match.nodes[f"chain{index}"] = node
         for index, conv in enumerate(convs):
             match.nodes[f"conv{index}"] = conv
-        match.data.update(chain=chain, kind=kind, convs=convs, before=before, signs=self._signs(graph, chain, ctx))
+        quantized = any(quantized_weights(graph, conv) for conv in convs) or any(
+            quantized_between(graph, name) for name in (chain[0].inputs[0], *(conv.inputs[0] for conv in convs))
+        )
+        match.data.update(
+            chain=chain,
+            kind=kind,
+            convs=convs,
+            before=before,
+            signs=self._signs(graph, chain, ctx),
+            tail=tail,
+            quantized=quantized,
+        )
         return None
 
     def _signs(self, graph: Graph, chain: list[Node], ctx: Context) -> tuple[int, int] | None:
@@ -145,7 +171,10 @@ class PreactivationBatchnorm(Rule):
         before: Node | None = match.data["before"]  # type: ignore[assignment]
         kind = match.data["kind"]
         after = before.label() if before is not None else "a graph input"
-        path = " → ".join([*(node.source_op or node.op for node in chain), str(kind), convs[0].source_op or "Conv"])
+        tail: list[Node] = match.data["tail"]  # type: ignore[assignment]
+        ops = [node.source_op or node.op for node in [*chain, *tail]]
+        steps = [*ops[: len(chain)], str(kind), *ops[len(chain) :]]
+        path = " → ".join([*steps, convs[0].source_op or convs[0].op])
         value = graph.value(chain[0].output)
         channels = f" over {value.channels} channels" if value is not None and value.channels else ""
         passes = len(chain)
@@ -163,6 +192,13 @@ class PreactivationBatchnorm(Rule):
 
     def help(self, graph: Graph, match: Match, ctx: Context) -> str:
         signs = match.data["signs"]
+        if match.data["quantized"]:
+            return "fold it in the float model before quantization (the weights here are quantized), then re-quantize"
+        if match.data["tail"]:
+            return (
+                "the scale crosses the mean too (it is linear): fold it into the fully-connected layer's input "
+                "weights and keep one Add (by hand: the fix pass folds into convs only)"
+            )
         if signs is None:
             return "check the gamma signs, then fold the scale into the next conv's weights (exact where gamma > 0)"
         if signs[0]:  # type: ignore[index]
@@ -174,7 +210,11 @@ class PreactivationBatchnorm(Rule):
 
     def fix_for(self, graph: Graph, match: Match) -> FixRef | None:
         signs = match.data["signs"]
-        if signs is None:
+        convs: list[Node] = match.data["convs"]  # type: ignore[assignment]
+        # what the pass does not rewrite (a quantized model, a mean → FC tail, a ConvTranspose or Gemm reader) and
+        # unknown signs are advice only
+        manual = match.data["quantized"] or match.data["tail"] or not all(map(_pass_folds_into, convs))
+        if signs is None or manual:
             return FixRef(self.fix.name, "manual") if self.fix else None
         return self.fix if not signs[0] else FixRef("fold-preactivation-batchnorm", "unsafe")  # type: ignore[index]
 
@@ -309,6 +349,54 @@ def _conv_uses(graph: Graph, name: str) -> list[Node]:
         if graph.source(node.inputs[0]) != graph.source(name):  # a conv whose weights this is: nothing to fold
             return []
     return list(uses)
+
+
+def _pass_folds_into(conv: Node) -> bool:
+    """Whether fold-preactivation-batchnorm rewrites this reader: an ONNX Conv; a TFLite CONV_2D, DEPTHWISE_CONV_2D
+    (both Conv here) or FULLY_CONNECTED. Not yet: ONNX ConvTranspose and Gemm, TFLite TRANSPOSE_CONV."""
+    return conv.op == "Conv" or conv.source_op == "FULLY_CONNECTED"
+
+
+MEANS = frozenset({"GlobalAveragePool", "ReduceMean"})
+RESHAPES = frozenset({"Flatten", "Reshape", "Squeeze"})
+FC_OPS = frozenset({"Gemm", "MatMul"})
+
+
+def _mean_then_fc(graph: Graph, name: str) -> tuple[list[Node], list[Node]]:
+    """ResNet V2's tail, BN → Relu → mean → FC: the spatial mean (GlobalAveragePool, or a ReduceMean over the spatial
+    axes only), the reshapes after it and the fully-connected layer with constant weights reading it, each the only
+    use of what comes before; the per-channel scale crosses the mean (linear) into the FC's input rows. ([], []) if
+    the activation's output does not go there."""
+    mean = _single_use(graph, name)
+    if mean is None or mean.op not in MEANS or not _spatial_mean(graph, mean):
+        return [], []
+    tail = [mean]
+    node = _single_use(graph, mean.output)
+    while node is not None and node.op in RESHAPES:
+        tail.append(node)
+        node = _single_use(graph, node.output)
+    if node is None or node.op not in FC_OPS or len(node.inputs) < 2 or not graph.is_const(node.inputs[1]):
+        return [], []
+    if graph.source(node.inputs[0]) != graph.source(tail[-1].output):
+        return [], []
+    return tail, [node]
+
+
+def _spatial_mean(graph: Graph, mean: Node) -> bool:
+    """A GlobalAveragePool, or a ReduceMean whose axes are the spatial ones (not the channel axis)."""
+    if mean.op == "GlobalAveragePool":
+        return True
+    value = graph.value(mean.inputs[0]) if mean.inputs else None
+    if value is None or value.shape is None or value.channel_axis is None:
+        return False
+    axes = mean.attrs.get("axes")
+    if axes is None and len(mean.inputs) > 1 and mean.inputs[1]:
+        found = graph.const(mean.inputs[1])
+        axes = None if found is None else [int(a) for a in np.asarray(found).reshape(-1)]
+    if not axes:
+        return False
+    rank = len(value.shape)
+    return value.channel_axis % rank not in {int(a) % rank for a in axes} and 0 not in {int(a) % rank for a in axes}
 
 
 def _scale_values(graph: Graph, node: Node) -> np.ndarray | None:

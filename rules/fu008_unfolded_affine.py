@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from netlint._lazy import numpy as np  # loaded on first use: a run served by the cache needs no numpy
 from netlint.ir import Graph, Node, Value
+from netlint.ir.ops import quantized_between, quantized_weights
 from netlint.pattern import Match, Op
 from netlint.rule import Context, FixRef, Rule, register
 
@@ -51,19 +52,23 @@ class UnfoldedAffine(Rule):
     ## Fix
     `fold-affine` (safe: exact up to float rounding): multiply the conv's weights per output channel by the scale
     and fold the scale and shift into the bias (creating a bias if there is none); a Div by c is a Mul by 1/c, a Sub
-    is an Add of the negated constant.
+    is an Add of the negated constant. Manual on quantized weights (or with Quantize/Dequantize around the op): fold
+    in the float model, then re-quantize.
 
     ## Targets
-    Every target: NPU compilers (Qualcomm HTP, TI TIDL, Arm Vela) and fixed-point flows run what they are given.
-    ONNX Runtime folds a Conv followed by a Mul or an Add of a suitably shaped constant itself at session start
-    (ConvMulFusion, ConvAddFusion), so on `ort-cpu` the finding costs ~0 at run time, but other runtimes reading
-    the same file do not.
+    Warning where nothing folds it: Qualcomm HTP, Arm Vela, oneDNN, and without a target (the model file is not
+    folded). Info with no latency price where the runtime folds it on load: ONNX Runtime folds a Conv followed by a
+    Mul or an Add of a suitably shaped constant at session start (ConvMulFusion, ConvAddFusion), and TIDL maps "All
+    channel-wise broadcast operations" to its batchnorm layer, which it merges into the convolution. In a quantized
+    model the fix is manual: fold in the float model before quantization.
 
     ## References
     - Jacob et al., "Quantization and Training of Neural Networks for Efficient Integer-Arithmetic-Only
       Inference", CVPR 2018, arXiv:1712.05877, section 3.2 (folding affine ops into the conv)
     - ONNX Runtime, ConvMulFusion: https://github.com/microsoft/onnxruntime/blob/main/onnxruntime/core/optimizer/conv_mul_fusion.cc
     - ONNX Runtime, ConvAddFusion: https://github.com/microsoft/onnxruntime/blob/main/onnxruntime/core/optimizer/conv_add_fusion.cc
+    - TI edgeai-tidl-tools, Supported Operators (docs/supported_ops_rts_versions.md: "All channel-wise broadcast
+      operations are mapped to Batchnorm", merged into the convolution): https://github.com/TexasInstruments/edgeai-tidl-tools
     - ONNX broadcasting (how a constant's shape lines up with the output):
       https://onnx.ai/onnx/repo-docs/Broadcasting.html
     """
@@ -105,7 +110,12 @@ class UnfoldedAffine(Rule):
         match.nodes["conv"] = conv
         for index, member in enumerate(chain[1:], start=1):
             match.nodes[f"affine{index}"] = member
-        match.data.update(chain=chain, kinds=kinds, conv=conv)
+        quantized = (
+            quantized_weights(graph, conv)
+            or quantized_between(graph, first.inputs[0])
+            or any(quantized_between(graph, name) for node in chain for name in node.inputs if name)
+        )
+        match.data.update(chain=chain, kinds=kinds, conv=conv, quantized=quantized)
         return None
 
     def message(self, graph: Graph, match: Match, ctx: Context) -> str:
@@ -120,7 +130,14 @@ class UnfoldedAffine(Rule):
         )
 
     def help(self, graph: Graph, match: Match, ctx: Context) -> str:
+        if match.data["quantized"]:
+            return "fold it in the float model before quantization (the weights here are quantized), then re-quantize"
         return "fold the scale into the conv's weights and bias and the shift into its bias"
+
+    def fix_for(self, graph: Graph, match: Match) -> FixRef | None:
+        if match.data["quantized"]:  # the pass folds float weights only
+            return FixRef(self.fix.name, "manual") if self.fix else None
+        return self.fix
 
     def tensors(self, graph: Graph, match: Match) -> list[str]:
         chain: list[Node] = match.data["chain"]  # type: ignore[assignment]

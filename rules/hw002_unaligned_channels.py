@@ -62,8 +62,13 @@ class UnalignedChannels(Rule):
     layers (e.g. a 3-channel image input through space-to-depth into 12 or 48 channels).
 
     ## Targets
-    Reported at severity warning on targets that state a channel alignment: qualcomm-htp (32), ti-tda4vm (64),
-    onednn-cpu and ort-cpu (16), ethos-u55 (8). The generic target states none: no findings.
+    Reported at severity warning on targets that state a channel alignment for the selected precision:
+    qualcomm-htp (32), ti-tda4vm in int8 (64: "4096 MACs per cycle when doing 64x64 matrix multiply"; the TIDL guide
+    gives 16-bit a rate, "1024 MACs per cycle", and no geometry, so nothing is reported in int16), onednn-cpu and
+    ort-cpu (16), ethos-u55 (8). On an accelerator the warning is priced (the layer padded against its real
+    channels) and is info where that saves nothing; on the CPU targets the alignment selects a kernel path whose
+    speed the cost model does not separate (a placeholder price, so the severity stays). The generic target states
+    no alignment: no findings.
 
     ## References
     - Qualcomm AI Engine Direct SDK, HTP guidelines, "Number of channels" (80-63442-10):
@@ -111,6 +116,9 @@ class UnalignedChannels(Rule):
             return "channel counts use the aligned width well enough"
         match.data.update(alignment=alignment, channels_in=channels_in, channels_out=channels_out, low=low)
         return None
+
+    def reference_for(self, graph: Graph, match: Match, ctx: Context) -> str | None:
+        return ctx.target.source("layout")
 
     def _alignment(self, target: Target) -> int | None:
         """`target.channel_alignment`, remembered per rule instance (one lint run): the property reads the target's

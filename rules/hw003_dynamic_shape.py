@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from netlint.ir import Graph, Value
-from netlint.rule import Context, Finding, Rule, Severity, register
+from netlint.rule import PORTABLE, Context, Finding, Rule, Severity, register
+from netlint.targets import Target
 
 
 @register
@@ -40,8 +41,10 @@ class DynamicShape(Rule):
 
     ## Targets
     Warning on targets whose `[shapes]` section says they compile static shapes (qualcomm-htp, ethos-u55); nothing on
-    targets that run dynamic shapes (ort-cpu, onednn-cpu); info on targets that state nothing (generic, and ti-tda4vm,
-    whose file has no cited statement about shapes), because it matters on the NPU/DSP targets.
+    targets that run dynamic shapes (ort-cpu; onednn-cpu, whose primitives are created for the shapes of a run or
+    with run-time dimensions); info on targets that state nothing (ti-tda4vm, whose file has no cited statement about
+    shapes, and a user's file without `[shapes]`). Without a target (`generic`): one info finding counting the
+    dynamic inputs and naming the targets that need them fixed.
 
     ## References
     - ONNX Runtime, "Making dynamic input shapes fixed":
@@ -64,6 +67,7 @@ class DynamicShape(Rule):
         if static is False:
             return
         severity: Severity = self.severity if static else "info"
+        portable = ctx.target.portable
         for name in graph.inputs:
             value = graph.value(name)
             if value is None:
@@ -81,7 +85,19 @@ class DynamicShape(Rule):
                 [name],
                 None,
                 "fix the shape before compiling, e.g. python -m onnxruntime.tools.make_dynamic_shape_fixed",
+                data={PORTABLE: ("dynamic",)} if portable else {},
+                reference=ctx.target.source("shapes"),
             )
+
+    # --- without a target --------------------------------------------------------------------------------------------
+    def verdict(self, key: tuple[str, ...], target: Target) -> tuple[bool, str] | None:
+        static = target.static_shapes
+        if static is None:
+            return None
+        return (True, "must be fixed first") if static else (False, "run as they are")
+
+    def subject(self, key: tuple[str, ...], count: int) -> str:
+        return f"{count} graph input{'s have' if count != 1 else ' has'} dynamic dimensions"
 
     @staticmethod
     def _message(name: str, value: Value, dynamic: list[str], ctx: Context, static: bool | None) -> str:

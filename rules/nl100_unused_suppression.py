@@ -29,9 +29,15 @@ class UnusedSuppression(Rule):
     - **`per-node-ignores` entries** of the configuration: an entry whose glob matches nodes of the model, none of
       whose selected rules had a finding there to suppress. An entry whose glob matches no node of the model is not
       reported for that model, because one configuration usually serves several models.
+    - **comments in the model's code** (`# netlint: ignore[CODE, ...]` on a line of a Python file of the
+      repository, which suppresses the findings whose node that line created, in every export; see README,
+      "Findings in your model's code"): the markers of each file the run's findings point into, once per run,
+      with the first model whose findings point into the file. A file no finding points into is not read: its
+      markers may be meant for models the run did not check.
 
     One finding per marker or entry, anchored at the marker's node (the graph's name for a model-level marker) or
-    at the first node the entry's glob matches. An item naming only NL100 is never reported by NL100 itself.
+    at the first node the entry's glob matches; a comment's finding has no node and its source is the comment's
+    line (SARIF and GitHub annotations point there). An item naming only NL100 is never reported by NL100 itself.
 
     ## Why is this bad?
     A suppression outlives the finding it was written for: the model is re-exported, the fix lands, the rule gets
@@ -46,8 +52,8 @@ class UnusedSuppression(Rule):
     ```
 
     ## Fix
-    By hand: delete the item (or the whole marker) from the node's doc_string or metadata_props, or the entry from
-    `per-node-ignores`, and correct misspelled codes. netlint never edits doc strings itself.
+    By hand: delete the item (or the whole marker) from the node's doc_string or metadata_props, from the comment,
+    or the entry from `per-node-ignores`, and correct misspelled codes. netlint never edits doc strings or code.
 
     ## Targets
     Every target, the same: a warning. What a marker suppresses depends on the rules that ran, so a marker may be

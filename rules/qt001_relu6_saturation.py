@@ -7,7 +7,8 @@ from collections.abc import Iterator
 from netlint._lazy import numpy as np  # loaded on first use: a run served by the cache needs no numpy
 from netlint.ir import ConstantUnavailable, Graph, Node
 from netlint.ir.ops import activation_kind, clip_bounds
-from netlint.rule import Context, Finding, FixRef, Rule, Severity, register
+from netlint.rule import PORTABLE, Context, Finding, FixRef, Rule, Severity, register
+from netlint.targets import Target
 
 # What each stated relu6_cost means, for messages.
 COST_TEXT = {
@@ -18,15 +19,21 @@ COST_TEXT = {
 
 @register
 class Relu6Saturation(Rule):
-    """A ReLU6 on a fixed-point target, where the saturation at 6 is not a power of two and costs a separate pass.
+    """A ReLU6 on a fixed-point target, where the saturation at 6 is not a power of two.
 
     ## What it does
     Finds every ReLU6, in any of the forms exporters write it:
     ONNX `Clip(0, 6)` with the bounds as attributes (opset < 11) or as constant inputs (initializers, `Constant`
     nodes, through `Identity`/`Cast`); `Relu` followed by `Min(·, 6)`; `Max(·, 0)` followed by `Min(·, 6)` or
     `Min(·, 6)` followed by `Max(·, 0)`; TFLite `RELU6`, `MINIMUM(RELU(x), 6)`, and a fused `RELU6` on any op
-    (`CONV_2D`, `DEPTHWISE_CONV_2D`, `ADD`, ...). It reports each one (node by node: each is a place to change) when
-    the selected target runs it at a cost (`[activations].relu6_cost` is `"lut"` or `"float-path"`).
+    (`CONV_2D`, `DEPTHWISE_CONV_2D`, `ADD`, ...). It reports each one (node by node: each is a place to change) on a
+    fixed-point precision of a target that says what a ReLU6 costs there (`[activations].relu6_cost`):
+
+    - `"relu8"` (TI TIDL): the runtime itself runs the ReLU6 as a ReLU8, a shift, at no cost; the finding (info) is
+      about the numbers: the deployed model clips at 8 where the trained one clipped at 6, unless the network is
+      fine-tuned that way. No latency price.
+    - `"lut"` / `"float-path"` (a user's target file): the saturation costs a lookup table or a float pass (warning).
+    - `"free"` (it fuses like ReLU): nothing.
 
     A `Clip(0, 6)` that is part of a HardSwish written as nodes (x·relu6(x + 3)/6, see netlint/ir/composites.py) is
     the HardSwish's business, not a ReLU6, and is not reported. A TFLite fused `RELU6` is always reported, also the
@@ -34,17 +41,14 @@ class Relu6Saturation(Rule):
     bias, fused `RELU6`, then `MUL` by 1/6): it is a real clip at 6.
 
     ## Why is this bad?
-    Fixed-point accelerators with power-of-two scales (TI TIDL on TDA4VM: "Supports only power of 2 scales for
-    feature maps") apply a ReLU inside the convolution (TIDL merges ReLU into the convolution layer): it only clips
-    at 0. A clip at 6 does not land on a power-of-two boundary of such a scale, so it cannot be folded into the
-    requantization shift and needs work of its own (netlint's reasoning, not a vendor statement). TI's own tools
-    steer away from ReLU6: their QAT wrapper's first step is "Replace all the ReLU, ReLU6 layers in the model by
-    PACT2", an activation "developed to clip the activations to a power-of-two value", and the default replacement
-    table of their model-surgery tool ("lite" models) maps `torch.nn.ReLU6` to `torch.nn.ReLU`. TIDL's operator
-    list accepts TFLite `MINIMUM` "For ReLU6 / ReLU8"; ReLU8 (a clip at 8 = 2³) keeps a bounded range and, with a
-    power-of-two scale, saturates exactly at the top of the integer range. How TIDL runs a ReLU6 internally is not
-    stated in TI's text: the ti-tda4vm target file's `relu6_cost = "lut"` is netlint's assumption (see its comment),
-    not a TI quote.
+    TI's TIDL guide ("TIDL: Quantization", Handling of ReLU6): "Implementing saturation to 6 in fixed point inference
+    would need floating point computation / Look up table. Floating point computation / Look up table are not
+    efficient in terms of cost and power." It proposes "Fine tuning the network by replacing ReLU 6 with RelU",
+    training "with power of two threshold (ReLU 4 or ReLU 8)", or, "If fine tuning is not desired solution, ...
+    replacing ReLU6 with ReLU8 in inference (instead of ReLU). This is automatically done by TIDL". "ReLU8 can be
+    performed with just shift operation in fixed point inference". So on TIDL a ReLU6 costs nothing more, but the
+    network that runs is not the one that was trained: activations between 6 and 8 pass where they were clipped.
+    Making the ReLU8 explicit and fine-tuning with it (or with ReLU) removes that mismatch.
 
     ## Example
     ```
@@ -54,28 +58,26 @@ class Relu6Saturation(Rule):
     ```
 
     ## Fix
-    `relu6-to-relu8` (unsafe: it changes the function; fine-tune or retrain, then measure accuracy). Replacing
-    ReLU6 with ReLU (TI's lite-model surgery) is the other choice.
+    `relu6-to-relu8` (unsafe: it changes the function; fine-tune or retrain, then measure accuracy): the model then
+    states what TIDL runs. Replacing ReLU6 with ReLU (the guide's first proposal) is the other choice.
 
     ## Targets
-    - ti-tda4vm (`relu6_cost = "lut"`, an assumption): warning.
+    - ti-tda4vm (`relu6_cost = "relu8"`): info, the numerics reason, no latency price.
     - qualcomm-htp, onednn-cpu, ort-cpu, ethos-u55 (`relu6_cost = "free"`: ReLU6 fuses like ReLU): no finding.
+      (On qualcomm-htp fp16 chip 8450 a ReLU6 does not fuse: that is FU003's finding.)
     - A float precision (`fp32`, `fp16`, `bf16`): no finding, the saturation costs nothing in floating point. This
       holds for every model, also an already quantized one: the selected precision says how the model is run.
-      generic's default precision is fp32, so select a fixed-point one (`--precision int8`) to see these.
-    - generic, or a target file without `[activations]`: severity info on fixed-point precisions, saying that it
-      matters on fixed-point targets such as ti-tda4vm.
+    - generic (no target) on a fixed-point precision (`--precision int8`): one info finding counting the ReLU6s and
+      naming the targets where they matter; a target file without `[activations]`: info per ReLU6.
 
     ## References
-    - TI edgeai-tidl-tools, Quantization, B.1 Simple Calibration ("Supports only power of 2 scales for feature
-      maps"): docs/tidl_fsg_quantization.md in https://github.com/TexasInstruments/edgeai-tidl-tools
+    - TI Deep Learning Library User Guide (TIDL 01.00.01, PSDK RTOS 06.01.01.12), TIDL: Quantization, "Handling of
+      ReLU6":
+      https://software-dl.ti.com/jacinto7/esd/processor-sdk-rtos-jacinto7/06_01_01_12/exports/docs/tidl_j7_01_00_01_00/ti_dl/docs/user_guide_html/md_tidl_fsg_quantization.html
     - TI edgeai-tidl-tools, Supported Operators & Runtimes, "Other compatible layers" (TFLite MINIMUM "For ReLU6 /
       ReLU8"; ONNX Clip as PACT): docs/supported_ops_rts_versions.md in https://github.com/TexasInstruments/edgeai-tidl-tools
     - TI edgeai-tensorlab, Quantization (PACT2 replaces ReLU/ReLU6 and clips to a power of two):
       docs/pixel2pixel/Quantization.md in https://github.com/TexasInstruments/edgeai-tensorlab
-    - TI edgeai-tensorlab, model surgery default replacements (`torch.nn.ReLU6: [torch.nn.ReLU]`):
-      edgeai-modeloptimization/torchmodelopt/edgeai_torchmodelopt/xmodelopt/surgery/v1/convert_to_lite.py in
-      https://github.com/TexasInstruments/edgeai-tensorlab
     """
 
     code = "QT001"
@@ -104,17 +106,32 @@ class Relu6Saturation(Rule):
         self, graph: Graph, anchor: Node, form: str, nodes: list[Node], cost: str | None, ctx: Context
     ) -> Finding:
         where = f"{anchor.label()} {form}"
-        severity: Severity
-        if cost is None:
-            severity = "info"
+        target = ctx.target
+        severity: Severity = "info"
+        data: dict[str, object] = {}
+        help_text = "replace it with ReLU8 (a clip at 8, a power of two) or ReLU, fine-tune, and measure accuracy"
+        if target.portable:
+            message = where
+            data = {PORTABLE: ("Relu6",)}
+        elif cost is None:
             message = (
-                f"{where}: on fixed-point targets with power-of-two scales (such as ti-tda4vm) the saturation at 6 is "
-                f"not a power of two and costs a separate pass; {ctx.target.label} states nothing about ReLU6"
+                f"{where}: on fixed-point targets with power-of-two scales the saturation at 6 is not a power of two "
+                f"(TIDL runs ReLU6 as ReLU8); {target.label} states nothing about ReLU6"
+            )
+        elif cost == "relu8":
+            message = (
+                f"{where}: {target.label} runs it as ReLU8 (a shift, no extra cost), so the deployed model clips at 8 "
+                "where the trained one clipped at 6: the numbers differ unless the network is fine-tuned with ReLU8 "
+                "(or ReLU)"
+            )
+            help_text = (
+                "make the ReLU8 explicit (relu6-to-relu8) or use ReLU, and fine-tune so that the trained and the "
+                "deployed network agree; measure accuracy"
             )
         else:
             severity = self.severity
             message = (
-                f"{where}: on {ctx.target.label} the saturation at 6 does not fit a power-of-two scale and runs as "
+                f"{where}: on {target.label} the saturation at 6 does not fit a power-of-two scale and runs as "
                 f"{COST_TEXT.get(cost, cost)} instead of fusing like ReLU"
             )
         return Finding(
@@ -124,9 +141,26 @@ class Relu6Saturation(Rule):
             message,
             list(dict.fromkeys(node.id for node in [anchor, *nodes])),
             [out for out in anchor.outputs[:1] if out],
-            self.fix,
-            "replace it with ReLU8 (a clip at 8, a power of two) or ReLU, fine-tune, and measure accuracy",
+            None if target.portable else self.fix,
+            help_text,
+            data=data,
+            reference=None if target.portable else target.source("activations"),
         )
+
+    # --- without a target --------------------------------------------------------------------------------------------
+    def verdict(self, key: tuple[str, ...], target: Target) -> tuple[bool, str] | None:
+        numeric = target.numeric()
+        cost = target.relu6_cost
+        if cost is None or (numeric is not None and numeric[0] == "float"):
+            return None
+        if cost == "free":
+            return False, "fuses like ReLU"
+        if cost == "relu8":
+            return True, "runs as ReLU8 (the numbers differ from training unless fine-tuned)"
+        return True, f"runs as {COST_TEXT.get(cost, cost)}"
+
+    def subject(self, key: tuple[str, ...], count: int) -> str:
+        return f"{count} ReLU6{'s' if count != 1 else ''} in a fixed-point model"
 
 
 def _relu6_form(graph: Graph, node: Node) -> tuple[str, list[Node]] | None:

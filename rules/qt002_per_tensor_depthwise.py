@@ -75,16 +75,16 @@ class PerTensorDepthwise(Rule):
     ranges first (cross-layer equalization, Nagel et al. 2019) or use quantization-aware training.
 
     ## Targets
-    - Targets that accept per-channel weights (qualcomm-htp, ethos-u55, onednn-cpu, ort-cpu: `per_channel = "all"`):
-      warning.
-    - ti-tda4vm (`per_channel = "depthwise-only"`): warning: TIDL offers per-channel weights for depthwise layers
-      only, so this is exactly the layer where the option pays.
+    - Per-tensor quantized weights (case 1), on every target that accepts per-channel weights (qualcomm-htp,
+      ethos-u55, onednn-cpu, ort-cpu: `per_channel = "all"`; ti-tda4vm: `"depthwise-only"`, exactly this layer) and
+      without a target: the severity scales with the levels lost: a warning when the widest channel's range exceeds
+      the median channel's by more than `max-range-ratio` (the median channel keeps fewer than 127/8 ≈ 16 of 127
+      levels at the default), info otherwise, or when the weights cannot be read (the loss is unknown).
     - Targets that quantize per tensor only (`per_channel = "none"`): per-tensor weights are info (nothing else is
       possible; equalize ranges), a wide float range ratio is a warning (it will be quantized per tensor).
-    - Targets that state nothing about quantization (generic, user files without `[quantization]`): info, "matters on
-      targets that quantize weights per channel".
-    - Float weights are only checked when the selected precision is an integer one (e.g. generic `--precision int8`,
-      ti-tda4vm `int8`/`int16`, qualcomm-htp `a8`/`a16`).
+    - Float weights (case 2) are only checked when the selected precision is an integer one (e.g. generic
+      `--precision int8`, ti-tda4vm `int8`/`int16`, qualcomm-htp `a8`/`a16`): a warning on targets that quantize
+      per channel when asked, info without a target (generic) or on targets that state nothing about quantization.
 
     ## References
     - Nagel, van Baalen, Blankevoort, Welling, "Data-Free Quantization Through Weight Equalization and Bias
@@ -98,6 +98,7 @@ class PerTensorDepthwise(Rule):
     code = "QT002"
     name = "per-tensor-depthwise"
     category = "quantization"
+    aim = "accuracy"
     fix = None  # manual: re-quantize per channel (the help line says how for the selected target)
     pattern = Op({"Conv", "QLinearConv"}, name="conv")
     options: ClassVar[dict[str, Option]] = {
@@ -147,9 +148,14 @@ class PerTensorDepthwise(Rule):
         if quant is not None:
             scope = f"all {channels}" if channels else "all"
             head = f"{name} has {quant.dtype} weights quantized per tensor (one scale for {scope} channels)"
+            if ratio is None:
+                spread = "; how many levels its channels lose is unknown (the weight values are not readable)"
         else:
             head = f"{name} has float weights whose channel ranges one 8-bit scale cannot resolve"
         return head + spread + _target_clause(ctx, quant is not None)
+
+    def reference_for(self, graph: Graph, match: Match, ctx: Context) -> str | None:
+        return ctx.target.source("quantization")
 
     def help(self, graph: Graph, match: Match, ctx: Context) -> str:
         if ctx.target.per_channel == "none":
@@ -162,10 +168,19 @@ class PerTensorDepthwise(Rule):
         return "re-quantize the depthwise weights per channel (one scale per output channel)"
 
     def severity_for(self, graph: Graph, match: Match, ctx: Context) -> Severity:
-        per_channel = ctx.target.per_channel
+        """Per-tensor quantized weights: a warning when the median channel loses more than the `max-range-ratio`
+        allows (the same bar float weights are held to), info when it keeps most of its levels or the loss is
+        unknown; float weights: a warning where the target quantizes them per channel if asked."""
+        target = ctx.target
+        per_channel = target.per_channel
+        quantized = match.data["quant"] is not None
+        if quantized:
+            if per_channel == "none" or (per_channel is None and not target.portable):
+                return "info"  # nothing else is possible there, or the target says nothing
+            ratio: tuple[float, float] | None = match.data["ratio"]  # type: ignore[assignment]
+            limit = float(ctx.option(self, "max-range-ratio"))
+            return self.severity if ratio is not None and ratio[0] > limit else "info"
         if per_channel is None:
-            return "info"
-        if per_channel == "none" and match.data["quant"] is not None:
             return "info"
         return self.severity
 

@@ -122,6 +122,7 @@ class SignedNonnegative(Rule):
     code = "QT003"
     name = "signed-nonnegative"
     category = "quantization"
+    aim = "accuracy"
     fix = None
 
     def scan(self, graph: Graph, ctx: Context) -> Iterator[Finding]:

@@ -79,6 +79,7 @@ class NonPowerOfTwoScale(Rule):
     code = "QT004"
     name = "non-power-of-two-scale"
     category = "quantization"
+    aim = "accuracy"
     fix = None
     options: ClassVar[dict[str, Option]] = {
         "rtol": Option(1e-6, "a scale within this relative distance of a power of two counts as one"),

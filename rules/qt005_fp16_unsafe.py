@@ -21,13 +21,12 @@ TF = "TensorFlow auto-mixed-precision deny list"
 # definition (ReduceL2 is a sum of squares, LRN a sum of squares raised to a power) carry the listed op's reason.
 UNSAFE_OPS: dict[str, tuple[str, str]] = {
     "Exp": ("exp overflows fp16 for inputs above about 11.1 (e^11.1 > 65504)", f"{TVM}: exp; {TF}: Exp"),
-    "Pow": ("powers overflow fp16 quickly (x² above |x| = 256)", f"{TVM}: power; {TF}: Pow"),
+    "Pow": ("powers overflow fp16 quickly", f"{TVM}: power; {TF}: Pow"),
     "Softmax": ("exp of the logits and a sum over the axis", f"{TVM}: nn.softmax"),
     "SoftmaxCrossEntropyLoss": (
         "exp, log and a sum over the classes",
         f"{TVM}: nn.cross_entropy; {TF}: SoftmaxCrossEntropyWithLogits",
     ),
-    "Erf": ("erf has no fp16 lowering in TVM's LLVM backend", f"{TVM}: erf"),
     "LpNormalization": ("a sum of squares over the axis", f"{TVM}: nn.l2_normalize"),
     "ReduceSum": ("a large summation overflows or loses the small terms", f"{TVM}: sum; {TF}: Sum"),
     "ReduceMean": ("a large summation overflows or loses the small terms", f"{TVM}: mean; {TF}: Mean"),
@@ -44,6 +43,14 @@ UNSAFE_OPS: dict[str, tuple[str, str]] = {
     "LOCAL_RESPONSE_NORMALIZATION": ("a sum of squares raised to a power", f"{TVM}: power, sum; {TF}: Pow, Sum"),
     "Range": ("its bounds may exceed what fp16 represents exactly", f"{TVM}: arange"),
 }
+# Means: the result lies within the inputs' range, so only the accumulation can lose precision, and fp16 engines
+# commonly accumulate in fp32 (the TVM RFC: "we will need mixed precisions to accumulate in fp32"): advice (info).
+MEANS = frozenset({"ReduceMean", "GlobalAveragePool"})
+ACCUMULATION = (
+    "a mean stays within its inputs' range: only a float16 accumulation loses precision, and fp16 engines commonly "
+    'accumulate in float32 (TVM RFC "Relay Automatic FP16 Downcasting": "we will need mixed precisions to '
+    'accumulate in fp32"); check that yours does'
+)
 # The ONNX spec computes these ops' statistics in `stash_type` precision (1 = float32, the default) whatever the input
 # type, so a conforming fp16 kernel is safe.
 STASHED_OPS = frozenset({"LayerNormalization", "RMSNormalization"})
@@ -76,12 +83,20 @@ class Fp16Unsafe(Rule):
 
     In a float32 model not checked for fp16 there is no finding.
 
-    Ops reported: those on TVM's never-fp16 list (exp, power, softmax, cross entropy, erf, l2 normalize, sum, mean,
+    Ops reported: those on TVM's never-fp16 list (exp, power, softmax, cross entropy, l2 normalize, sum, mean,
     variance, global average pool, layer norm, arange) and TensorFlow's auto-mixed-precision deny list (Exp, Pow,
     Mean, Sum, softmax cross entropy), mapped onto ONNX ops, plus the ONNX reductions and normalizations that are
     those computations by definition (ReduceL2, ReduceLogSumExp, LpNormalization, InstanceNormalization, LRN, ...).
-    LayerNormalization and RMSNormalization are not reported: ONNX defines them to compute their statistics in
-    `stash_type` precision, float32 by default, whatever the input type.
+    Not reported:
+    - LayerNormalization and RMSNormalization: ONNX defines them to compute their statistics in `stash_type`
+      precision, float32 by default, whatever the input type.
+    - Erf: TVM lists it for a codegen reason of its LLVM backend (no fp16 lowering), not for its numbers (|erf| ≤ 1).
+    - An op computed only from constants (Swin-T's `c ** -0.5`): the converter or the runtime folds it before the
+      model runs in float16.
+    - A Pow whose constant exponent p has |p| ≤ 1 (a square root, a reciprocal): it cannot overflow. For |p| > 1 the
+      message gives the |x| where x^p passes 65504 (256 for a square, about 40.3 for a cube).
+    A mean (ReduceMean, GlobalAveragePool) is reported as info: its result lies within its inputs' range, so only
+    the accumulation can lose precision, and fp16 engines commonly accumulate in float32.
 
     Constants reported (fp32 model checked for fp16): finite values above 65504, the largest finite float16 (they
     become inf), and nonzero values that round to zero in float16 (the smallest float16 is 2^-24 ≈ 5.96e-8) when
@@ -94,10 +109,13 @@ class Fp16Unsafe(Rule):
     ## Why is this bad?
     float16 has a 5-bit exponent: its largest finite value is 65504 and its resolution is about 3 decimal digits.
     Ops whose output is much larger than their input (exp, powers) overflow to inf, and long sums (softmax
-    denominators, means, variances, global pooling) overflow or lose the small terms; inf and NaN then spread through
-    the rest of the network. TVM's mixed-precision pass keeps these ops in float32 by default ("if |f(x)| >> |x| for
-    expected inputs then put the op here"; "ops that could involve a large summation are not allowed in fp16"), and
-    TensorFlow's automatic mixed precision never converts its deny-listed ops. A constant above 65504 becomes inf,
+    denominators, variances) overflow or lose the small terms; inf and NaN then spread through the rest of the
+    network. The TVM RFC "Relay Automatic FP16 Downcasting" puts it: "simply changing data types to fp16 won't work,
+    as we will need mixed precisions to accumulate in fp32", and "tanh or exp might be bad with FP16 and for them, we
+    might want to keep FP32 even when there is FP16 support in HW". netlint follows the list that came out of it, TVM's
+    mixed-precision pass, which keeps these ops in float32 by default ("if |f(x)| >> |x| for expected inputs then put
+    the op here"; "ops that could involve a large summation are not allowed in fp16"), and TensorFlow's automatic
+    mixed precision never converts its deny-listed ops. A constant above 65504 becomes inf,
     and an epsilon below 2^-25 becomes 0 (a division by zero where the epsilon guarded one).
 
     ## Example
@@ -120,7 +138,9 @@ class Fp16Unsafe(Rule):
     - Integer or fp32 precisions (ti-tda4vm, ethos-u55, generic fp32, ...) on a float32 model: no finding.
 
     ## References
-    - TVM, python/tvm/relay/transform/mixed_precision.py (DEFAULT_NEVER_LIST) — https://github.com/apache/tvm
+    - TVM RFC "Relay Automatic FP16 Downcasting" (discuss.tvm.apache.org), and the pass that followed it, a newer
+      document netlint's op list follows: python/tvm/relay/transform/mixed_precision.py (DEFAULT_NEVER_LIST) —
+      https://github.com/apache/tvm
     - TensorFlow, tensorflow/core/grappler/optimizers/auto_mixed_precision_lists.h (deny list, formerly BlackList) —
       https://github.com/tensorflow/tensorflow
     - ONNX operator LayerNormalization (stash_type): https://onnx.ai/onnx/operators/onnx__LayerNormalization.html
@@ -132,6 +152,7 @@ class Fp16Unsafe(Rule):
     code = "QT005"
     name = "fp16-unsafe"
     category = "quantization"
+    aim = "accuracy"
     fix = FixRef("keep-fp32", "safe")
 
     def scan(self, graph: Graph, ctx: Context) -> Iterator[Finding]:
@@ -140,9 +161,14 @@ class Fp16Unsafe(Rule):
             return
         checked: set[tuple[str, bool]] = set()  # (constant, read as a Clip bound): a bound is exempt from overflow
         skipped: set[str] = set()
+        static: frozenset[str] | None = None
         for node in graph.nodes:
             if node.op in UNSAFE_OPS and _compute_dtype(graph, node) in mode.dtypes and not _stashed(node):
-                yield self._op_finding(node, mode)
+                if static is None:
+                    static = _static(graph)
+                reason = _reason(graph, node, static)
+                if reason is not None:
+                    yield self._op_finding(node, mode, reason)
             if not mode.constants:
                 continue
             for position, name in enumerate(node.inputs):
@@ -160,12 +186,12 @@ class Fp16Unsafe(Rule):
                 if problem is not None:
                     yield self._constant_finding(node, name, problem, mode)
 
-    def _op_finding(self, node: Node, mode: Mode) -> Finding:
-        reason, source = UNSAFE_OPS[node.op]
+    def _op_finding(self, node: Node, mode: Mode, reason: str) -> Finding:
+        source = UNSAFE_OPS[node.op][1]
         return Finding(
             self.code,
             self.name,
-            mode.severity,
+            "info" if node.op in MEANS else mode.severity,
             f"{node.label()} runs in float16 {mode.context}: {reason} ({source})",
             [node.id],
             [out for out in node.outputs[:1] if out],
@@ -184,6 +210,50 @@ class Fp16Unsafe(Rule):
             self.fix,
             "keep the constant and the op that reads it in float32",
         )
+
+
+def _static(graph: Graph) -> frozenset[str]:
+    """Values known before the model runs (constants, and what is computed from them only): an op on them is folded
+    by the converter or at load time, never run in float16 (Swin-T's `c ** -0.5`)."""
+    from netlint.cost.sizes import static_names  # not at the top: `netlint rules` does not need the cost model
+
+    return static_names(graph)[1]
+
+
+def _reason(graph: Graph, node: Node, static: frozenset[str]) -> str | None:
+    """Why `node` is unsafe in float16, or None when it is not: computed from constants only, or a Pow whose
+    constant exponent cannot overflow (|p| <= 1)."""
+    data = [name for name in node.inputs if name]
+    if data and all(name in static or graph.is_const(name) for name in data):
+        return None
+    if node.op in MEANS:
+        return ACCUMULATION
+    if node.op == "Pow":
+        return _pow_reason(graph, node)
+    return UNSAFE_OPS[node.op][0]
+
+
+def _pow_reason(graph: Graph, node: Node) -> str | None:
+    """x^p overflows fp16 (65504) above |x| = 65504^(1/p) for p > 1, below |x| = 65504^(1/p) for p < -1; a constant
+    exponent with |p| <= 1 (a root, a reciprocal) stays within fp16's range for every fp16 input but 0."""
+    exponent = node.inputs[1] if len(node.inputs) > 1 else ""
+    try:
+        values = graph.const(exponent) if exponent else None
+    except ConstantUnavailable:
+        values = None
+    if values is None:
+        return "a power with a run-time exponent can overflow fp16"
+    powers = np.asarray(values, dtype=np.float64).reshape(-1)
+    if powers.size == 0 or not np.all(np.isfinite(powers)):
+        return "a power with a non-finite exponent"
+    p = float(powers[np.argmax(np.abs(powers))])
+    if abs(p) <= 1.0:
+        return None
+    limit = FP16_MAX ** (1.0 / p)
+    shown = f"{p:g}"
+    if p > 0:
+        return f"x^{shown} overflows fp16 (65504) for |x| above {limit:.4g}"
+    return f"x^{shown} overflows fp16 (65504) for |x| below {limit:.3g}"
 
 
 def _mode(graph: Graph, ctx: Context) -> Mode | None:

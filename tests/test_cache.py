@@ -23,6 +23,7 @@ from netlint.engine import CostSummary, ModelReport, Suppressed, lint_file
 from netlint.pricing import Pricing
 from netlint.report.baseline import FindingKey
 from netlint.rule import Finding, FixRef, Impact, Skip
+from netlint.source import Frame, Source
 from netlint.testing import GraphBuilder
 
 MODEL = "facenet_mtcnn_pnet.onnx"
@@ -45,8 +46,12 @@ def full_report() -> ModelReport:
             1.25,
             0.75,
             "how the advised change was priced",
+            False,
             Pricing("static-model", 0.3, 0.25, "netlint's model of the runtime", "the target's rates"),
         ),
+        _source("p"),
+        [_source("conv")],
+        reference="Qualcomm AI Engine Direct HTP guide — https://docs.qualcomm.com/",
     )
     cost = CostSummary(
         "qualcomm-htp (a8, chip 8450)",
@@ -85,10 +90,29 @@ def full_report() -> ModelReport:
     )
 
 
+def _source(node: str) -> Source:
+    frames = [Frame("/home/me/proj/net.py", 62, "forward", "x = self.stem(x)"), Frame("/lib/torch/act.py", 9, "f")]
+    return Source(
+        node,
+        "stem.act",
+        "torch.nn.SiLU",
+        "net.Block",
+        "stem_act_1",
+        "/home/me/proj/net.py",
+        13,
+        "Block.forward",
+        "return self.act(x)",
+        frames,
+        "net.py",
+    )
+
+
 def test_the_sample_sets_every_field():
     """Fails when a field is added to a report dataclass: add it to full_report so the round-trip covers it."""
     report = full_report()
-    instances = (report, report.findings[0], report.cost, report.findings[0].impact, report.findings[0].fix)
+    finding = report.findings[0]
+    frame = finding.source.frames[0]
+    instances = (report, finding, report.cost, finding.impact, finding.fix, finding.source, frame)
     for instance in (*instances, report.suppressed[0]):
         for field in dataclasses.fields(instance):
             value = getattr(instance, field.name)
@@ -105,8 +129,56 @@ def test_report_round_trips_exactly_through_json():
     assert finding.impact.saving_ms == pytest.approx(0.5)
     assert isinstance(finding.data["pair"], tuple) and isinstance(finding.data["slopes"], list)
     assert isinstance(rebuilt.skipped[0], Skip) and isinstance(rebuilt.keys[0], FindingKey)
+    assert isinstance(finding.source, Source) and isinstance(finding.source.frames[1], Frame)
+    assert finding.source.frames[1].code is None and finding.other_sources == [_source("conv")]
     assert isinstance(rebuilt.cost, CostSummary) and rebuilt.cost.by_op_type == report.cost.by_op_type
     assert type(rebuilt.cost.by_op_type["Conv"]["count"]) is int  # printed as stored: 3, not 3.0
+
+
+def test_stacks_are_stored_once_and_shared_when_rebuilt():
+    """Every instance of a block has the same stack: the entry holds it once, and the rebuilt sources share it."""
+    report = full_report()
+    (finding,) = report.findings
+    finding.other_sources = [dataclasses.replace(_source("conv")), dataclasses.replace(_source("x"), frames=[])]
+    document = report_to_json(report)
+    assert len(document[1]) == 2  # the full stack (used by three sources) and the empty one
+    rebuilt = report_from_json(json.loads(json.dumps(document)))
+    assert rebuilt == report
+    sources = [rebuilt.findings[0].source, *rebuilt.findings[0].other_sources]
+    assert sources[0].frames is sources[1].frames and sources[2].frames == []
+
+
+@pytest.mark.parametrize("index", [2, -1, True, "0", None])
+def test_a_stack_index_outside_the_table_is_refused(index):
+    document = json.loads(json.dumps(report_to_json(full_report())))
+    findings = _field(document[0], ModelReport, "findings")
+    # the sources' column: each row's length (-1: none) and the sources by columns ([count, one column per field])
+    lengths, sources = findings[1 + [field.name for field in dataclasses.fields(Finding)].index("source")]
+    assert lengths == [1]
+    sources[1 + [field.name for field in dataclasses.fields(Source)].index("frames")][0] = index
+    with pytest.raises((TypeError, ValueError)):
+        report_from_json(document)
+
+
+@pytest.mark.parametrize(
+    ("field", "column"),
+    [
+        ("source", [[2], [0, *[[]] * 11]]),  # a length other than -1 or 1
+        ("source", [[1], [0, *[[]] * 11]]),  # a source the lengths name but the rows lack
+        ("source", [[-1, 1], [0, *[[]] * 11]]),  # more lengths than findings
+        ("source", [[1], [1, *[[None]] * 11]]),  # a source with a null node
+        ("other_sources", [[2], [1, *[["x"]] * 11]]),  # lengths adding up to more than the sources
+        ("other_sources", [[-2], [0, *[[]] * 11]]),
+        ("other_sources", [[True], [0, *[[]] * 11]]),
+        ("other_sources", [[0]]),
+    ],
+)
+def test_a_malformed_column_of_sources_is_refused(field, column):
+    document = json.loads(json.dumps(report_to_json(full_report())))
+    findings = _field(document[0], ModelReport, "findings")
+    findings[1 + [f.name for f in dataclasses.fields(Finding)].index(field)] = column
+    with pytest.raises((TypeError, ValueError)):
+        report_from_json(document)
 
 
 def test_a_report_without_optional_parts_round_trips():
@@ -123,7 +195,9 @@ def _set(row, cls, fields):
 
 
 def _report_with(**fields):
-    return _set(report_to_json(full_report()), ModelReport, fields)
+    document = report_to_json(full_report())
+    _set(document[0], ModelReport, fields)  # [the report's fields, the table of stacks]
+    return document
 
 
 def _finding_with(**fields):
@@ -131,7 +205,7 @@ def _finding_with(**fields):
     column per field]; the fix's column is a table of distinct fixes and each finding's index in it (0: none), the
     data's is the values and the rows that hold a tuple."""
     document = report_to_json(full_report())
-    findings = _field(document, ModelReport, "findings")
+    findings = _field(document[0], ModelReport, "findings")
     names = [field.name for field in dataclasses.fields(Finding)]
     for name, value in fields.items():
         if name == "fix":
@@ -146,7 +220,7 @@ def _finding_with(**fields):
 def _findings_with(**columns):
     """The full report's JSON with whole columns of its findings replaced (`count` for the first item)."""
     document = report_to_json(full_report())
-    findings = _field(document, ModelReport, "findings")
+    findings = _field(document[0], ModelReport, "findings")
     names = ["count", *(field.name for field in dataclasses.fields(Finding))]
     for name, value in columns.items():
         findings[names.index(name)] = value
@@ -155,7 +229,7 @@ def _findings_with(**columns):
 
 def _cost_with(**fields):
     document = report_to_json(full_report())
-    _set(_field(document, ModelReport, "cost"), CostSummary, fields)
+    _set(_field(document[0], ModelReport, "cost"), CostSummary, fields)
     return document
 
 
@@ -168,9 +242,12 @@ def _field(row, cls, name):
     [
         {"path": "m.onnx"},  # an object: a dataclass is stored as the list of its fields
         ["m.onnx"],  # fields missing
-        [*report_to_json(full_report()), 1],  # a field nobody knows
+        [[*report_to_json(full_report())[0], 1], []],  # a field nobody knows
+        [*report_to_json(full_report()), []],  # something after the table of stacks
+        report_to_json(full_report())[0],  # no table of stacks
+        [report_to_json(full_report())[0], {}],
         _report_with(findings=[["FU004"]]),
-        _report_with(findings=[report_to_json(full_report())[5]]),  # findings as rows, not columns
+        _report_with(findings=[report_to_json(full_report())[0][5]]),  # findings as rows, not columns
         _findings_with(count=2),  # columns shorter than the count
         _findings_with(count=-1),
         _findings_with(count=True),
@@ -227,7 +304,7 @@ def test_every_kind_of_field_is_checked(document):
 
 def test_a_null_where_the_annotation_allows_it_is_kept():
     document = _finding_with(help=None, fix=None, impact=None)
-    _set(_field(document, ModelReport, "cost"), CostSummary, {"latency_ms": None})
+    _set(_field(document[0], ModelReport, "cost"), CostSummary, {"latency_ms": None})
     report = report_from_json(document)
     assert report.cost.latency_ms is None
     assert (report.findings[0].help, report.findings[0].fix, report.findings[0].impact) == (None, None, None)
@@ -532,7 +609,7 @@ def test_only_the_rows_that_hold_a_tuple_are_walked():
     plain = dataclasses.replace(report.findings[0], data={"slopes": [0.25], "nested": {"deep": [{"x": 1}]}})
     report.findings = [plain, report.findings[0], dataclasses.replace(plain, data={})]
     document = report_to_json(report)
-    values, tagged = _field(document, ModelReport, "findings")[
+    values, tagged = _field(document[0], ModelReport, "findings")[
         1 + [f.name for f in dataclasses.fields(Finding)].index("data")
     ]
     assert tagged == [1]
@@ -551,8 +628,11 @@ def test_an_entry_of_the_previous_format_is_a_miss_and_is_rewritten(tmp_path, da
     assert report.findings and cache.put(key, report)
     entry = cache._entry(key)
     document = json.loads(entry.read_text())
-    old_report = list(document["report"])
-    old_report[5] = [netlint.cache._encode(finding) for finding in report.findings]  # the previous layout: rows
+    old_report = list(document["report"][0])  # format 3 had no table of stacks, nor sources
+    old_report[5] = [  # the previous layout: rows
+        netlint.cache._encode(dataclasses.replace(finding, source=None, other_sources=None))
+        for finding in report.findings
+    ]
     old = dict(document, format=2, report=old_report)
     entry.write_text(json.dumps(old))
     assert cache.get(key, "m.onnx") is None

@@ -66,11 +66,14 @@ def test_hardware_targets_state_every_fact_with_sources(name: str) -> None:
     assert all(" — " in source for source in target.sources), "sources read 'Title — URL or document id'"
 
 
-def test_generic_states_only_the_portable_fusion_set() -> None:
+def test_generic_is_portable_and_states_no_hardware_fact() -> None:
+    """Issue 21: `generic` is no device: it states no fusion table (no "generic (fp32) fuses only ..." claim); what
+    depends on the target is summarised across the built-in targets instead (netlint.portable)."""
     target = load_target("generic")
     assert load_target(None).name == "generic"
+    assert target.portable and not load_target("qualcomm-htp").portable
     assert target.precision == "fp32" and "fp16" in target.precisions and target.chips == ()
-    assert target.fused_activations() == {"Relu", "Relu6", "ReluN1To1", "Relu0To1", "Clip"}
+    assert target.fused_activations() is None
     assert target.supports_op("Conv") is None and target.channel_alignment is None and target.static_shapes is None
 
 
@@ -128,8 +131,10 @@ def test_ort_cpu_states_the_rewrites_onnx_runtime_applies_itself() -> None:
 def test_facts_read_through_the_api() -> None:
     ti = load_target("ti-tda4vm", "int16")
     assert ti.macs_per_cycle() == 1024 and ti.macs_per_cycle("int8") == 4096
-    assert ti.power_of_two_scales is True and ti.per_channel == "depthwise-only" and ti.relu6_cost == "lut"
-    assert ti.channel_alignment == 64 and ti.supports_op("Conv") and not ti.supports_op("LSTM")
+    assert ti.power_of_two_scales is True and ti.per_channel == "depthwise-only" and ti.relu6_cost == "relu8"
+    assert ti.channel_alignment is None  # the 64-wide MMA geometry is stated for 8-bit only (issue 21, item 8)
+    assert load_target("ti-tda4vm", "int8").channel_alignment == 64
+    assert ti.supports_op("Conv") and not ti.supports_op("LSTM")
     assert load_target("ort-cpu").supports_op("AnythingAtAll") is True
     assert ti.source("quantization") in ti.sources
 
@@ -176,10 +181,18 @@ def test_qualcomm_htp_fusion_facts() -> None:
     assert htp.precisions == ("a8", "a16", "fp16") and htp.default_precision == "a8"
     assert htp.chips == ("8450", "8550", "8650") and htp.default_chip == "8450"
     for precision in ("a8", "a16"):
-        for kind in ("Relu", "Relu6", "ReluN1To1", "Relu0To1", "Clip"):
+        for kind in ("Relu", "Relu6", "ReluN1To1", "Relu0To1", "Clip", "ReluPow2"):
             assert fuses(htp, kind, precision)
-    for kind in ("Relu6", "ReluN1To1", "Clip"):
-        assert fuses(htp, kind, "fp16")
+    # the table's FP16 column: Relu "Yes"; ReluMinMax "Support on 8550 and 8650" (issue 21, item 1)
+    for chip in htp.chips:
+        assert fuses(htp, "Relu", "fp16", chip)
+        for kind in ("Relu6", "ReluN1To1", "Clip"):
+            assert fuses(htp, kind, "fp16", chip) == (chip != "8450")
+    assert htp.select("fp16", "8650").fusion_efficiency("Relu") == "best"
+    assert htp.select("fp16", "8650").fusion_efficiency("Relu6") == "good"
+    assert htp.select("fp16", "8650").fusion_efficiency("PRelu") == "good"
+    assert htp.select("a8", "8650").fusion_efficiency("PRelu") == "best"
+    assert htp.fusion_hosts() == {"Conv", "ConvInteger", "QLinearConv"}  # "Conv2D or DepthWiseConv2D" (item 5)
     for precision in htp.precisions:
         for chip in htp.chips:
             for kind in ("Gelu", "Elu", "Sigmoid", "Tanh", "SiLU", "Mish"):
@@ -208,14 +221,18 @@ def test_ti_tda4vm_facts() -> None:
     ti = load_target("ti-tda4vm")
     assert ti.precisions == ("int8", "int16")
     for precision in ti.precisions:
-        assert fuses(ti, "Relu", precision)
-        for kind in ("Relu6", "Clip", "PRelu", "LeakyRelu", "Sigmoid", "Tanh", "HardSwish"):
+        # TIDL runs ReLU6 as ReLU8 and power-of-two clips as shifts (issue 21, item 2)
+        for kind in ("Relu", "Relu6", "ReluPow2"):
+            assert fuses(ti, kind, precision)
+        for kind in ("Clip", "PRelu", "LeakyRelu", "Sigmoid", "Tanh", "HardSwish"):
             assert not fuses(ti, kind, precision)
+    assert ti.fusion_hosts() == {"Conv", "ConvInteger", "QLinearConv"}
+    assert {"fold-batchnorm", "fold-affine"} <= {entry["fix"] for entry in ti.data["runtime"]["rewrites"]}
     quantization = ti.data["quantization"]
     assert quantization["power_of_two_scales"] is True
     assert quantization["per_channel"] == "depthwise-only"
     assert quantization["schemes"] == ["int8", "int16"]
-    assert ti.data["activations"]["relu6_cost"] in ("lut", "float-path")
+    assert ti.data["activations"]["relu6_cost"] == "relu8"
     assert ti.data["layout"]["channel_alignment"] == 64
     assert ti.data["ops"]["fallback"] == "cpu"
 
@@ -478,6 +495,40 @@ BROKEN = [
         'fix = "fold-batchnorm"',
         "runtime.rewrites[0].source",
     ),
+    # issue 21: the facts the rules read per target
+    ("portable not a bool", 'kind = "npu"', 'kind = "npu"\nportable = "yes"', "target.portable"),
+    (
+        "format unknown",
+        'sources = ["Board manual — DOC-123"]',
+        'sources = ["Board manual — DOC-123"]\nformats = ["caffe"]',
+        "target.formats[0]",
+    ),
+    (
+        "fusion host not a conv-like op",
+        "requires_lone_consumer = true",
+        'hosts = ["Relu"]\nrequires_lone_consumer = true',
+        "fusion.hosts[0]",
+    ),
+    (
+        "efficiency not an enum value",
+        '[fusion.precision.fp16]\nactivations = ["Relu"]',
+        '[fusion.precision.fp16]\nactivations = ["Relu"]\nefficiency = "great"',
+        "fusion.precision.fp16.efficiency",
+    ),
+    ("data type unknown", 'fallback = "cpu"', 'fallback = "cpu"\ndata_types = ["int9"]', "ops.data_types[0]"),
+    (
+        "layout precision not declared",
+        "channel_alignment = 16\nsource",
+        'channel_alignment = 16\nprecisions = ["int4"]\nsource',
+        "layout.precisions[0]",
+    ),
+    (
+        "other host already a host (every conv-like op by default)",
+        'fix = "fold-batchnorm"\nsource = "Board manual — DOC-123"\n',
+        'fix = "fold-batchnorm"\nsource = "Board manual — DOC-123"\n[[fusion.other_hosts]]\nhost = "Gemm"\n'
+        'activations = ["Relu"]\nsource = "Board manual — DOC-123"\n',
+        "fusion.other_hosts[0].host",
+    ),
     (
         "data movers precision not declared",
         'same_cost_precisions = ["a8", "fp16"]',
@@ -496,6 +547,26 @@ def test_broken_target_file_names_the_file_and_the_key(tmp_path: Path, what: str
     message = str(caught.value)
     assert "\n" not in message
     assert message.startswith(f"{path}: {key}: "), message
+
+
+def test_issue_21_facts_in_an_own_target_file(tmp_path: Path) -> None:
+    """Fusion hosts, efficiency, formats, data types and the layout's precisions are read from the file."""
+    text = (
+        VALID.replace("requires_lone_consumer = true", 'hosts = ["Conv", "Gemm"]\nrequires_lone_consumer = true')
+        .replace(
+            '[fusion.precision.fp16]\nactivations = ["Relu"]',
+            '[fusion.precision.fp16]\nactivations = ["Relu"]\nefficiency = "good"',
+        )
+        .replace('sources = ["Board manual — DOC-123"]', 'sources = ["Board manual — DOC-123"]\nformats = ["tflite"]')
+        .replace('fallback = "cpu"', 'fallback = "cpu"\ndata_types = ["int8"]')
+        .replace("channel_alignment = 16\nsource", 'channel_alignment = 16\nprecisions = ["a8"]\nsource')
+    )
+    target = load_target(str(write(tmp_path, text)))
+    assert "Gemm" in target.fusion_hosts() and "MatMul" not in target.fusion_hosts()
+    assert target.select("fp16").fusion_efficiency("Relu") == "good" and target.fusion_efficiency("Relu") is None
+    assert target.accepts_format("tflite") and not target.accepts_format("onnx")
+    assert target.data_types() == frozenset({"int8"})
+    assert target.channel_alignment == 16 and target.select("fp16").channel_alignment is None
 
 
 def test_missing_target_table(tmp_path: Path) -> None:

@@ -189,6 +189,7 @@ def target_document(base: dict[str, Any], result: Any, name: str) -> dict[str, A
     runner = result.runner
     target["description"] = f"{runner.runtime} {runner.version} on {machine()}, calibrated by `netlint calibrate`."
     target["kind"] = "cpu"
+    target.pop("portable", None)  # a calibrated machine is a device, even when its base was `generic`
     target["sources"] = [*target.get("sources", []), source]
     if target.pop("precisions", None):  # one float precision is measured: facts per precision do not carry over
         target.pop("default_precision", None)
@@ -242,6 +243,7 @@ def target_document(base: dict[str, Any], result: Any, name: str) -> dict[str, A
     fusion["precision"] = {name: {"activations": list(result.fusions)} for name in names}
     fusion["source"] = source
     fusion.setdefault("requires_lone_consumer", True)
+    fusion["hosts"] = ["Conv"]  # the pairs measured are conv + activation
     document["fusion"] = fusion
     return document
 

@@ -46,10 +46,15 @@ from netlint.targets.schema import WILDCARD_OP
 
 @dataclass(frozen=True)
 class Priced:
-    """The predicted saving of a finding's change on the target (negative: slower) and how it was priced."""
+    """The predicted saving of a finding's change on the target (negative: slower) and how it was priced; `modelled`
+    False when the saving is a placeholder (the change's latency is not modelled there, or it is about accuracy)."""
 
     saving_us: float
     basis: str
+    modelled: bool = True
+    # the latency the change starts from, when it is not the model's cost as priced (which assumes the model is
+    # quantized for the target): HW001's float TFLite model on Ethos-U runs on the CPU as it is
+    before_us: float | None = None
 
 
 # The change these rules advise keeps MACs, bytes and kernels: they are about accuracy, not latency.
@@ -80,7 +85,7 @@ def price_advice(
     """The priced advised change of a manual rule's finding; None for rules this module does not price, or when a
     tensor it needs has no shape."""
     if finding.code in ACCURACY:
-        return Priced(0.0, ACCURACY[finding.code])
+        return Priced(0.0, ACCURACY[finding.code], modelled=False)
     handler = HANDLERS.get(finding.code)
     return handler(graph, finding, target, cost, memo) if handler is not None else None
 
@@ -102,12 +107,13 @@ def _unaligned_channels(
 ) -> Priced | None:
     alignment = target.channel_alignment
     if alignment is None:
-        return Priced(0.0, f"{target.name} states no channel alignment: nothing is padded")
+        return Priced(0.0, f"{target.name} states no channel alignment: nothing is padded", modelled=False)
     if target.kind not in PADDING_KINDS:
         return Priced(
             0.0,
             f"{target.name} is a CPU target: its alignment ({alignment}) selects a kernel path (blocked layouts) "
             "rather than padding a MAC array, and its rates do not separate the unaligned path: not modelled",
+            modelled=False,
         )
     node = graph.node(finding.nodes[0]) if finding.nodes else None
     if node is None:
@@ -257,10 +263,14 @@ def _dynamic_shape(
             "exactly as a pinned one, so fixing it changes no modelled latency",
         )
     if static is None:
-        return Priced(0.0, f"{target.name} states nothing about dynamic shapes: no modelled latency change")
+        return Priced(
+            0.0, f"{target.name} states nothing about dynamic shapes: no modelled latency change", modelled=False
+        )
     ops = target.section("ops")
     if ops is None or ops.get("fallback", "none") == "none":
-        return Priced(0.0, f"{target.name} compiles fixed shapes but states no CPU fallback cost: not modelled")
+        return Priced(
+            0.0, f"{target.name} compiles fixed shapes but states no CPU fallback cost: not modelled", modelled=False
+        )
     name = finding.tensors[0] if finding.tensors else ""
     region = dynamic_region(graph, name)
     if not region:
@@ -438,6 +448,7 @@ def _keep_fp32(graph: Graph, finding: Finding, target: Target, cost: ModelCost, 
             0.0,
             f"{target.name} has no float16 precision, so running the op in float16 is not modelled there: no "
             "latency change (keep-fp32 is advised for accuracy, not speed)",
+            modelled=False,
         )
     node = graph.node(finding.nodes[0]) if finding.nodes else None
     if node is None:
@@ -450,7 +461,7 @@ def _keep_fp32(graph: Graph, finding: Finding, target: Target, cost: ModelCost, 
             memo[key] = None
         else:
             small, count = widened
-            wide_target = _Float32Bytes(**{f.name: getattr(at_fp16, f.name) for f in fields(Target)})
+            wide_target = _Float32Bytes(**{f.name: getattr(at_fp16, f.name) for f in fields(Target) if f.init})
             ops = at_fp16.section("ops")
             if ops is not None and at_fp16.supports_op(node.op) is False:  # the Casts run beside it, on the fallback:
                 supported = [op for op in ops["supported"] if op != "Cast"]  # the border moves, none is added
@@ -475,14 +486,19 @@ def _all_on_the_accelerator(
 ) -> Priced | None:
     if "unsupported_op" in finding.data:
         return None  # a per-op finding: netlint.cost.impact prices the op running on the accelerator
+    if finding.data.get("format_notice"):
+        return None  # a model in a format the target's toolchain does not read: its ops have no price there
     ops = target.section("ops")
     if ops is None or cost.latency_us is None:
         return None
+    if finding.data.get("untyped_model"):
+        return _quantized_onto_the_accelerator(graph, target, ops, memo)
     if not cost.fallback_nodes:
         return Priced(0.0, f"no node falls back on {target.label}: nothing to move onto the accelerator")
     key = ("HW001", target.label, id(graph))
     if key not in memo:
-        runs_all = replace(target, data={**target.data, "ops": {**ops, "supported": [WILDCARD_OP]}})
+        everything = {key: value for key, value in ops.items() if key != "data_types"}  # any op, of any type
+        runs_all = replace(target, data={**target.data, "ops": {**everything, "supported": [WILDCARD_OP]}})
         memo[key] = _latency(graph, runs_all)
     after = memo[key]
     if after is None:
@@ -492,6 +508,26 @@ def _all_on_the_accelerator(
         f"the whole model on {target.label} now ({len(cost.fallback_nodes)} nodes on the fallback, "
         f"{cost.partitions} accelerator partition{'s' if cost.partitions != 1 else ''}, {cost.transfers} tensor "
         "transfers at their borders) against every node on the accelerator in one partition, with no transfers",
+    )
+
+
+def _quantized_onto_the_accelerator(graph: Graph, target: Target, ops: dict[str, Any], memo: dict[Any, Any]) -> Priced:
+    """HW001's finding that a model's tensor types keep all of it off the accelerator (a float TFLite model on
+    Ethos-U): the whole model on the CPU fallback against on the accelerator. The cost model prices a model at the
+    target's precision (as if quantized), so both sides are costed here."""
+    key = ("HW001 untyped", target.label, id(graph))
+    if key not in memo:
+        rest = {name: value for name, value in ops.items() if name != "data_types"}
+        on_cpu = replace(target, data={**target.data, "ops": {**rest, "supported": []}})
+        on_npu = replace(target, data={**target.data, "ops": {**rest, "supported": [WILDCARD_OP]}})
+        memo[key] = (_latency(graph, on_cpu), _latency(graph, on_npu))
+    before, after = memo[key]
+    saving = before - after if before is not None and after is not None else 0.0
+    return Priced(
+        saving,
+        f"the whole model on {target.label}'s CPU fallback (its tensor types keep every node off the accelerator) "
+        "against the same model quantized and run on the accelerator in one partition",
+        before_us=before if before is not None and after is not None else None,
     )
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from netlint.pricing import BASES, RUNTIME_GRAPH, STATIC_MODEL, VENDOR_ESTIMATOR, Pricing
+from netlint.pricing import BASES, RUNTIME_GRAPH, STATIC_GRAPH, STATIC_MODEL, VENDOR_ESTIMATOR, Pricing
 
 if TYPE_CHECKING:
     from netlint.targets import Target
@@ -42,7 +42,7 @@ def pricing(target: Target, basis: str, graph: str, rates: str) -> Pricing:
 
 
 def static_pricing(target: Target, graph: str | None = None) -> Pricing:
-    return pricing(target, STATIC_MODEL, graph or "netlint's model of the runtime", "the target's rates")
+    return pricing(target, STATIC_MODEL, graph or STATIC_GRAPH, "the target's rates")
 
 
 __all__ = ["BASES", "RUNTIME_GRAPH", "STATIC_MODEL", "VENDOR_ESTIMATOR", "Pricing", "band_text", "bands", "pricing"]

@@ -104,6 +104,7 @@ def price_findings(graph: Graph, findings: Iterable[Finding], target: Target, co
     memo: dict[Any, Any] = {}
     for finding in findings:
         basis: str | None = None
+        modelled = True
         if id(finding) in on_file:  # priced on the model file by the target's toolchain (Vela)
             saving, pricing = on_file[id(finding)], file_pricing
         elif _advised(finding):
@@ -112,6 +113,13 @@ def price_findings(graph: Graph, findings: Iterable[Finding], target: Target, co
             priced = price_advice(graph, finding, target, cost, memo)
             saving, basis = (priced.saving_us, priced.basis) if priced is not None else (None, None)
             pricing = static_pricing(target)  # netlint.cost.advice costs the advised change with the static model
+            modelled = priced.modelled if priced is not None else True
+            if priced is not None and priced.before_us is not None:
+                start = priced.before_us
+                finding.impact = Impact(
+                    label, start / 1000, (start - priced.saving_us) / 1000, basis, modelled, pricing
+                )
+                continue
         else:
             memo["pricing"] = None
             saving = _saving_us(graph, finding, target, memo, cost.layout_facts)
@@ -119,7 +127,7 @@ def price_findings(graph: Graph, findings: Iterable[Finding], target: Target, co
             if saving is not None and finding.fix is not None and finding.fix.name in TARGET_SIMULATIONS:
                 basis = _target_simulation(finding.fix.name, target, memo)[1]
         if saving is not None:
-            finding.impact = Impact(label, total / 1000, (total - saving) / 1000, basis, pricing)
+            finding.impact = Impact(label, total / 1000, (total - saving) / 1000, basis, modelled, pricing)
 
 
 def prefetch(
@@ -169,8 +177,10 @@ def _saving_us(
     applies = memo.get(("applies", fix))
     if applies is None:
         applies = memo[("applies", fix)] = target.applies_fix(fix)
-    if applies:
-        return 0.0  # the runtime does it on load: the model it runs is already fixed
+    if applies and finding.fix.applicability != "manual":  # type: ignore[union-attr]
+        # the runtime does it on load: the model it runs is already fixed (a manual fix names a form its pass does
+        # not match, e.g. a BN after a Concat of convs: see engine._priced_by_runtime)
+        return 0.0
     nodes = [graph.node(node_id) for node_id in finding.nodes]
     if not nodes or any(node is None for node in nodes):
         return None  # e.g. a finding inside an If/Loop body
@@ -910,8 +920,17 @@ RELU8_AS_RELU = (
 RELU8_AS_CLIP = "relu6-to-relu8: the ReLU6 costed as a Clip(0, 8) on this target (its fusion table decides)"
 
 
+RELU8_BY_RUNTIME = (
+    'relu6-to-relu8 where the runtime already runs ReLU6 as ReLU8 (TIDL: "This is automatically done by TIDL"): the '
+    "same kernels before and after, no latency change; the fix is about the numbers (the trained network then "
+    "matches the deployed one)"
+)
+
+
 def _relu6_to_relu8(target: Target) -> tuple[Callable[[Graph, list[Node], list[str]], Edited], str]:
     """Which rewrite relu6-to-relu8 amounts to on `target`, and the basis the impact gives."""
+    if target.relu6_cost == "relu8":  # the runtime's ReLU8 costs as its ReLU does (a shift): so does the fix's
+        return _relu6_to("Relu", {}), RELU8_BY_RUNTIME
     numeric = target.numeric()
     if target.power_of_two_scales and numeric is not None and numeric[0] == "int":
         return _relu6_to("Relu", {}), RELU8_AS_RELU

@@ -16,7 +16,9 @@ The runtime is modelled on the IR, in one linear pass per step (no fix pass runs
 3. CPU fallback: a node the target does not support (`Target.supports_op(op) is False`, [ops].fallback not "none")
    runs alone on the CPU at `fallback_intercept_us + fallback_us_per_mb * MB touched` (Vela-style linear cost, MB =
    1e6 bytes); every tensor that crosses between the accelerator and the CPU costs `transfer_overhead_us + bytes /
-   transfer_gb_per_s`. `partitions` counts the maximal connected runs of accelerator nodes.
+   transfer_gb_per_s`. `partitions` counts the maximal connected runs of accelerator nodes. Identity and Dropout
+   never fall back: ONNX Runtime's basic optimizations remove them "before graph partitioning" (HW001 does not report
+   them either).
 4. Latency per kernel: max(MACs / MAC rate + ops / vector rate, bytes / bandwidth) + kernel overhead, with the rates
    of netlint.cost.rates. Views (Reshape, ...) cost nothing on targets whose runtime aliases them. Ops whose speed
    depends on the data (`data_dependent_ops`, e.g. PRelu on ORT CPU: branchy per element) get a range: the low end
@@ -88,6 +90,9 @@ class NodeCost:
     rewritten: str | None = None  # the runtime rewrite (fix pass name) that folds or removes this node
     fallback: bool = False  # the target does not support the op: it runs on the CPU
     extra_pass: bool = False  # a TFLite fused activation the target runs as a separate pass
+    # a fused activation whose efficiency the target's guide gives as "good", not "best" (Qualcomm HTP FP16): its
+    # elementwise work is counted in the kernel instead of hidden behind the MACs
+    partial: bool = False
     latency_us: float | None = None
     latency_us_low: float | None = None  # data-dependent kernels: the best case (= latency_us)
     latency_us_high: float | None = None  # ... and the worst case
@@ -542,7 +547,7 @@ def _mark_fallback(target: Target, entries: list[NodeCost]) -> None:
         return
     supported: dict[str, bool | None] = {}  # per op type (supports_op scans the target's list)
     for entry in entries:
-        if _placed(entry) and entry.fused_into is None:
+        if _placed(entry) and entry.fused_into is None and entry.node.op not in REMOVED_VIEWS:
             op = entry.node.op
             runs = supported[op] if op in supported else supported.setdefault(op, target.supports_op(op))
             if runs is False:
@@ -560,6 +565,9 @@ def _group_kernels(
 ) -> None:
     """Each costed node that does work is a kernel; fusable activations and residual adds join the conv before them."""
     fused = target.fused_activations() or frozenset()
+    hosts = target.fusion_hosts() or CONV_OPS
+    others = target.other_host_fusions()  # ops with a fusion (and a list) of their own: ORT's FusedGemm
+    partial = {kind for kind in fused if target.fusion_efficiency(kind) == "good"}
     residual = target.residual_fusion()
     for entry in entries:
         cost = entry.cost  # _placed(entry), inline: it runs once per node
@@ -567,23 +575,32 @@ def _group_kernels(
             continue
         node = entry.node
         entry.kernel = node.id
-        if node.op not in CONV_OPS or entry.fallback:
+        if (node.op not in hosts and node.op not in others) or entry.fallback:
             continue
+        kinds = fused if node.op in hosts else others[node.op]
         kind = entry.node.fused_activation
-        if kind is not None and kind not in fused:
+        if kind is not None and kind not in kinds:
             entry.extra_pass = True
         if kind is not None:
             continue
         tail = tails.get(entry.id, entry.node.outputs[0] if entry.node.outputs else "")
-        members = _fusable_activation(graph, tail, fused, target.needs_lone_consumer)
+        members = _fusable_activation(graph, tail, kinds, target.needs_lone_consumer)
         how = ACTIVATION
-        if not members and residual is not None and entry.node.op in CONV_LIKE:
+        if not members and residual is not None and entry.node.op in CONV_LIKE and entry.node.op in hosts:
             members, how = _residual_members(graph, ctx, entry.node, tail, residual, by_id), RESIDUAL
         for member in members:
             joined = by_id.get(member.id)
             if joined is not None and joined.cost is not None and joined.kernel is None and not joined.fallback:
                 joined.kernel, joined.fused_into = entry.id, entry.id
                 joined.fusion = RESIDUAL if how == RESIDUAL and member.op == "Add" else ACTIVATION
+                if partial and joined.fusion == ACTIVATION and _kind_of(graph, member) in partial:
+                    joined.partial = True
+
+
+def _kind_of(graph: Graph, node: Node) -> str | None:
+    """The activation kind `node` belongs to (a composite's kind for each of its nodes)."""
+    composite = graph.composite(node)
+    return composite.kind if composite is not None else graph.activation(node)
 
 
 def _fusable_activation(
@@ -880,7 +897,7 @@ def _kernel_key(head: NodeCost, members: list[NodeCost], scale: float) -> tuple 
     for member in members:
         if member.fusion == RESIDUAL:
             return None
-        parts.append((id(member.cost), member.node.op, member.fusion, member.rewritten))
+        parts.append((id(member.cost), member.node.op, member.fusion, member.rewritten, member.partial))
     return scale, _grouped(head.node), *parts
 
 
@@ -902,9 +919,11 @@ def _kernel_time(
     ops = 0.0
     for m in working:
         factor = per_element.get(m.op, 1.0)
-        ops += m.cost.ops * (max(factor - hidden, 0.0) if m.fusion == ACTIVATION else factor)  # type: ignore[union-attr]
-    traffic = cost.bytes * scale  # fused members add no traffic: they are applied before the kernel writes...
-    for member in working:  # ...except the residual, which the kernel reads
+        hides = m.fusion == ACTIVATION and not m.partial  # a "good" (not "best") fusion does its work in the kernel
+        ops += m.cost.ops * (max(factor - hidden, 0.0) if hides else factor)  # type: ignore[union-attr]
+    # fused members add no traffic (they are applied before the kernel writes) but a bias a runtime's fold gives it...
+    traffic = (cost.bytes + _runtime_bias_bytes(ctx, head.node, members)) * scale
+    for member in working:  # ...and the residual, which the kernel reads
         if member.fusion == RESIDUAL and member.cost is not None and member.cost.op_class == ELTWISE:
             traffic += _residual_bytes(ctx, member.node, head) * scale
     mac_rate = rates.depthwise_gmacs_per_s if _grouped(head.node) else rates.conv_gmacs_per_s
@@ -933,6 +952,26 @@ def _kernel_time(
         time += extra_pass + rates.kernel_overhead_us
         worst += extra_pass + rates.kernel_overhead_us
     return time, worst
+
+
+def _runtime_bias_bytes(ctx: CostContext, conv: Node, members: list[NodeCost]) -> int:
+    """The bias a runtime's fold writes into a bias-less conv (ORT's Conv+BatchNormalization and Conv+Add fusions
+    give it one): its kernel then reads it, as it reads the bias `fold-batchnorm` writes into the model."""
+    if conv.op not in ("Conv", "ConvTranspose", "Gemm") or (len(conv.inputs) > 2 and conv.inputs[2]):
+        return 0
+    for member in members:
+        node = member.node
+        if member.rewritten == "fold-batchnorm" and len(node.inputs) > 2:
+            name = node.inputs[2]
+        elif member.rewritten == "fold-affine" and node.op in ("Add", "Sub"):
+            name = next((n for n in node.inputs[:2] if n and ctx.graph.is_const(n)), "")
+        else:
+            continue
+        try:
+            return ctx.numel(name) * ctx.itemsize(name) if name else 0
+        except UnknownCost:
+            return 0
+    return 0
 
 
 def _elements(ctx: CostContext, node: Node) -> int:

@@ -12,8 +12,8 @@ elements × input channels per group × kernel size, or rows × K × columns for
 
 Guards (the finding is skipped, with the reason): the conv or the activation is gone, the activation reads the conv
 through an Identity, Cast or Q/DQ (the twin would feed that node, which is not the activation), no activation reads
-the conv's output directly, and a finding of severity info (the target fuses this activation even when the conv
-has other consumers, e.g. Relu on Qualcomm HTP: the copy would only add MACs).
+the conv's output directly. (FU001 reports only activations the target fuses into a lone-consumer conv; where the
+copy is predicted to cost more than it saves, the fix engine skips it unless --keep-slower-fixes.)
 """
 
 from __future__ import annotations
@@ -36,8 +36,6 @@ class DuplicateConv(FixPass):
         conv = ctx.proto(position)
         if conv is None or conv.op_type not in CONV_OPS or not conv.output or not conv.output[0]:
             return "the conv is gone"
-        if ctx.finding.severity == "info":
-            return "the target fuses this activation even when the conv has other consumers: a copy only adds MACs"
         out = conv.output[0]
         members = _activation_members(ctx, out)
         if isinstance(members, str):

@@ -20,6 +20,7 @@ from onnx import AttributeProto, TensorProto, helper, numpy_helper
 
 from netlint.collector import paused
 from netlint.errors import ModelLoadError
+from netlint.io.provenance import CLASSES_KEY, NAMESPACE_KEY, SCOPES_KEY, TRACE_KEY
 from netlint.io.structure import GraphFacts, check_structure
 from netlint.ir import NCHW, ConstData, Graph, Model, Node, Value
 from netlint.ir.graph import MAX_DENSE_ELEMENTS, _captured
@@ -432,6 +433,7 @@ def _convert_graph(
     reader: _ExternalData,
     facts: dict[Graph, GraphFacts],
     reuse: Sequence[Node | None] | None = None,
+    metadata: dict[Any, Any] | None = None,
 ) -> Graph:
     """The IR of one (sub)graph. The hot loop of loading: one pass over the protobuf, each field read once, no
     per-item helper calls where a dict lookup does (a 100k-node graph runs it 100k times), and the graph's indexes
@@ -440,7 +442,10 @@ def _convert_graph(
     Repeated protobuf fields are read as slices (`field[:]`, a list): iterating a upb container ends in an IndexError
     that upb formats, about a tenth of the conversion's instructions when every node's inputs were iterated.
     `reuse` (netlint.fixes.resync): per position, an IR node already built from this very NodeProto, taken as it is
-    when the id the loader gives the node is its id."""
+    when the id the loader gives the node is its id. `metadata`: the repeated metadata values met so far in this
+    model, each kept once (see _metadata)."""
+    if metadata is None:
+        metadata = {}
     values: dict[str, Value] = {}
     # equal shapes share one tuple; the value is (shape, element count or None) for initializers' size test
     shapes: dict[tuple[int | str | None, ...], tuple[tuple[int | str | None, ...], int | None]] = {}
@@ -566,21 +571,29 @@ def _convert_graph(
                         kind = attr.type
                         if kind == graph_attr:
                             subgraphs[attr.name] = _convert_graph(
-                                attr.g, ir_graph, f"{node_id}/{attr.name}/", reader, facts
+                                attr.g, ir_graph, f"{node_id}/{attr.name}/", reader, facts, metadata=metadata
                             )
                         elif kind == graphs_attr:
                             for k, sub in enumerate(attr.graphs):
                                 slot = f"{attr.name}[{k}]"
-                                subgraphs[slot] = _convert_graph(sub, ir_graph, f"{node_id}/{slot}/", reader, facts)
+                                subgraphs[slot] = _convert_graph(
+                                    sub, ir_graph, f"{node_id}/{slot}/", reader, facts, metadata=metadata
+                                )
                         else:
                             attrs[attr.name] = _attribute_value(attr)
             outputs = proto_node.output[:]
             outputs = list(map(shared, outputs, outputs))  # names.setdefault(name, name) for each, without a listcomp
             node_inputs = proto_node.input[:]
             node_inputs = list(map(shared, node_inputs, node_inputs))
-            doc = proto_node.doc_string
-            markers = _markers(proto_node) if (doc and "netlint" in doc.lower()) or proto_node.metadata_props else ()
-            node = Node(node_id, op[0], node_inputs, outputs, attrs, op[1], domain, None, subgraphs, markers)
+            props = proto_node.metadata_props
+            if props:
+                markers, scopes, meta = _metadata(proto_node, props, metadata)
+            else:
+                doc = proto_node.doc_string
+                markers, scopes, meta = _markers(proto_node) if doc and "netlint" in doc.lower() else (), None, None
+            node = Node(
+                node_id, op[0], node_inputs, outputs, attrs, op[1], domain, None, subgraphs, markers, scopes, meta
+            )
         append(node)
         by_id[node_id] = node
         # reads before writes: a node that reads its own output is a cycle, as Graph.reindex and Kahn see it
@@ -616,6 +629,45 @@ def _convert_graph(
     ir_graph.set_indexes(producer, consumers, by_id)
     facts[ir_graph] = GraphFacts(duplicate, out_of_order, declared, initializers)
     return ir_graph
+
+
+def _metadata(
+    proto_node: onnx.NodeProto, props: Any, shared: dict[Any, Any]
+) -> tuple[tuple[tuple[str, str], ...], str | None, tuple[str | None, str | None] | None]:
+    """A node's `netlint: ignore` markers (as `_markers` finds them), then its Node.scopes and Node.meta. A dynamo
+    export writes about a kilobyte of metadata on every node. Its class path and stack trace repeat between nodes, so
+    each distinct value is kept once per model in `shared` with whether it mentions netlint (a repeated value costs a
+    dict lookup, not a lowercased copy), and so is each distinct pair of them. The name scopes are each node's own;
+    `namespace` says what name_scopes and class_hierarchy say, so it is kept only when name_scopes is absent."""
+    found: list[tuple[str, str]] = []
+    doc = proto_node.doc_string
+    if doc and "netlint" in doc.lower():
+        found.append(("doc_string", doc))
+    scopes = namespace = classes = trace = None
+    for prop in props[:]:
+        key, value = prop.key, prop.value
+        if key in (CLASSES_KEY, TRACE_KEY):
+            entry = shared.get(value)
+            if entry is None:
+                entry = shared[value] = (value, "netlint" in value.lower())
+            value, marked = entry
+            if key == CLASSES_KEY:
+                classes = value
+            else:
+                trace = value
+        else:
+            marked = "netlint" in value.lower()
+            if key == SCOPES_KEY:
+                scopes = value
+            elif key == NAMESPACE_KEY:
+                namespace = value
+        if marked or key == "netlint":
+            found.append((f"metadata_props[{key!r}]", value))
+    meta = None
+    if classes is not None or trace is not None:
+        meta = (classes, trace)
+        meta = shared.setdefault(meta, meta)
+    return tuple(found), scopes if scopes is not None else namespace, meta
 
 
 def _markers(proto_node: onnx.NodeProto) -> tuple[tuple[str, str], ...]:

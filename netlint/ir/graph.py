@@ -117,6 +117,12 @@ class Node:
     # (where, text) of the node's texts that mention `netlint` (ONNX doc_string, metadata_props): suppression
     # markers, parsed by netlint.suppression
     markers: tuple[tuple[str, str], ...] = ()
+    # What the export recorded about the node's origin in the model's code, unparsed (netlint.io.provenance reads it
+    # for the nodes of findings only). PyTorch dynamo exports: `scopes` is the node's name_scopes metadata (or its
+    # namespace when it has none), `meta` its (class_hierarchy, stack_trace), a tuple shared by the nodes with equal
+    # values (every instance of a block has the same).
+    scopes: str | None = None
+    meta: tuple[str | None, str | None] | None = None
 
     @property
     def output(self) -> str:

@@ -87,7 +87,8 @@ def _const_bounds(graph: Graph, node: Node) -> tuple[float | None, float | None]
 
 def activation_kind(graph: Graph, node: Node) -> str | None:
     """What activation a single node computes: its op type, with Clip named by its bounds (Relu6 for [0, 6],
-    ReluN1To1 for [-1, 1], Relu for [0, inf), otherwise Clip); None for non-activations."""
+    ReluN1To1 for [-1, 1], Relu for [0, inf), Relu0To1 for [0, 1], ReluPow2 for [0, 2^k] with k >= 1 (ReLU4,
+    ReLU8), otherwise Clip); None for non-activations."""
     if node.op not in ACTIVATION_OPS:
         return None
     if node.op != "Clip":
@@ -98,9 +99,18 @@ def activation_kind(graph: Graph, node: Node) -> str | None:
         bounds = None
     if bounds is None:
         return "Clip"
-    return {(0.0, 6.0): "Relu6", (-1.0, 1.0): "ReluN1To1", (0.0, None): "Relu", (0.0, 1.0): "Relu0To1"}.get(
-        bounds, "Clip"
-    )
+    named = {(0.0, 6.0): "Relu6", (-1.0, 1.0): "ReluN1To1", (0.0, None): "Relu", (0.0, 1.0): "Relu0To1"}.get(bounds)
+    if named is not None:
+        return named
+    return "ReluPow2" if bounds[0] == 0.0 and is_power_of_two(bounds[1]) else "Clip"
+
+
+def is_power_of_two(value: float | None) -> bool:
+    """`value` is 2^k for a whole k >= 1 (2, 4, 8, ...): the top of a power-of-two activation range (ReLU4, ReLU8)."""
+    if value is None or not math.isfinite(value) or value < 2.0:
+        return False
+    mantissa, _ = math.frexp(value)
+    return mantissa == 0.5
 
 
 PRELU_RTOL = 1e-5  # slopes equal within this relative tolerance (plus the absolute one) count as one LeakyRelu alpha
@@ -190,3 +200,74 @@ def const_source(graph: Graph, name: str) -> str | None:
             return None
         name = node.inputs[0]
     return None
+
+
+INTEGER_TYPES = frozenset({"int4", "uint4", "int8", "uint8", "int16", "uint16", "int32", "uint32"})
+QUANTIZED_CONVS = frozenset({"QLinearConv", "ConvInteger", "MatMulInteger", "QLinearMatMul"})
+
+
+def quantized_weights(graph: Graph, node: Node) -> bool:
+    """Whether a conv-like node's weights are stored quantized (an integer tensor with its scale: TFLite int8 weights,
+    an ONNX QDQ weight behind DequantizeLinear, QLinearConv's), so that folding a scale into them is not exact: such
+    a fold belongs in the float model, before quantization."""
+    if node.op in QUANTIZED_CONVS:
+        return True
+    if len(node.inputs) < 2 or not node.inputs[1]:
+        return False
+    value = graph.value(node.inputs[1])
+    if value is not None and value.dtype in INTEGER_TYPES:
+        return True
+    producer = graph.producer(node.inputs[1])
+    return producer is not None and producer.op == "DequantizeLinear"
+
+
+def quantized_between(graph: Graph, name: str) -> bool:
+    """Whether value `name` reaches its reader through a QuantizeLinear/DequantizeLinear pair (a QDQ model): what reads
+    it is a quantized op, and a fold across it belongs in the float model."""
+    producer = graph.producer(name)
+    while producer is not None and producer.op in ("QuantizeLinear", "DequantizeLinear", "Identity", "Cast"):
+        if producer.op in ("QuantizeLinear", "DequantizeLinear"):
+            return True
+        producer = graph.producer(producer.inputs[0]) if producer.inputs else None
+    return False
+
+
+FOLDING_CONVS = frozenset({"Conv", "ConvTranspose", "Gemm"})
+
+
+def folds_into(graph: Graph, conv: Node, reader: Node) -> str | None:
+    """Why a per-channel affine `reader` (a BatchNormalization) cannot fold backward into `conv`, or None when it can:
+    a Conv, ConvTranspose or Gemm with constant weights, no fused activation, whose only use is `reader`."""
+    if conv.op not in FOLDING_CONVS:
+        return f"{conv.op} is not a conv"
+    uses, reaches_output = graph.uses_view(conv.output)
+    if reaches_output or len(uses) != 1 or uses[0] is not reader:
+        return "the conv's output has other consumers"
+    if conv.fused_activation is not None:
+        return "an activation is fused into the conv"
+    if len(conv.inputs) < 2 or not graph.is_const(conv.inputs[1]):
+        return "the conv's weights are not constant"
+    return None
+
+
+def concat_of_convs(graph: Graph, concat: Node, reader: Node) -> list[Node]:
+    """The convs a Concat along the channel axis joins, when each folds into the Concat (`folds_into`) and the Concat's
+    only use is `reader`: a per-channel affine `reader` then folds backward into them, one channel slice each."""
+    if concat.op != "Concat" or len(concat.inputs) < 2:
+        return []
+    uses, reaches_output = graph.uses_view(concat.output)
+    if reaches_output or len(uses) != 1 or uses[0] is not reader:
+        return []
+    out = graph.value(concat.output)
+    axis = concat.attrs.get("axis")
+    if out is None or out.channel_axis is None or out.shape is None or not isinstance(axis, int):
+        return []
+    if axis % len(out.shape) != out.channel_axis:
+        return []
+    convs = []
+    for name in concat.inputs:
+        conv = graph.effective_producer(name) if name else None
+        if conv is None or folds_into(graph, conv, concat) is not None:
+            return []
+        convs.append(conv)
+    return convs

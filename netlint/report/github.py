@@ -7,7 +7,9 @@ severity ("FU006 (52 findings)", its first message, the nodes), the groups with 
 ANNOTATIONS_PER_KIND annotations of each kind are printed; when there are more, the last one of that kind says how
 many were left out, and every group left out is printed as a plain log line instead (the log keeps everything).
 `step_summary` is the full list as a Markdown table, which `netlint check --format github` appends to
-$GITHUB_STEP_SUMMARY when it is set (within GitHub's 1 MiB per step).
+$GITHUB_STEP_SUMMARY when it is set (within GitHub's 1 MiB per step). Findings whose source is a file of the
+repository (netlint.sources) are grouped by the line of model code that created their node too, and annotated on that
+line (`file=models/net.py,line=57`), the model named in the message.
 
 Escaping follows the runner's rules (actions/toolkit's command.ts): in the message `%`, `\\r`, `\\n` become `%25`,
 `%0D`, `%0A`; in property values `:` and `,` also become `%3A` and `%2C`. Other control characters are shown escaped
@@ -54,6 +56,12 @@ class _Annotation:
     count: int = 1  # findings it stands for
     order: int = 0
     findings: list[Finding] = field(default_factory=list)
+    line: int | None = None  # on a line of model code: `path` is that file, `model` the model's
+    model: str = ""
+
+    @property
+    def model_path(self) -> str:
+        return self.model or self.path
 
 
 def _annotations(reports: list[ModelReport]) -> list[_Annotation]:
@@ -64,14 +72,26 @@ def _annotations(reports: list[ModelReport]) -> list[_Annotation]:
         found.extend(_Annotation("error", path, "netlint", error) for error in report.errors)
         if report.format is None and not report.errors:  # skipped (a Git LFS pointer with --skip-lfs-pointers)
             found.extend(_Annotation("notice", path, "netlint", note) for note in report.notes)
-        groups: dict[tuple[str, str], list[Finding]] = {}
+        groups: dict[tuple[str, str, str, int], list[Finding]] = {}
         for finding in report.findings:
-            groups.setdefault((finding.code, finding.severity), []).append(finding)
-        for (code, severity), findings in groups.items():
-            found.append(_group(COMMANDS[severity], path, code, findings))
+            groups.setdefault((finding.code, finding.severity, *_code_line(finding)), []).append(finding)
+        for (code, severity, file, line), findings in groups.items():
+            annotation = _group(COMMANDS[severity], path, code, findings)
+            if file:  # on the line of model code that created the findings' nodes, the model named
+                annotation.path, annotation.line, annotation.model = file, line, path
+                annotation.message = annotation.message.replace(" [node", f" [{path}, node", 1)
+            found.append(annotation)
     for order, annotation in enumerate(found):
         annotation.order = order
     return found
+
+
+def _code_line(finding: Finding) -> tuple[str, int]:
+    """(file in the repository, line) of the model code that created the finding's node, or ('', 0)."""
+    source = finding.source
+    if source is not None and source.path and source.line:
+        return source.path, source.line
+    return "", 0
 
 
 def _group(kind: str, path: str, code: str, findings: list[Finding]) -> _Annotation:
@@ -105,7 +125,7 @@ def to_github(reports: list[ModelReport]) -> str:
         shown.extend(kept)
         left_out.extend(rest)
         findings = sum(a.count for a in rest)
-        models = len({a.path for a in rest})
+        models = len({a.model_path for a in rest})
         note = (
             f"{len(rest)} more {kind} annotations ({findings} finding{'s' if findings != 1 else ''} in {models} "
             f"model{'s' if models != 1 else ''}) not shown: GitHub shows {ANNOTATIONS_PER_KIND} per step; the log "
@@ -113,7 +133,7 @@ def to_github(reports: list[ModelReport]) -> str:
         )
         shown.append(_Annotation(kind, rest[0].path, "netlint", note, order=len(annotations)))
     shown.sort(key=lambda a: a.order)
-    lines = [_command(a.kind, {"file": a.path, "title": a.title}, a.message) for a in shown]
+    lines = [_command(a.kind, _properties(a), a.message) for a in shown]
     for annotation in sorted(left_out, key=lambda a: a.order):
         for finding in annotation.findings or [None]:
             if finding is None:
@@ -121,10 +141,16 @@ def to_github(reports: list[ModelReport]) -> str:
                 continue
             node = finding.nodes[0] if finding.nodes else "-"
             lines.append(
-                f"netlint: {safe(annotation.path)}:{safe(node)}: {finding.code} [{finding.severity}] "
+                f"netlint: {safe(annotation.model_path)}:{safe(node)}: {finding.code} [{finding.severity}] "
                 f"{safe(finding.message)}"
             )
     return "".join(line + "\n" for line in lines)
+
+
+def _properties(annotation: _Annotation) -> dict[str, str]:
+    if annotation.line is None:
+        return {"file": annotation.path, "title": annotation.title}
+    return {"file": annotation.path, "line": str(annotation.line), "title": annotation.title}
 
 
 def _cell(text: str) -> str:

@@ -27,6 +27,7 @@ from netlint.engine import ModelReport
 from netlint.errors import NetlintError
 from netlint.io import load_model
 from netlint.ir import Graph, Model, Node
+from netlint.report.grouping import group_findings, location
 from netlint.report.svg import bar_chart, format_amount, graph_svg
 from netlint.report.text import pricing_text
 from netlint.rule import SEVERITIES, Finding, Rule, all_rules
@@ -83,6 +84,19 @@ class FindingView:
 
 
 @dataclass
+class Instances:
+    """Findings of one rule created by one line of model code (netlint.report.grouping), or a finding alone."""
+
+    views: list[FindingView]
+    where: str = ""  # `models.net.Block (models/net.py:13)`, for several
+    saving: str | None = None  # the summed saving, for several
+
+    @property
+    def first(self) -> FindingView:
+        return self.views[0]
+
+
+@dataclass
 class RuleGroup:
     code: str
     name: str
@@ -91,6 +105,7 @@ class RuleGroup:
     findings: list[FindingView] = field(default_factory=list)
     saving_ms: float | None = None  # the sum of its priced findings' savings (each fix predicted alone)
     saving_share: float = 0.0
+    blocks: list[Instances] = field(default_factory=list)  # its findings, those of one source line together
 
     @property
     def saving_text(self) -> str | None:
@@ -140,8 +155,11 @@ def environment() -> jinja2.Environment:
     )
 
 
-def render_html_reports(reports: Sequence[ModelReport], targets: Sequence[Target | None] | None = None) -> str:
-    """The page for reports from `lint_file`: each readable model is loaded again for its pictures and costs."""
+def render_html_reports(
+    reports: Sequence[ModelReport], targets: Sequence[Target | None] | None = None, *, group: bool = True
+) -> str:
+    """The page for reports from `lint_file`: each readable model is loaded again for its pictures and costs.
+    `group`: the findings of one rule created by one line of model code are one foldable entry."""
     inputs = []
     for index, report in enumerate(reports):
         target = targets[index] if targets is not None and index < len(targets) else None
@@ -152,11 +170,11 @@ def render_html_reports(reports: Sequence[ModelReport], targets: Sequence[Target
             except NetlintError:
                 model = None
         inputs.append(ReportInput(report, model, target))
-    return render_html(inputs)
+    return render_html(inputs, group=group)
 
 
-def render_html(inputs: Sequence[ReportInput]) -> str:
-    views = [_model_view(index, item) for index, item in enumerate(inputs)]
+def render_html(inputs: Sequence[ReportInput], *, group: bool = True) -> str:
+    views = [_model_view(index, item, group) for index, item in enumerate(inputs)]
     rules = all_rules()
     used = sorted({group.code for view in views for group in view.groups})
     docs = [(rules[code], render_rule_doc(rules[code])) for code in used if code in rules]
@@ -175,11 +193,12 @@ def render_html(inputs: Sequence[ReportInput]) -> str:
             total=sum(totals.values()),
             format_amount=format_amount,
             max_pictures=MAX_PICTURES,
+            location=location,
         )
     )
 
 
-def _model_view(index: int, item: ReportInput) -> ModelView:
+def _model_view(index: int, item: ReportInput, group: bool = True) -> ModelView:
     report, model = item.report, item.model
     target = item.target or _target_of(report)
     cost: ModelCost | None = None
@@ -201,7 +220,7 @@ def _model_view(index: int, item: ReportInput) -> ModelView:
         graphs=len(graphs),
         op_counts=ops.most_common(),
         severities=dict(Counter(finding.severity for finding in report.findings)),
-        groups=_groups(report.findings, where, cost),
+        groups=_groups(report.findings, where, cost, group),
         cost=_cost_view(cost) if cost is not None else None,
         cost_error=cost_error,
         skipped=[(code, reason, count) for (code, reason), count in sorted(skipped.items())],
@@ -239,11 +258,15 @@ def _impact(finding: Finding, kernels: tuple[dict[str, str], dict[str, float]] |
     return sum(latency.get(kernel, 0.0) for kernel in touched)
 
 
-def _groups(findings: list[Finding], where: dict[str, Graph], cost: ModelCost | None) -> list[RuleGroup]:
+def _groups(
+    findings: list[Finding], where: dict[str, Graph], cost: ModelCost | None, by_source: bool = True
+) -> list[RuleGroup]:
     kernels = _kernels(cost)
     views = []
     for finding in findings:
         text = " ".join([finding.code, finding.name, finding.message, *finding.nodes, *finding.tensors])
+        if finding.source is not None:
+            text += " " + location(finding.source)
         views.append(FindingView(finding, _impact(finding, kernels), Markup(""), text.lower()))
     # severity first; then priced findings by their predicted saving, then unpriced ones by the kernel-time proxy
     views.sort(key=lambda view: (SEVERITY_RANK[view.finding.severity], view.saving_ms is None, -view.rank))
@@ -264,6 +287,8 @@ def _groups(findings: list[Finding], where: dict[str, Graph], cost: ModelCost | 
         if view.finding.impact is not None and not summarises(view.finding):  # a summary would count them twice
             group.saving_ms = (group.saving_ms or 0.0) + view.finding.impact.saving_ms
             group.saving_share += view.finding.impact.saving_share
+    for rule_group in groups.values():
+        rule_group.blocks = _blocks(rule_group.findings, by_source)
     return sorted(
         groups.values(),
         key=lambda g: (
@@ -273,6 +298,44 @@ def _groups(findings: list[Finding], where: dict[str, Graph], cost: ModelCost | 
             g.code,
         ),
     )
+
+
+def _blocks(views: list[FindingView], by_source: bool) -> list[Instances]:
+    """A rule's findings as the page lists them: in their order, with (when `by_source`) the findings made by one line
+    of model code (or one module path) as one block, ranked by its total."""
+    if not by_source:
+        return [Instances([view]) for view in views]
+    by_finding = {id(view.finding): view for view in views}
+    summary = {id(view.finding) for view in views if summarises(view.finding)}
+    of: dict[int, Instances] = {}
+    for found in group_findings([view.finding for view in views], skip=summary):
+        if len(found.findings) > 1:
+            impact = found.impact()
+            block = Instances(
+                [by_finding[id(f)] for f in found.findings],
+                found.where,
+                saving_text(impact.saving_ms, impact.saving_share) if impact is not None else None,
+            )
+            for finding in found.findings:
+                of[id(finding)] = block
+    blocks: list[Instances] = []
+    placed: set[int] = set()
+    for view in views:
+        block = of.get(id(view.finding))
+        if block is None:
+            blocks.append(Instances([view]))
+        elif id(block) not in placed:
+            placed.add(id(block))
+            blocks.append(block)
+    # as the findings are ranked, with a block's total in place of a finding's own saving (or kernel-time proxy)
+    blocks.sort(
+        key=lambda block: (
+            SEVERITY_RANK[block.first.finding.severity],
+            block.first.saving_ms is None,
+            -sum(view.rank for view in block.views),
+        )
+    )
+    return blocks
 
 
 def saving_text(saving_ms: float, share: float) -> str:

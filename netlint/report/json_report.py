@@ -12,9 +12,13 @@ from typing import Any
 from netlint import __version__
 from netlint.engine import CostSummary, ModelReport
 from netlint.pricing import Pricing
+from netlint.report.grouping import group_findings
 from netlint.rule import Finding, FixRef, Impact
+from netlint.source import Source
 
-SCHEMA_VERSION = "1.3"  # 1.1: model.precision and model.chip; 1.2: finding.impact and model.cost; 1.3: their pricing
+# 1.1: model.precision and model.chip; 1.2: finding.impact and model.cost; 1.3: finding.source, finding.reference,
+# model.groups, impact.modelled, and the pricing (basis and error band) of cost and impact
+SCHEMA_VERSION = "1.3"
 
 
 def finding_json(finding: Finding) -> dict[str, Any]:
@@ -28,7 +32,65 @@ def finding_json(finding: Finding) -> dict[str, Any]:
         "fix": {"name": finding.fix.name, "applicability": finding.fix.applicability} if finding.fix else None,
         "help": finding.help,
         "impact": impact_json(finding.impact),
+        "reference": finding.reference,
+        "source": source_json(finding.source, finding.other_sources),
     }
+
+
+def source_json(
+    source: Source | None, others: list[Source] | None = None, frames: bool = True
+) -> dict[str, Any] | None:
+    """Where the model's code created the node the finding's advice is about (None when the export does not say):
+    module path and class, the creating frame (file as recorded, `path` in the repository when found), the whole
+    stack in `frames`, and the finding's other nodes' sources in `related` (without their frames)."""
+    if source is None:
+        return None
+    found: dict[str, Any] = {
+        "node": source.node,
+        "module": source.module,
+        "module_class": source.module_class,
+        "owner_class": source.owner_class,
+        "layer": source.layer,
+        "file": source.file,
+        "path": source.path,
+        "line": source.line,
+        "function": source.function,
+        "code": source.code,
+    }
+    if frames:
+        found["frames"] = [
+            {"file": frame.file, "line": frame.line, "function": frame.function, "code": frame.code}
+            for frame in source.frames
+        ]
+        found["related"] = [source_json(other, frames=False) for other in others or ()]
+    return found
+
+
+def groups_json(findings: list[Finding]) -> list[dict[str, Any]]:
+    """The findings of one rule and severity whose sources share a creating line (or module / layer pattern): what
+    `--group module` shows as one entry (netlint.report.grouping); `findings` are indices into the model's list."""
+    groups = []
+    for group in group_findings(findings):
+        impact = group.impact()
+        source = group.first.source
+        by_line = group.key[0] == "line" and source is not None
+        groups.append(
+            {
+                "code": group.code,
+                "severity": group.severity,
+                "by": group.key[0],  # line, module or layer
+                "where": group.where,
+                "path": source.path if by_line else None,  # type: ignore[union-attr]
+                "file": source.file if by_line else None,  # type: ignore[union-attr]
+                "line": source.line if by_line else None,  # type: ignore[union-attr]
+                "owner_class": source.owner_class if by_line else None,  # type: ignore[union-attr]
+                "pattern": None if by_line else group.key[1],  # the module / layer path, indices as *
+                "count": len(group.findings),
+                "findings": group.indices,
+                "saving_ms": round(impact.saving_ms, 6) if impact is not None else None,
+            }
+        )
+    return groups
 
 
 def impact_json(impact: Impact | None) -> dict[str, Any] | None:
@@ -44,7 +106,9 @@ def impact_json(impact: Impact | None) -> dict[str, Any] | None:
     }
     if impact.basis is not None:  # manual rules: how the advised change was priced (docs/cost-model.md)
         found["basis"] = impact.basis
-    if impact.pricing is not None:
+    if not impact.modelled:  # the saving is a placeholder (not modelled there, or an accuracy finding): 1.3
+        found["modelled"] = False
+    if impact.pricing is not None:  # 1.3
         found["pricing"] = pricing_json(impact.pricing, impact.pricing.finding_band)
     return found
 
@@ -90,6 +154,7 @@ def _model_json(report: ModelReport, findings: list[Any]) -> dict[str, Any]:
         "skipped": [asdict(skip) for skip in report.skipped],
         "notes": report.notes,
         "cost": cost_json(report.cost),
+        "groups": groups_json(report.findings),
     }
 
 
@@ -110,7 +175,8 @@ def _finding_text(finding: Finding, newline: str) -> str:
     (or a list of strings) raises TypeError: to_json then leaves the whole document to json."""
     enc = encode_basestring  # raises TypeError for anything but a str (a str subclass json writes the same)
     inner = newline + "  "
-    nodes, tensors, impact = finding.nodes, finding.tensors, finding.impact
+    nodes, tensors, impact, reference = finding.nodes, finding.tensors, finding.impact, finding.reference
+    source, others = finding.source, finding.other_sources
     if type(nodes) not in _LISTS or type(tensors) not in _LISTS:
         raise TypeError("a list field that is not a list is left to json")
     deeper = inner + "  "
@@ -120,8 +186,68 @@ def _finding_text(finding: Finding, newline: str) -> str:
         f'{inner}"nodes": {f"[{deeper}{between.join(map(enc, nodes))}{inner}]" if nodes else "[]"},'
         f'{inner}"tensors": {f"[{deeper}{between.join(map(enc, tensors))}{inner}]" if tensors else "[]"},'
         f"{_tail(finding.fix, finding.help, inner)}"
-        f'{inner}"impact": {"null" if impact is None else _indented(impact_json(impact), inner)}{newline}}}'
+        f'{inner}"impact": {"null" if impact is None else _indented(impact_json(impact), inner)},'
+        f'{inner}"reference": {"null" if reference is None else enc(reference)},'
+        f'{inner}"source": {"null" if source is None else _source_text(source, others, inner)}{newline}}}'
     )
+
+
+def _source_text(source: Source, others: list[Source] | None, newline: str) -> str:
+    """`_indented(source_json(source, others), newline)`, written directly: a large dynamo export has tens of
+    thousands of findings with a source each, and the sources of one stack share their frames list (written once)."""
+    if type(source) is not Source or (others is not None and type(others) is not list):
+        raise TypeError("a source that is not a Source is left to json")
+    inner = newline + "  "
+    key = (id(source.frames), inner)
+    frames = _FRAMES.get(key)
+    if frames is None or frames[0] is not source.frames:
+        frames = _FRAMES[key] = (source.frames, _indented(source_json(source)["frames"], inner))
+    deeper = inner + "  "
+    related = "[]"
+    if others:
+        entries = (_source_fields(other, deeper) + deeper + "}" for other in others)
+        related = f"[{deeper}{(',' + deeper).join(entries)}{inner}]"
+    return f'{_source_fields(source, newline)},{inner}"frames": {frames[1]},{inner}"related": {related}{newline}}}'
+
+
+def _source_fields(source: Source, newline: str) -> str:
+    """A source's fields but frames and related, as `_indented(source_json(source, frames=False), newline)` writes
+    them, from its opening brace (no closing one). A field of a type json would not write as a string, integer or
+    null raises TypeError: to_json then leaves the whole document to json."""
+    if type(source) is not Source:
+        raise TypeError("a source that is not a Source is left to json")
+    enc = encode_basestring
+    line = source.line
+    if line is not None and type(line) is not int:
+        raise TypeError("a line that is not an int is left to json")
+    i = newline + "  "
+    return (
+        f'{{{i}"node": {enc(source.node)},{i}"module": {_text(source.module)},'
+        f'{i}"module_class": {_text(source.module_class)},{i}"owner_class": {_text(source.owner_class)},'
+        f'{i}"layer": {_text(source.layer)},{i}"file": {_text(source.file)},{i}"path": {_text(source.path)},'
+        f'{i}"line": {"null" if line is None else int.__repr__(line)},{i}"function": {_text(source.function)},'
+        f'{i}"code": {_text(source.code)}'
+    )
+
+
+def _text(value: str | None) -> str:
+    """A source field's JSON; the classes, files and code lines repeat in every instance of a block: each distinct
+    one is encoded once per run (at most _ENCODED_MAX kept)."""
+    if value is None:
+        return "null"
+    known = _ENCODED.get(value)
+    if known is None:
+        if len(_ENCODED) >= _ENCODED_MAX:
+            _ENCODED.clear()
+        known = _ENCODED[value] = encode_basestring(value)
+    return known
+
+
+_ENCODED: dict[str, str] = {}
+_ENCODED_MAX = 1 << 16
+
+
+_FRAMES: dict[tuple[int, str], tuple[list[Any], str]] = {}  # (id of a frames list, indent) -> (the list, its text)
 
 
 _LISTS = (list, tuple)

@@ -7,7 +7,9 @@ netlint ran from; relative to the working folder outside a repository; models ha
 1, which GitHub requires), a logical location `model/graph/node`, and the finding's structural fingerprint (the
 baseline's: stable across re-exports, renamed nodes and renamed files) in partialFingerprints. Findings a `netlint:
 ignore` marker, `per-node-ignores` or the baseline took out are results too, with `suppressions` (inSource or
-external, and which one), so code scanning shows them as suppressed instead of fixed.
+external, and which one), so code scanning shows them as suppressed instead of fixed. A finding whose source is a
+file of the repository (netlint.sources) is located at the line of model code that created its node instead, with
+the model file and node as its related location: a pull request shows it on that line.
 """
 
 from __future__ import annotations
@@ -23,8 +25,11 @@ from urllib.parse import quote
 
 from netlint import HOMEPAGE, __version__
 from netlint.engine import ModelReport
+from netlint.repo import repository_root
 from netlint.report.baseline import fallback_key, keys_of
+from netlint.report.json_report import source_json
 from netlint.rule import Rule, all_rules
+from netlint.source import Source
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 LEVELS = {"error": "error", "warning": "warning", "info": "note"}
@@ -34,13 +39,10 @@ SRCROOT = "%SRCROOT%"
 
 @lru_cache(maxsize=8)
 def source_root(cwd: str) -> Path:
-    """The root of the git work tree holding `cwd` (the nearest folder with a `.git` folder, or the `.git` file of a
-    worktree or submodule): what CI systems resolve file paths against. `cwd` itself outside a repository."""
-    here = Path(cwd)
-    for folder in (here, *here.parents):
-        if (folder / ".git").exists():
-            return folder
-    return here
+    """The root of the git work tree holding `cwd` (netlint.repo.repository_root: the nearest folder with a `.git`
+    folder, or the `.git` file of a worktree or submodule): what CI systems resolve file paths against. `cwd` itself
+    outside a repository."""
+    return repository_root(Path(cwd)) or Path(cwd)
 
 
 def relative_path(path: str) -> str:
@@ -58,6 +60,23 @@ def artifact_location(path: str) -> dict[str, str]:
     if relative.startswith("/"):
         return {"uri": Path(relative).as_uri()}
     return {"uri": quote(relative), "uriBaseId": SRCROOT}
+
+
+def code_location(source: Source | None, root: Path) -> dict[str, Any] | None:
+    """The physical location of the line of model code a finding's source names, when netlint.sources found its
+    file in the repository at `root` (Source.path); else None."""
+    if source is None or not source.path or not source.line:
+        return None
+    region: dict[str, Any] = {"startLine": source.line}
+    if source.code:
+        region["snippet"] = {"text": source.code}
+    return {"artifactLocation": artifact_location(str(root / source.path)), "region": region}
+
+
+def _link_text(text: str) -> str:
+    """Text of a SARIF message that has an embedded link `[text](id)`: backslashes and brackets escaped, so that only
+    the link is one (SARIF 2.1.0, 3.11.6)."""
+    return text.replace("\\", "\\\\").replace("[", "\\[").replace("]", "\\]")
 
 
 def occurrences(fingerprints: Iterable[str]) -> list[str]:
@@ -105,6 +124,7 @@ def to_sarif(reports: list[ModelReport], rules: Iterable[type[Rule]] = ()) -> st
     index = {code: position for position, code in enumerate(ordered)}
     results: list[dict[str, Any]] = []
     notifications: list[dict[str, Any]] = []
+    root = source_root(str(Path.cwd().resolve()))  # where netlint.sources matched Source.path (in a repository only)
     for report in reports:
         location = artifact_location(report.path)
         model = relative_path(report.path)
@@ -114,18 +134,22 @@ def to_sarif(reports: list[ModelReport], rules: Iterable[type[Rule]] = ()) -> st
         uniques = occurrences(key.fingerprint for _, key, _ in entries)
         for (finding, key, suppressed), unique in zip(entries, uniques, strict=True):
             node = finding.nodes[0] if finding.nodes else ""
+            in_model = {
+                "physicalLocation": {"artifactLocation": location, "region": {"startLine": 1}},
+                "logicalLocations": [
+                    {"name": node, "fullyQualifiedName": f"{model}/{key.graph}/{node}", "kind": "object"}
+                ],
+            }
+            in_code = code_location(finding.source, root)
+            text = finding.message + (f" (help: {finding.help})" if finding.help else "")
+            if in_code is not None:  # the model and node, an embedded link to the related location
+                where = f"node {node} of {model}" if node else model
+                text = f"{_link_text(text)} [{_link_text(where)}](1)"
             result: dict[str, Any] = {
                 "ruleId": finding.code,
                 "level": LEVELS[finding.severity],
-                "message": {"text": finding.message + (f" (help: {finding.help})" if finding.help else "")},
-                "locations": [
-                    {
-                        "physicalLocation": {"artifactLocation": location, "region": {"startLine": 1}},
-                        "logicalLocations": [
-                            {"name": node, "fullyQualifiedName": f"{model}/{key.graph}/{node}", "kind": "object"}
-                        ],
-                    }
-                ],
+                "message": {"text": text},
+                "locations": [in_model if in_code is None else {"physicalLocation": in_code}],
                 "partialFingerprints": {FINGERPRINT: unique},
                 "properties": {
                     "severity": finding.severity,
@@ -134,10 +158,15 @@ def to_sarif(reports: list[ModelReport], rules: Iterable[type[Rule]] = ()) -> st
                     "fix": {"name": finding.fix.name, "applicability": finding.fix.applicability}
                     if finding.fix
                     else None,
+                    "reference": finding.reference,  # the citation of the fact this result rests on
                 },
             }
             if finding.code in index:
                 result["ruleIndex"] = index[finding.code]
+            if in_code is not None:
+                result["relatedLocations"] = [{"id": 1, **in_model, "message": {"text": f"node '{node}' of {model}"}}]
+            if finding.source is not None:
+                result["properties"]["source"] = source_json(finding.source, frames=False)
             if suppressed is not None:
                 result["suppressions"] = [
                     {"kind": suppressed.kind, "status": "accepted", "justification": suppressed.justification}

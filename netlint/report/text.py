@@ -9,19 +9,26 @@ from operator import attrgetter
 
 from netlint.engine import ModelReport
 from netlint.pricing import Pricing
+from netlint.report.grouping import Group, group_findings, location
 from netlint.rule import Finding, Impact
+from netlint.source import Source
 from netlint.terminal import safe
 
-_COLOURS = {"error": "31", "warning": "33", "info": "36", "path": "1", "dim": "2"}
+_COLOURS = {"error": "31", "warning": "33", "info": "36", "path": "1", "dim": "2", "source": "34"}
 
 
-def render_text(reports: list[ModelReport], colour: bool = False) -> str:
+def render_text(
+    reports: list[ModelReport], colour: bool = False, *, group: bool = False, show_source: bool = False
+) -> str:
+    """The report; with `group`, the findings of one rule whose sources share a line of model code are one entry
+    (netlint.report.grouping); with `show_source`, each source's code line is printed under it, as ruff does."""
+
     def paint(text: str, style: str) -> str:
         return f"\x1b[{_COLOURS[style]}m{text}\x1b[0m" if colour else text
 
     lines: list[str] = []
     severities: Counter[str] = Counter()
-    unreadable = skipped_models = 0
+    unreadable = skipped_models = collapsed = 0
     for report in reports:
         path = safe(report.path)
         for error in report.errors:
@@ -41,7 +48,12 @@ def render_text(reports: list[ModelReport], colour: bool = False) -> str:
         checked = _printable_ascii(
             "".join(map(_message, findings)) + "".join(chain.from_iterable(map(_nodes, findings)))
         )
-        for finding in ranked(findings):
+        entries = _entries(findings, group)
+        collapsed += len(findings) - len(entries)
+        for finding, instances in entries:
+            if instances is not None:
+                lines.extend(_group_lines(shown, instances, paint, show_source))
+                continue
             nodes = finding.nodes
             node = nodes[0] if nodes else "-"
             message = finding.message
@@ -59,6 +71,8 @@ def render_text(reports: list[ModelReport], colour: bool = False) -> str:
                 )
             head, hint = part
             add(f"{shown}:{node}: {head} {message}")
+            if finding.source is not None:
+                lines.extend(_source_lines(finding.source, paint, show_source))
             if hint:
                 add(hint)
             if finding.impact is not None:
@@ -79,6 +93,12 @@ def render_text(reports: list[ModelReport], colour: bool = False) -> str:
     targets = sorted({_target_label(report) for report in reports} - {"generic"})
     if targets:
         models += f" for {', '.join(safe(label) for label in targets)}"
+    if collapsed:  # before the summary, which stays the report's last lines
+        entries = total - collapsed
+        lines.append(
+            f"{total} finding{'s' if total != 1 else ''} shown as {entries} entr{'ies' if entries != 1 else 'y'}: "
+            "one per rule and line of model code, or module path up to its indices (--group none lists each)."
+        )
     if total:
         counts = ", ".join(f"{severities[s]} {s}" for s in ("error", "warning", "info") if severities[s])
         lines.append(f"Found {total} finding{'s' if total != 1 else ''} ({counts}) in {models}.")
@@ -110,6 +130,80 @@ def _hint_line(finding: Finding, paint: Callable[[str, str], str]) -> str:
     if finding.fix is not None:
         hint = f"{hint} (fix: {finding.fix.name}, {finding.fix.applicability})".strip()
     return paint(f"  help: {hint}", "dim") if hint else ""
+
+
+def _entries(findings: list[Finding], group: bool) -> list[tuple[Finding, Group | None]]:
+    """What the report lists, in order: each finding alone, or (with `group`) each group of several findings of one
+    rule made by one line of model code as one entry, placed by the group's total saving (`ranked` otherwise)."""
+    if not group:
+        return [(finding, None) for finding in ranked(findings)]
+    summary = summaries(findings)
+    of: dict[int, Group] = {}
+    for found in group_findings(findings, skip=summary):
+        if len(found.findings) > 1:
+            for finding in found.findings:
+                of[id(finding)] = found
+    if not of:
+        return [(finding, None) for finding in ranked(findings)]
+    entries: list[tuple[Finding, Group | None]] = []
+    placed: set[int] = set()
+    for finding in findings:
+        found = of.get(id(finding))
+        if found is None:
+            entries.append((finding, None))
+        elif id(found) not in placed:
+            placed.add(id(found))
+            entries.append((found.findings[0], found))  # its instances in model order, the first one shown
+    if all(f.impact is None for f in findings):
+        return entries
+
+    def saving(entry: tuple[Finding, Group | None]) -> float | None:
+        finding, found = entry
+        impact = found.impact() if found is not None else finding.impact
+        return impact.saving_ms if impact is not None and id(finding) not in summary else None
+
+    priced = sorted((entry for entry in entries if saving(entry) is not None), key=lambda e: -saving(e))  # type: ignore[operator]
+    return [*priced, *(entry for entry in entries if saving(entry) is None)]
+
+
+def _source_lines(source: Source, paint: Callable[[str, str], str], show_source: bool) -> list[str]:
+    """`  --> models/net.py:57 in Block.forward (model.2.cv1.act: nn.SiLU)`, then with `show_source` the code line
+    framed as ruff frames it."""
+    lines = [f"  {paint('-->', 'source')} {safe(location(source))}"]
+    if show_source and source.code and source.line:
+        gutter = " " * len(str(source.line))
+        bar = paint("|", "source")
+        lines += [
+            f"{gutter} {bar}",
+            f"{paint(str(source.line), 'source')} {bar} {safe(source.code)}",
+            f"{gutter} {bar}",
+        ]
+    return lines
+
+
+def _group_lines(path: str, found: Group, paint: Callable[[str, str], str], show_source: bool) -> list[str]:
+    """A group as one entry: its rule and count, where its instances come from and the first one's message, its
+    source and help, the summed saving, and every instance (by module path where known, and node)."""
+    first = found.first
+    count = len(found.findings)
+    head = f"{paint(first.code, first.severity)} [{first.severity}]"
+    lines = [f"{path}: {head} {count} instances of {safe(found.where)}: {safe(first.message)}"]
+    if first.source is not None:
+        lines += _source_lines(first.source, paint, show_source)
+    hint = _hint_line(first, paint)
+    if hint:
+        lines.append(hint)
+    impact = found.impact()
+    if impact is not None:
+        lines.append(paint(f"  impact: {safe(impact_text(impact))} (the {count} instances together)", "dim"))
+    names = []
+    for finding in found.findings:
+        source = finding.source
+        node = source.node if source is not None and source.node else finding.nodes[0] if finding.nodes else "-"
+        module = source.module or source.layer if source is not None else None
+        names.append(f"{module} '{node}'" if module else f"'{node}'")
+    lines.append(paint(f"  instances: {safe(', '.join(names))}", "dim"))
+    return lines
 
 
 def ranked(findings: list[Finding]) -> list[Finding]:
@@ -152,9 +246,11 @@ def impact_text(impact: Impact) -> str:
 
 
 def pricing_text(pricing: Pricing, band: float | None) -> str:
-    """'±12%, ORT 1.32.0 graph + calibrated rates': how far to trust a price, and what made it."""
-    shown = f"±{band * 100:.0f}%" if band is not None else "no measured error band"
-    return f"{shown}, {pricing.summary}"
+    """'±12%, onnxruntime 1.32.0 optimizer + calibrated rates' (or 'static model, no measured error band'): how far
+    to trust a price, and what made it."""
+    if band is None:
+        return f"{pricing.summary}, no measured error band"
+    return f"±{band * 100:.0f}%, {pricing.summary}"
 
 
 def cost_text(report: ModelReport) -> str:

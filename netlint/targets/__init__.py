@@ -9,12 +9,13 @@ from __future__ import annotations
 import re
 import tomllib
 from dataclasses import dataclass, field, replace
+from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from netlint.errors import UsageError
-from netlint.targets.schema import ALL_PRECISIONS, WILDCARD_OP, validate_target
+from netlint.targets.schema import ALL_PRECISIONS, FUSION_HOSTS, WILDCARD_OP, validate_target
 
 DEFAULT_TARGET = "generic"
 
@@ -34,6 +35,9 @@ class Target:
     kind: str | None = None  # npu | dsp | cpu | mcu
     precision: str | None = None  # the selected precision (--precision), or the default
     chip: str | None = None  # the selected chip (--chip), or the default
+    # facts derived from `data` for this selection, computed once (rules ask them of every conv); not copied by
+    # `select`, which makes a new selection
+    _memo: dict[str, Any] = field(default_factory=dict, init=False, compare=False, hash=False, repr=False)
 
     # --- selection ----------------------------------------------------------------------------------------------------
     def select(self, precision: str | None = None, chip: str | None = None) -> Target:
@@ -62,25 +66,117 @@ class Target:
         table = self.section(section)
         return table.get("source") if table else None
 
+    @property
+    def portable(self) -> bool:
+        """No particular hardware ([target].portable, the default `generic`): a rule whose verdict depends on the
+        target reports its findings as one summary per kind, naming the built-in targets where they matter."""
+        return bool(self.data.get("target", {}).get("portable", False))
+
+    def accepts_format(self, model_format: str | None) -> bool:
+        """Whether the target's toolchain compiles models of this format ([target].formats; any when unstated)."""
+        formats = self.data.get("target", {}).get("formats")
+        return formats is None or model_format is None or model_format in formats
+
+    @property
+    def formats(self) -> tuple[str, ...]:
+        return tuple(self.data.get("target", {}).get("formats", ()))
+
+    def _fusion_entries(self) -> list[tuple[frozenset[str], str | None, str]]:
+        """(kinds, efficiency, source) of every [fusion] entry that applies to the selected precision and chip: the
+        precision's table, then the conditional entries whose chips and precisions include the selection."""
+        if "fusion entries" in self._memo:
+            return self._memo["fusion entries"]  # type: ignore[no-any-return]
+        fusion = self.section("fusion")
+        entries: list[tuple[frozenset[str], str | None, str]] = []
+        if fusion is not None:
+            precision = self.precision or self.default_precision or ALL_PRECISIONS
+            table = fusion["precision"][precision]
+            entries.append((frozenset(table["activations"]), table.get("efficiency"), fusion["source"]))
+            for entry in fusion.get("conditional", []):
+                if "chips" in entry and self.chip not in entry["chips"]:
+                    continue
+                if "precisions" in entry and precision not in entry["precisions"]:
+                    continue
+                entries.append((frozenset(entry["activations"]), entry.get("efficiency"), entry["source"]))
+        self._memo["fusion entries"] = entries
+        return entries
+
     def fused_activations(self) -> frozenset[str] | None:
         """Activation kinds (see netlint.targets.schema.ACTIVATION_KINDS) that fuse into the preceding conv in the
-        selected precision on the selected chip: the precision's table plus the conditional entries that apply."""
+        selected precision on the selected chip: the precision's table plus the conditional entries that apply. A
+        target that fuses Clip fuses ReluPow2 too (a clip with particular bounds)."""
+        if "fused" in self._memo:
+            return self._memo["fused"]  # type: ignore[no-any-return]
+        fused: frozenset[str] | None = None
+        if self.section("fusion") is not None:
+            kinds = set().union(*(entry[0] for entry in self._fusion_entries()))
+            if "Clip" in kinds:
+                kinds.add("ReluPow2")
+            fused = frozenset(kinds)
+        self._memo["fused"] = fused
+        return fused
+
+    def fuses(self, kind: str, host: str | None = None) -> bool | None:
+        """Whether activation `kind` fuses into a preceding `host` op (any fusion host when None); None when the
+        target states no fusion table."""
+        fused = self.fused_activations()
+        if fused is None:
+            return None
+        return kind in fused and (host is None or self.fuses_into(host))
+
+    def fusion_hosts(self) -> frozenset[str] | None:
+        """The op types an activation fuses into ([fusion].hosts expanded to their ONNX forms; every conv-like op
+        when the target does not say); None without a fusion table."""
+        if "hosts" in self._memo:
+            return self._memo["hosts"]  # type: ignore[no-any-return]
+        fusion = self.section("fusion")
+        hosts: frozenset[str] | None = None
+        if fusion is not None:
+            names = fusion.get("hosts", list(FUSION_HOSTS))
+            hosts = frozenset().union(*(FUSION_HOSTS[name] for name in names))
+        self._memo["hosts"] = hosts
+        return hosts
+
+    def other_host_fusions(self) -> dict[str, frozenset[str]]:
+        """[[fusion.other_hosts]]: op type (ONNX forms) -> the activation kinds that op's own fusion takes, for ops
+        outside `fusion_hosts` (ONNX Runtime's GemmActivationFusion). The cost model reads them; the rules, whose
+        advice is about convolutions, do not."""
+        if "other hosts" in self._memo:
+            return self._memo["other hosts"]  # type: ignore[no-any-return]
+        fusion = self.section("fusion") or {}
+        found: dict[str, frozenset[str]] = {}
+        for entry in fusion.get("other_hosts", []):
+            for op in FUSION_HOSTS[entry["host"]]:
+                found[op] = frozenset(entry["activations"])
+        self._memo["other hosts"] = found
+        return found
+
+    def fuses_into(self, op: str) -> bool:
+        """Whether activations fuse into an `op` node on this target (False without a fusion table)."""
+        hosts = self.fusion_hosts()
+        return hosts is not None and op in hosts
+
+    def fusion_efficiency(self, kind: str) -> str | None:
+        """The efficiency the target's guide gives the fused `kind` in this selection ("best" / "good", the best
+        of the entries listing it), or None when it does not fuse or the target states no efficiency."""
+        if kind == "ReluPow2" and not any(kind in kinds for kinds, _, _ in self._fusion_entries()):
+            kind = "Clip"
+        stated = [efficiency for kinds, efficiency, _ in self._fusion_entries() if kind in kinds and efficiency]
+        if not stated:
+            return None
+        return "best" if "best" in stated else stated[0]
+
+    def fusion_source(self, kind: str | None = None) -> str | None:
+        """The source of the fusion fact about `kind` in this selection: the entry that makes it fuse, else the
+        [fusion] section's own source."""
         fusion = self.section("fusion")
         if fusion is None:
             return None
-        precision = self.precision or self.default_precision or ALL_PRECISIONS
-        kinds = set(fusion["precision"][precision]["activations"])
-        for entry in fusion.get("conditional", []):
-            if "chips" in entry and self.chip not in entry["chips"]:
-                continue
-            if "precisions" in entry and precision not in entry["precisions"]:
-                continue
-            kinds.update(entry["activations"])
-        return frozenset(kinds)
-
-    def fuses(self, kind: str) -> bool | None:
-        fused = self.fused_activations()
-        return None if fused is None else kind in fused
+        if kind is not None:
+            for kinds, _, source in self._fusion_entries():
+                if kind in kinds:
+                    return source
+        return str(fusion["source"])
 
     def needs_lone_consumer(self, kind: str) -> bool:
         """Whether fusing activation `kind` requires the conv's output to have no other consumer."""
@@ -104,8 +200,16 @@ class Target:
 
     @property
     def channel_alignment(self) -> int | None:
+        """[layout].channel_alignment, when it applies to the selected precision ([layout].precisions)."""
         layout = self.section("layout")
-        return int(layout["channel_alignment"]) if layout else None
+        if layout is None or ("precisions" in layout and self.precision not in layout["precisions"]):
+            return None
+        return int(layout["channel_alignment"])
+
+    def data_types(self) -> frozenset[str] | None:
+        """The tensor types the accelerator runs ([ops].data_types); None when the target does not say."""
+        ops = self.section("ops")
+        return frozenset(ops["data_types"]) if ops and "data_types" in ops else None
 
     @property
     def power_of_two_scales(self) -> bool | None:
@@ -126,7 +230,8 @@ class Target:
 
     @property
     def relu6_cost(self) -> str | None:
-        """ "free" (fused), "lut" (a lookup table or separate pass) or "float-path"."""
+        """ "free" (fused), "lut" (a lookup table or separate pass), "float-path", or "relu8" (the runtime itself runs
+        ReLU6 as ReLU8, at no cost: the numbers differ from the trained model's)."""
         activations = self.section("activations")
         return str(activations["relu6_cost"]) if activations else None
 
@@ -141,6 +246,14 @@ class Target:
         so a finding that links to it costs nothing there."""
         runtime = self.section("runtime")
         return runtime is not None and any(entry["fix"] == fix for entry in runtime["rewrites"])
+
+    def rewrite_source(self, fix: str) -> str | None:
+        """The source of the fact that the target's runtime applies fix pass `fix` itself ([[runtime.rewrites]])."""
+        runtime = self.section("runtime")
+        for entry in runtime["rewrites"] if runtime is not None else ():
+            if entry["fix"] == fix:
+                return str(entry["source"])
+        return None
 
     def numeric(self, precision: str | None = None) -> tuple[str, int] | None:
         """("int" | "float", bits) of a precision name (default: the selected one): a8/int8/uint8 -> ("int", 8),
@@ -167,6 +280,18 @@ def _builtin_files() -> dict[str, Path]:
 
 def list_targets() -> list[Target]:
     return [load_target(name) for name in sorted(_builtin_files())]
+
+
+@cache
+def builtin_selections() -> tuple[tuple[Target, tuple[Target, ...]], ...]:
+    """Every built-in target that is a device (not portable), with each of its precision x chip selections: where a
+    run without a target looks to say what depends on the target (netlint.portable)."""
+    found = []
+    for target in list_targets():
+        if not target.portable:
+            precisions, chips = target.precisions or (None,), target.chips or (None,)
+            found.append((target, tuple(target.select(p, c) for p in precisions for c in chips)))
+    return tuple(found)
 
 
 def load_target(name_or_path: str | None, precision: str | None = None, chip: str | None = None) -> Target:

@@ -5,11 +5,17 @@ Unknown keys are errors, so a typo never silently turns a hardware fact off.
 
 Layout of a target document (every section but [target] is optional; `generic.toml` has only [target]):
 
-    [target]        name, description, kind, precisions, default_precision, chips, default_chip, sources
-    [fusion]        source, requires_lone_consumer, lone_consumer_exempt, precision.<p>.activations,
-                    [[fusion.conditional]], [fusion.residual] (activations, requires_bias, requires_same_shape, source)
-    [ops]           supported, fallback, source
-    [layout]        channel_alignment, source
+    [target]        name, description, kind, precisions, default_precision, chips, default_chip, sources,
+                    portable (no particular hardware: what depends on the target is summarised across the built-in
+                    targets), formats (the model formats the target's toolchain compiles: onnx, tflite)
+    [fusion]        source, hosts (the op types activations fuse into; default: every conv-like op),
+                    [[fusion.other_hosts]] (host, activations, source: another op type with its own fusion and
+                    list, e.g. ONNX Runtime's FusedGemm; the cost model reads it, the rules speak of conv hosts),
+                    requires_lone_consumer, lone_consumer_exempt, precision.<p>.activations (and .efficiency),
+                    [[fusion.conditional]] (activations, chips, precisions, efficiency, source),
+                    [fusion.residual] (activations, requires_bias, requires_same_shape, source)
+    [ops]           supported, fallback, data_types (the tensor types the accelerator runs), source
+    [layout]        channel_alignment, precisions (those the alignment applies to; default: all), source
     [quantization]  schemes, power_of_two_scales, per_channel, source
     [activations]   relu6_cost, notes, source
     [data_movers]   same_cost_precisions, source
@@ -35,13 +41,33 @@ from netlint.errors import UsageError
 from netlint.ir.ops import ACTIVATION_OPS, COMPOSITE_ACTIVATIONS
 
 # What `netlint.ir.ops.activation_kind` and the composite matchers produce: single-node activation ops, Clip named by
-# its constant bounds (Relu6, ReluN1To1, Relu0To1; other bounds stay Clip), and multi-node activations (SiLU, ...).
-ACTIVATION_KINDS = frozenset(ACTIVATION_OPS | COMPOSITE_ACTIVATIONS | {"Relu6", "ReluN1To1", "Relu0To1"})
+# its constant bounds (Relu6, ReluN1To1, Relu0To1, ReluPow2 = Clip(0, 2^k) for k >= 1; other bounds stay Clip), and
+# multi-node activations (SiLU, ...). A target that fuses Clip fuses ReluPow2 (a clip with particular bounds).
+ACTIVATION_KINDS = frozenset(ACTIVATION_OPS | COMPOSITE_ACTIVATIONS | {"Relu6", "ReluN1To1", "Relu0To1", "ReluPow2"})
 
 KINDS = ("npu", "dsp", "cpu", "mcu")
 FALLBACKS = ("cpu", "dsp", "none")
 PER_CHANNEL = ("all", "depthwise-only", "none")
-RELU6_COSTS = ("free", "lut", "float-path")
+# "free": ReLU6 fuses like ReLU; "lut" / "float-path": the saturation at 6 costs a lookup table or a float pass;
+# "relu8": the runtime itself runs ReLU6 as ReLU8 (a clip at 2^3, a shift) at no cost, so the model it runs differs
+# from the trained one (TIDL).
+RELU6_COSTS = ("free", "lut", "float-path", "relu8")
+# The fused activation's efficiency where a target's guide states one (Qualcomm's HTP table: "best" / "good").
+EFFICIENCIES = ("best", "good")
+FORMATS = ("onnx", "tflite")
+# Tensor element types ([ops].data_types), as netlint's IR names them.
+DATA_TYPES = (
+    "int4", "uint4", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "bool",
+    "float16", "bfloat16", "float32", "float64",
+)  # fmt: skip
+# The op types an activation can fuse into ([fusion].hosts), each standing for its quantized ONNX forms too (TFLite
+# CONV_2D and DEPTHWISE_CONV_2D are Conv, TRANSPOSE_CONV ConvTranspose, FULLY_CONNECTED Gemm, BATCH_MATMUL MatMul).
+FUSION_HOSTS: dict[str, frozenset[str]] = {
+    "Conv": frozenset({"Conv", "ConvInteger", "QLinearConv"}),
+    "ConvTranspose": frozenset({"ConvTranspose"}),
+    "Gemm": frozenset({"Gemm"}),
+    "MatMul": frozenset({"MatMul", "MatMulInteger", "QLinearMatMul"}),
+}
 SCHEMES = ("int4", "uint8", "int8", "uint16", "int16", "int16x8", "int32", "fp8", "fp16", "bf16", "fp32")
 ALL_PRECISIONS = "all"  # the one [fusion.precision.*] table of a target that declares no precisions
 WILDCARD_OP = "*"  # ops.supported = ["*"]: the target runs every op
@@ -83,14 +109,28 @@ _SECTIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     # section: (required keys, optional keys)
     "target": (
         frozenset({"name"}),
-        frozenset({"description", "kind", "precisions", "default_precision", "chips", "default_chip", "sources"}),
+        frozenset(
+            {
+                "description",
+                "kind",
+                "precisions",
+                "default_precision",
+                "chips",
+                "default_chip",
+                "sources",
+                "portable",
+                "formats",
+            }
+        ),
     ),
     "fusion": (
         frozenset({"source", "precision"}),
-        frozenset({"requires_lone_consumer", "lone_consumer_exempt", "conditional", "residual"}),
+        frozenset(
+            {"hosts", "requires_lone_consumer", "lone_consumer_exempt", "conditional", "residual", "other_hosts"}
+        ),
     ),
-    "ops": (frozenset({"supported", "fallback", "source"}), frozenset()),
-    "layout": (frozenset({"channel_alignment", "source"}), frozenset()),
+    "ops": (frozenset({"supported", "fallback", "source"}), frozenset({"data_types"})),
+    "layout": (frozenset({"channel_alignment", "source"}), frozenset({"precisions"})),
     "quantization": (frozenset({"schemes", "power_of_two_scales", "per_channel", "source"}), frozenset()),
     "activations": (frozenset({"relu6_cost", "source"}), frozenset({"notes"})),
     "data_movers": (frozenset({"same_cost_precisions", "source"}), frozenset()),
@@ -134,8 +174,9 @@ KERNEL_RATES = frozenset(
 )  # fmt: skip
 _REWRITE_KEYS = (frozenset({"fix", "source"}), frozenset())
 _RESIDUAL_KEYS = (frozenset({"activations", "requires_bias", "requires_same_shape", "source"}), frozenset())
-_CONDITIONAL_KEYS = (frozenset({"activations", "source"}), frozenset({"chips", "precisions"}))
-_PRECISION_TABLE_KEYS = (frozenset({"activations"}), frozenset())
+_CONDITIONAL_KEYS = (frozenset({"activations", "source"}), frozenset({"chips", "precisions", "efficiency"}))
+_OTHER_HOST_KEYS = (frozenset({"host", "activations", "source"}), frozenset())
+_PRECISION_TABLE_KEYS = (frozenset({"activations"}), frozenset({"efficiency"}))
 
 
 def validate_target(data: Mapping[str, Any], where: str, builtin_name: str | None = None) -> None:
@@ -313,6 +354,12 @@ class _Validator:
             if not self.precisions:
                 self.fail("target.default_precision", "set, but target.precisions is empty (declare the precisions)")
             self.declared_precision(table["default_precision"], "target.default_precision")
+        if "portable" in table:
+            self.boolean(table["portable"], "target.portable")
+        if "formats" in table:
+            self.strings(
+                table["formats"], "target.formats", nonempty=True, item=lambda v, k: self.choice(v, k, FORMATS)
+            )
         self.chips = self.strings(table.get("chips", []), "target.chips")
         if "default_chip" in table:
             if not self.chips:
@@ -322,6 +369,10 @@ class _Validator:
     def fusion(self, table: Mapping[str, Any]) -> None:
         self.keys(table, "fusion", _SECTIONS["fusion"])
         self.source(table, "fusion")
+        if "hosts" in table:
+            self.strings(
+                table["hosts"], "fusion.hosts", nonempty=True, item=lambda v, k: self.choice(v, k, FUSION_HOSTS)
+            )
         if "requires_lone_consumer" in table:
             self.boolean(table["requires_lone_consumer"], "fusion.requires_lone_consumer")
         if "lone_consumer_exempt" in table:
@@ -350,6 +401,8 @@ class _Validator:
             entry = self.table(per_precision[name], key)
             self.keys(entry, key, _PRECISION_TABLE_KEYS)
             self.strings(entry["activations"], f"{key}.activations", item=self.activation)
+            if "efficiency" in entry:
+                self.choice(entry["efficiency"], f"{key}.efficiency", EFFICIENCIES)
         conditional = table.get("conditional", [])
         if not isinstance(conditional, list):
             self.fail(
@@ -365,6 +418,23 @@ class _Validator:
                 self.strings(entry["chips"], f"{key}.chips", nonempty=True, item=self.declared_chip)
             if "precisions" in entry:
                 self.strings(entry["precisions"], f"{key}.precisions", nonempty=True, item=self.declared_precision)
+            if "efficiency" in entry:
+                self.choice(entry["efficiency"], f"{key}.efficiency", EFFICIENCIES)
+            self.source(entry, key)
+        other_hosts = table.get("other_hosts", [])
+        if not isinstance(other_hosts, list):
+            self.fail(
+                "fusion.other_hosts",
+                f"expected an array of tables ([[fusion.other_hosts]]), got {self.got(other_hosts)}",
+            )
+        for index, entry in enumerate(other_hosts):
+            key = f"fusion.other_hosts[{index}]"
+            entry = self.table(entry, key)
+            self.keys(entry, key, _OTHER_HOST_KEYS)
+            self.choice(entry["host"], f"{key}.host", FUSION_HOSTS)
+            if entry["host"] in table.get("hosts", FUSION_HOSTS):
+                self.fail(f"{key}.host", f"{entry['host']!r} is already one of fusion.hosts")
+            self.strings(entry["activations"], f"{key}.activations", nonempty=True, item=self.activation)
             self.source(entry, key)
 
     def ops(self, table: Mapping[str, Any]) -> None:
@@ -377,11 +447,17 @@ class _Validator:
             for index, name in enumerate(supported):
                 self.op_type(name, f"ops.supported[{index}]")
         self.choice(table["fallback"], "ops.fallback", FALLBACKS)
+        if "data_types" in table:
+            self.strings(
+                table["data_types"], "ops.data_types", nonempty=True, item=lambda v, k: self.choice(v, k, DATA_TYPES)
+            )
         self.source(table, "ops")
 
     def layout(self, table: Mapping[str, Any]) -> None:
         self.keys(table, "layout", _SECTIONS["layout"])
         self.integer(table["channel_alignment"], "layout.channel_alignment", 1)
+        if "precisions" in table:
+            self.strings(table["precisions"], "layout.precisions", nonempty=True, item=self.declared_precision)
         self.source(table, "layout")
 
     def quantization(self, table: Mapping[str, Any]) -> None:

@@ -231,5 +231,12 @@ def findings_of(
     return lint(model, select, target, precision, chip).findings
 
 
+def priced_severity(finding: Any) -> str:
+    """The severity a latency warning has on a target with a cost model (the engine's rule): "warning" when its fix
+    is predicted to save time there, "info" when it saves nothing or slows the target down."""
+    assert finding.impact is not None, f"{finding.code} is not priced"
+    return "warning" if finding.impact.saving_ms > 0 else "info"
+
+
 def codes(findings: list[Any]) -> list[str]:
     return [finding.code for finding in findings]

@@ -38,13 +38,14 @@ def clean_model(path: Path) -> Path:
 
 
 def three_rule_model(path: Path) -> Path:
-    """One finding each of FU001 (conv feeds Relu and Add), FU004 (PRelu), FU006 (unfolded BatchNormalization)."""
+    """One finding each of FU001 (conv feeds Relu and Add: without a target an info summary), FU004 (a PRelu that is
+    exactly Relu: a warning on any target), FU006 (unfolded BatchNormalization)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     b = GraphBuilder()
     x = b.input("x", [1, 2, 4, 4])
     y = b.conv(x, 2, name="conv_a")
     b.output(b.relu(y, name="relu_a"), b.add(y, x, name="add_a"))
-    b.output(b.prelu(x, [0.1, 0.3], name="prelu_b"))
+    b.output(b.prelu(x, [0.0, 0.0], name="prelu_b"))
     b.output(b.batchnorm(b.conv(x, 2, name="conv_c"), name="bn_c"))
     return b.save(path)
 
@@ -107,20 +108,40 @@ def test_clean_tflite_model_exits_0(check, tmp_path):
 
 def test_findings_exit_1(check, tmp_path, data_dir):
     shutil.copy(data_dir / FACENET, tmp_path / FACENET)
-    result = check(FACENET)
+    result = check(FACENET, "--target", "ti-tda4vm", "--select", "FU")
     assert result.returncode == 1
-    # each PRelu: FU003 (generic fuses only Relu and clips into a conv) and FU004 (slopes vary)
-    assert [line.split()[1] for line in result.stdout.splitlines() if line.startswith(FACENET)] == [
-        "FU003",
-        "FU004",
-    ] * 3
-    assert result.stdout.splitlines()[-1] == "Found 6 findings (3 warning, 3 info) in 1 model."
+    # each PRelu: FU003 (TIDL merges only ReLU into the convolution) and FU004 (slopes vary: Relu would fuse)
+    lines = [line for line in result.stdout.splitlines() if line.startswith(FACENET + ":") and " [" in line]
+    assert (
+        sorted(line.split()[1] for line in lines)
+        == [
+            "FU003",
+        ]
+        * 3
+        + ["FU004"] * 3
+    )
+    assert result.stdout.splitlines()[-1] == "Found 6 findings (3 warning, 3 info) in 1 model for ti-tda4vm (int8)."
     assert result.stderr == ""
+
+
+def test_a_first_run_without_a_target_summarises_what_depends_on_the_target(check, tmp_path, data_dir):
+    """Issue 21: without --target, no per-node "replace PRelu" warnings: one info finding per kind, naming where it
+    matters, and exit 0."""
+    shutil.copy(data_dir / FACENET, tmp_path / FACENET)
+    result = check(FACENET)
+    assert result.returncode == 0, result.stdout
+    lines = [line for line in result.stdout.splitlines() if line.startswith(FACENET + ":")]
+    assert [line.split()[1:3] for line in lines] == [["FU003", "[info]"], ["FU004", "[info]"]]
+    assert (
+        "3 convs are followed by PRelu: fuses on onednn-cpu, qualcomm-htp (chip 8550 or 8650); does not fuse on"
+        in (lines[0])
+    )
+    assert result.stdout.splitlines()[-1] == "Found 2 findings (2 info) in 1 model."
 
 
 def test_exit_zero_turns_findings_into_0(check, tmp_path, data_dir):
     shutil.copy(data_dir / FACENET, tmp_path / FACENET)
-    result = check("--exit-zero", FACENET)
+    result = check("--exit-zero", FACENET, "--target", "qualcomm-htp")
     assert result.returncode == 0
     assert result.stdout.count(" FU004 ") == 3  # the findings are still reported
 
@@ -319,7 +340,7 @@ def test_selection(tmp_path, monkeypatch, capsys, flags, expected):
     out, err = capsys.readouterr()
     assert err == ""
     assert codes_of(subprocess.CompletedProcess([], code, out, err)) == expected
-    assert code == (1 if set(expected) - {"FU004"} else 0)  # FU004 is info here: below the default --fail-on
+    assert code == (1 if set(expected) - {"FU001"} else 0)  # FU001 is an info summary without a target
 
 
 def test_selection_through_the_command(check, tmp_path):
@@ -350,14 +371,14 @@ def test_unknown_target_exits_2_naming_it(check, tmp_path):
 
 
 def test_own_target_file(check, tmp_path):
-    prelu_model(tmp_path / "m.onnx")
+    prelu_model(tmp_path / "m.onnx", slopes=(0.0, 0.0))
     (tmp_path / "targets").mkdir()
     (tmp_path / "targets" / "own.toml").write_text('[target]\nname = "mine"\ndescription = "my board"\n')
     result = check("m.onnx", "--format", "json", "--target", "targets/own.toml")
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 1, result.stderr
     (model,) = json.loads(result.stdout)["models"]
     assert model["target"] == "mine"
-    assert [f["code"] for f in model["findings"]] == ["FU004"]  # a target never changes what is found
+    assert [f["code"] for f in model["findings"]] == ["FU004"]  # exactly Relu: on any target
 
 
 @pytest.mark.parametrize(

@@ -70,6 +70,8 @@ def workspace(tmp_path: Path) -> Path:
     (tmp_path / "models").mkdir()
     for name in MODELS:
         shutil.copy(DATA / name, tmp_path / "models" / name)
+    # the repository sets its target once, as the workflow files' comments say
+    (tmp_path / "pyproject.toml").write_text('[tool.netlint]\ntarget = "qualcomm-htp"\n', encoding="utf-8")
     return tmp_path
 
 

@@ -21,6 +21,15 @@ from netlint.testing import GraphBuilder
 HOSTILE = "ev\x1b[31mil<x a='1'>&amp;%0A:,\nnext\r"
 
 
+# The formats are tested on a small target file with no cost model (so no price changes a severity): it fuses Relu,
+# not PRelu, into a lone-consumer Conv; FU001, FU004 and FU006 are then each a finding per node.
+NPU = (
+    '[target]\nname = "npu"\nsources = ["vendor guide — p. 1"]\n[fusion]\nsource = "vendor guide — p. 1"\n'
+    'hosts = ["Conv"]\nrequires_lone_consumer = true\n[fusion.precision.all]\nactivations = ["Relu"]\n'
+)
+ON_NPU = ["--target", "npu.toml", "--select", "FU001,FU004,FU006"]
+
+
 def three_rule_model(path: Path, prelu_name: str = "prelu_b") -> Path:
     """FU001 (warning), FU004 (varying slopes: info) and FU006 (warning), one each."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -28,7 +37,7 @@ def three_rule_model(path: Path, prelu_name: str = "prelu_b") -> Path:
     x = b.input("x", [1, 2, 4, 4])
     y = b.conv(x, 2, name="conv_a")
     b.output(b.relu(y, name="relu_a"), b.add(y, x, name="add_a"))
-    b.output(b.prelu(x, [0.1, 0.3], name=prelu_name))
+    b.output(b.prelu(b.conv(x, 2, name="conv_b"), [0.1, 0.3], name=prelu_name))
     b.output(b.batchnorm(b.conv(x, 2, name="conv_c"), name="bn_c"))
     return b.save(path)
 
@@ -39,13 +48,15 @@ def prelu_model(path: Path, name: str = "prelu", copies: int = 1) -> Path:
     b = GraphBuilder()
     for index in range(copies):
         x = b.input(f"x{index}", [1, 2, 4, 4])
-        b.output(b.prelu(x, [0.1, 0.3], name=f"{name}{index}" if copies > 1 else name))
+        conv = b.conv(x, 2, name=f"conv{index}" if copies > 1 else "conv")
+        b.output(b.prelu(conv, [0.1, 0.3], name=f"{name}{index}" if copies > 1 else name))
     return b.save(path)
 
 
 def run(monkeypatch, capsys, folder: Path, *args: str) -> tuple[int, str, str]:
     monkeypatch.chdir(folder)
-    code = main(["check", *args])
+    (folder / "npu.toml").write_text(NPU, encoding="utf-8")
+    code = main(["check", *args, *([] if "--target" in args else ON_NPU)])
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -82,7 +93,9 @@ def test_sarif_validator_rejects_a_broken_document(sarif_schema):
 
 def test_sarif_rules_results_and_locations(monkeypatch, capsys, tmp_path):
     three_rule_model(tmp_path / "models" / "m.onnx")
-    code, out, _ = run(monkeypatch, capsys, tmp_path, "models", "--format", "sarif", "--select", "FU")
+    code, out, _ = run(
+        monkeypatch, capsys, tmp_path, "models", "--format", "sarif", "--target", "npu.toml", "--select", "FU"
+    )
     assert code == 1
     (run_,) = json.loads(out)["runs"]
     rules = run_["tool"]["driver"]["rules"]
@@ -95,7 +108,9 @@ def test_sarif_rules_results_and_locations(monkeypatch, capsys, tmp_path):
     assert fu004["fullDescription"]["text"] != fu004["shortDescription"]["text"]
     assert "## Why is this bad?" in fu004["help"]["markdown"]
     results = {result["ruleId"]: result for result in run_["results"]}
-    assert sorted(results) == ["FU001", "FU004", "FU006"]
+    assert sorted(results) == ["FU001", "FU003", "FU004", "FU006"]  # FU003: the PRelu does not fuse on npu
+    results.pop("FU003")
+    assert results["FU004"]["properties"]["reference"] == "vendor guide — p. 1"  # the fact it rests on (issue 21)
     assert results["FU004"]["level"] == "note" and results["FU001"]["level"] == "warning"
     for result in run_["results"]:
         assert rules[result["ruleIndex"]]["id"] == result["ruleId"]
@@ -106,7 +121,7 @@ def test_sarif_rules_results_and_locations(monkeypatch, capsys, tmp_path):
     assert results["FU004"]["locations"][0]["logicalLocations"][0]["name"] == "prelu_b"
     assert run_["originalUriBaseIds"]["%SRCROOT%"]["uri"] == tmp_path.resolve().as_uri() + "/"
     fingerprints = [result["partialFingerprints"]["netlintStructural/v1"] for result in run_["results"]]
-    assert len(set(fingerprints)) == 3
+    assert len(set(fingerprints)) == 4
 
 
 def test_sarif_fingerprints_unique_for_identical_blocks_and_stable_across_renames(monkeypatch, capsys, tmp_path):

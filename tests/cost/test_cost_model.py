@@ -93,10 +93,11 @@ def test_tflite_fused_relu6_costs_an_extra_pass_where_the_target_cannot_apply_it
                   out_quant={"scale": [0.1], "zero_point": [0]})  # fmt: skip
     t.output(y)
     model = load(t.build())
-    ti = cost_model(model, "ti-tda4vm")  # only Relu runs inside TI's MMA
-    htp = cost_model(model, "qualcomm-htp")
-    assert ti.nodes[0].extra_pass and not htp.nodes[0].extra_pass
-    assert ti.nodes[0].cost.ops == 16 * 16 * 8  # the clip's ops are counted on the conv either way
+    fp16 = cost_model(model, load_target("qualcomm-htp", "fp16", "8450"))  # ReluMinMax: "Support on 8550 and 8650"
+    a8 = cost_model(model, "qualcomm-htp")
+    ti = cost_model(model, "ti-tda4vm")  # TIDL runs ReLU6 as ReLU8, a shift (issue 21, item 2)
+    assert fp16.nodes[0].extra_pass and not a8.nodes[0].extra_pass and not ti.nodes[0].extra_pass
+    assert fp16.nodes[0].cost.ops == 16 * 16 * 8  # the clip's ops are counted on the conv either way
 
 
 # --- throughput numbers ----------------------------------------------------------------------------------------------
@@ -252,3 +253,74 @@ def test_transformer_reports_its_gaps(data_dir: Path) -> None:
     assert 0.9 < result.coverage < 1.0
     assert "not costed" in result.coverage_line()
     assert result.macs > 2_500_000_000  # the MatMuls and Gemms are costed; the gaps are shape plumbing
+
+
+# --- the fusion facts of the target files (issue 21, items 1 and 5) ---------------------------------------------------
+def _conv_clip(high: float = 6.0) -> onnx.ModelProto:
+    b = GraphBuilder()
+    x = b.input("x", [1, 32, 32, 32])
+    b.output(b.clip(b.conv(x, 32, name="conv"), 0.0, high, name="act"))
+    return b.build()
+
+
+def test_htp_fp16_fuses_relu6_only_on_8550_and_8650_and_less_well_than_relu() -> None:
+    """The HTP table: ReluMinMax in FP16 "Support on 8550 and 8650" with efficiency "good", Relu "best"."""
+    model = load(_conv_clip())
+    on_8450 = cost_model(model, load_target("qualcomm-htp", "fp16", "8450"))
+    assert on_8450.kernels == 2 and on_8450.node("act").fused_into is None
+    on_8550 = cost_model(model, load_target("qualcomm-htp", "fp16", "8550"))
+    assert on_8550.kernels == 1 and on_8550.node("act").fused_into == "conv" and on_8550.node("act").partial
+    a8 = cost_model(model, load_target("qualcomm-htp", "a8", "8550"))  # "best" in A8/A16: hidden behind the MACs
+    assert a8.node("act").fused_into == "conv" and not a8.node("act").partial
+    relu = cost_model(load(conv_then("Relu")), load_target("qualcomm-htp", "fp16", "8550"))
+    assert not relu.node("act").partial  # Relu is "best" in FP16
+    assert on_8450.latency_us > on_8550.latency_us  # a separate pass costs more than work inside the kernel
+
+
+def test_fusion_hosts_are_per_target() -> None:
+    """HTP fuses into "the preceding Conv2D or DepthWiseConv2D" only; oneDNN's post-ops attach to convolution and
+    inner product (Gemm) too."""
+    b = GraphBuilder()
+    x = b.input("x", [1, 64])
+    b.output(b.relu(b.gemm(x, 32, name="fc"), name="act"))
+    model = load(b.build())
+    htp = cost_model(model, "qualcomm-htp")
+    assert htp.kernels == 2 and htp.node("act").fused_into is None
+    onednn = cost_model(model, "onednn-cpu")
+    assert onednn.kernels == 1 and onednn.node("act").fused_into == "fc"
+
+
+def test_ti_fuses_a_clip_to_a_power_of_two() -> None:
+    """TIDL: ReLU6 is replaced by ReLU8 at inference, "performed with just shift operation"; Clip(0, 2^k) fuses."""
+    ti = load_target("ti-tda4vm")
+    for high in (6.0, 8.0, 4.0):
+        assert cost_model(load(_conv_clip(high)), ti).node("act").fused_into == "conv"
+    assert cost_model(load(_conv_clip(5.0)), ti).node("act").fused_into is None
+
+
+def test_dropout_is_removed_before_partitioning_so_it_never_falls_back() -> None:
+    """ONNX Runtime's basic optimizations remove Identity and Dropout "before graph partitioning" (issue 21, item 8):
+    the cost model agrees with HW001, which does not report them."""
+    b = GraphBuilder()
+    x = b.input("x", [1, 8, 8, 8])
+    y = b.node("Dropout", [b.relu(b.conv(x, 8))], name="drop")
+    b.output(b.relu(b.conv(y, 8)))
+    for target in ("qualcomm-htp", "ti-tda4vm"):
+        result = cost_model(load(b.build()), target)
+        assert result.fallback_nodes == [] and result.partitions == 1, target
+
+
+def test_ort_fuses_a_gemm_with_the_activations_of_its_own_fusion() -> None:
+    """ORT's GemmActivationFusion ([[fusion.other_hosts]]): Relu or Sigmoid after a Gemm is one FusedGemm kernel; a
+    Clip is not in its list. The rules, which speak of convolutions, say nothing about it."""
+    for activation, fused in (("Relu", True), ("Sigmoid", True), ("Clip", False)):
+        b = GraphBuilder()
+        x = b.input("x", [1, 64])
+        y = b.gemm(x, 32, name="fc")
+        y = b.clip(y, 0.0, 6.0, name="act") if activation == "Clip" else b.node(activation, [y], name="act")
+        b.output(y)
+        model = load(b.build())
+        result = cost_model(model, "ort-cpu")
+        assert (result.node("act").fused_into == "fc") is fused, activation
+        assert cost_model(model, "qualcomm-htp").node("act").fused_into is None  # HTP: convolutions only
+    assert load_target("ort-cpu").other_host_fusions()["Gemm"] >= {"Relu", "Sigmoid", "Tanh"}

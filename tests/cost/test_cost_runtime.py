@@ -100,7 +100,7 @@ def test_residual_kernel_reads_the_residual_once_and_saves_a_kernel(ort_cpu: str
 
 
 # --- runtime rewrites --------------------------------------------------------------------------------------------
-def test_batchnorm_after_conv_costs_nothing_on_ort_cpu_but_a_kernel_on_ti(ort_cpu: str) -> None:
+def test_batchnorm_after_conv_costs_nothing_on_ort_cpu_and_ti_but_a_kernel_on_htp(ort_cpu: str) -> None:
     model = load(conv_bn_relu())
     ort = cost_model(model, ort_cpu)
     assert ort.kernels == 1  # Conv + folded BN + fused Relu
@@ -111,10 +111,12 @@ def test_batchnorm_after_conv_costs_nothing_on_ort_cpu_but_a_kernel_on_ti(ort_cp
     x = without_bn.input("x", SHAPE)
     without_bn.output(without_bn.relu(without_bn.conv(x, 8, name="conv"), name="relu"))
     assert ort.latency_us == pytest.approx(cost_model(load(without_bn.build()), ort_cpu).latency_us)
-    ti = cost_model(model, "ti-tda4vm")
-    # no [[runtime.rewrites]] on ti-tda4vm: the BN is its own kernel, and the Relu after it cannot fuse into the conv
-    assert ti.kernels == 3 and ti.node("bn").kernel == "bn" and ti.node("bn").rewritten is None
-    assert ti.node("bn").latency_us is not None and ti.node("bn").latency_us > 0
+    ti = cost_model(model, "ti-tda4vm")  # TIDL: "ReLU & Batchnorm layers will be merged into convolution"
+    assert ti.kernels == 1 and ti.node("bn").rewritten == "fold-batchnorm"
+    htp = cost_model(model, "qualcomm-htp")
+    # no [[runtime.rewrites]] on qualcomm-htp: the BN is its own kernel, and the Relu after it cannot fuse into the conv
+    assert htp.kernels == 3 and htp.node("bn").kernel == "bn" and htp.node("bn").rewritten is None
+    assert htp.node("bn").latency_us is not None and htp.node("bn").latency_us > 0
 
 
 def test_constant_mul_after_conv_folds_on_ort_cpu_only(ort_cpu: str) -> None:

@@ -33,6 +33,20 @@ def shared_conv(activation: str = "HardSwish", blocks: int = 1) -> onnx.ModelPro
     return b.build()
 
 
+def heavy_shared_conv(activation: str = "Relu", blocks: int = 1) -> onnx.ModelProto:
+    """A 20-channel 3x3 conv (not a multiple of ORT's 16-channel block: HW002 there) that feeds an activation ONNX
+    Runtime fuses into a lone-consumer Conv and a residual add: a second such conv costs ORT more than the activation
+    pass it saves (FU001's measurement: 1.6-1.9x)."""
+    b = GraphBuilder(seed=1)
+    x = b.input("x", [1, 20, 56, 56])
+    out = []
+    for i in range(blocks):
+        y = b.conv(x, 20, 3, name=f"conv{i}")
+        out.append(b.add(b.node(activation, [y], name=f"act{i}"), y, name=f"sum{i}"))
+    b.output(*out)
+    return b.build()
+
+
 def add_constant_then(activation: str = "HardSwish") -> onnx.ModelProto:
     """x + per-channel constant -> activation (FU002 on targets that fuse the activation only into convs)."""
     b = GraphBuilder(seed=1)
@@ -97,15 +111,19 @@ def priced_on(model: onnx.ModelProto, code: str, found_on: dict, target: str, **
 
 
 # --- the sign of each fix where targets disagree --------------------------------------------------------------------
+HTP_8550 = {"target": "qualcomm-htp", "chip": "8550"}
+
+
 def test_duplicate_conv_saves_on_htp_and_costs_on_ort_cpu() -> None:
     model = shared_conv()
     assert priced(model, "FU001", "qualcomm-htp", chip="8550") > 0  # HardSwish fuses into a lone conv there
-    assert priced(model, "FU001", "ort-cpu") < 0  # a second conv costs more than the activation pass it saves
+    # ORT fuses Sigmoid (not HardSwish) into a lone-consumer Conv; a second conv costs more than the pass it saves
+    assert priced(heavy_shared_conv("Relu"), "FU001", "ort-cpu") < 0
 
 
 def test_duplicate_conv_of_a_relu_saves_nothing_on_htp() -> None:
-    # HTP fuses the Relu family even into a conv with other readers: the copy is pure cost there
-    assert priced(shared_conv("Relu"), "FU001", "qualcomm-htp", chip="8550") < 0
+    # HTP fuses the Relu family even into a conv with other readers (no FU001 there): the copy is pure cost
+    assert priced_on(shared_conv("Relu"), "FU001", {"target": "ort-cpu"}, "qualcomm-htp", chip="8550") < 0
 
 
 def test_eltwise_as_conv_per_channel_saves_on_htp_and_concat_form_costs_ort_cpu_most() -> None:
@@ -119,14 +137,19 @@ def test_eltwise_as_conv_per_channel_saves_on_htp_and_concat_form_costs_ort_cpu_
     assert on_ort < 5 * priced_on(two, "FU002", htp, "qualcomm-htp", chip="8550")  # HTP's MACs are nearly free
 
 
-def test_fold_batchnorm_saves_on_tda4vm_and_nothing_on_ort_cpu() -> None:
-    assert priced(conv_bn(), "FU006", "ti-tda4vm") > 0
+def test_fold_batchnorm_saves_on_htp_and_nothing_where_the_runtime_folds_it() -> None:
+    assert priced(conv_bn(), "FU006", "qualcomm-htp") > 0
     assert priced(conv_bn(), "FU006", "ort-cpu") == pytest.approx(0.0, abs=1e-12)  # ORT folds BN on load
+    # TIDL merges batchnorm into the convolution (issue 21, item 9): no saving, and the finding is info there
+    assert priced(conv_bn(), "FU006", "ti-tda4vm") == pytest.approx(0.0, abs=1e-12)
+    [ti] = lint(conv_bn(), select=["FU006"], target="ti-tda4vm").findings
+    assert ti.severity == "info" and "ti-tda4vm (int8) applies fold-batchnorm itself" in ti.message
+    assert "Batchnorm layers will be merged" not in ti.message and "edgeai-tidl-tools" in ti.reference
 
 
 @pytest.mark.parametrize(
     ("model", "code", "target"),
-    [(conv_prelu, "FU004", "qualcomm-htp"), (transpose_pair, "DM002", "ti-tda4vm")],
+    [(conv_prelu, "FU004", "ort-cpu"), (transpose_pair, "DM002", "ti-tda4vm")],
     ids=["prelu-to-relu", "cancel-transposes"],
 )
 def test_fixes_that_remove_a_pass_save_time(model, code: str, target: str) -> None:
@@ -134,7 +157,7 @@ def test_fixes_that_remove_a_pass_save_time(model, code: str, target: str) -> No
 
 
 def conv_erf_conv() -> onnx.ModelProto:
-    """Conv -> Erf (not in Vela's supported ops: HW001 on ethos-u55) -> Conv."""
+    """Conv -> Erf (not in TIDL's operator list: HW001 on ti-tda4vm) -> Conv."""
     b = GraphBuilder(seed=1)
     x = b.input("x", [1, 8, 32, 32])
     b.output(b.conv(b.node("Erf", [b.conv(x, 8, name="conv1")], name="erf"), 8, name="conv2"))
@@ -143,23 +166,23 @@ def conv_erf_conv() -> onnx.ModelProto:
 
 def test_an_unsupported_op_is_priced_as_running_on_the_accelerator() -> None:
     model = conv_erf_conv()
-    node, summary = lint(model, select=["HW001"], target="ethos-u55").findings
+    node, summary = lint(model, select=["HW001"], target="ti-tda4vm").findings
     assert node.impact is not None and summary.impact is not None
     saving = node.impact.saving_ms
     # the summary prices removing all fallback (here: this one op), and the HTML group totals leave it out
     assert summarises(summary) and not summarises(node)
     assert summary.impact.saving_ms >= saving * 0.95
-    cost = model_cost(load(model).graph, load_target("ethos-u55"))
+    cost = model_cost(load(model).graph, load_target("ti-tda4vm"))
     assert cost.fallback_nodes == ["erf"] and cost.transfers == 2
-    # the fallback's intercept and both transfers' overheads go away, at least
+    # the transfers at both borders go away (the op then costs its work on the accelerator instead)
     rates = cost.rates
     assert rates is not None and rates.fallback_intercept_us is not None and rates.transfer_overhead_us is not None
-    assert saving * 1000 > rates.fallback_intercept_us + 2 * rates.transfer_overhead_us
+    assert saving * 1000 > 2 * rates.transfer_overhead_us  # both partition borders go away, at least
     assert saving * 1000 < cost.latency_us
 
 
 def test_the_impact_is_relative_to_the_model_latency() -> None:
-    report = lint(conv_bn(), select=["FU006"], target="ti-tda4vm")
+    report = lint(conv_bn(), select=["FU006"], target="qualcomm-htp")
     [finding] = report.findings
     assert finding.impact is not None and report.cost is not None
     assert finding.impact.latency_ms_before == pytest.approx(report.cost.latency_ms)
@@ -188,7 +211,7 @@ def test_repeated_blocks_are_costed_once(monkeypatch) -> None:
         return real(graph, target, **options)
 
     monkeypatch.setattr(backends_module, "cost_model", counting)  # what every backend falls back to: the static model
-    report = lint(shared_conv(blocks=6), select=["FU001"], target="ort-cpu")
+    report = lint(heavy_shared_conv("Relu", blocks=6), select=["FU001"], target="ort-cpu")
     assert len(report.findings) == 6 and all(f.impact is not None for f in report.findings)
     whole, *small = calls
     assert whole == 18  # the model, once
@@ -231,7 +254,7 @@ def test_json_has_impact_and_cost(run_cli, saved) -> None:
     assert impact["pricing"] == {
         "basis": "static-model",
         "band": None,
-        "by": "static model (netlint's model of the runtime)",
+        "by": "static model",
     }
     assert model["cost"]["pricing"]["basis"] == "static-model"
     assert impact["latency_ms_before"] == pytest.approx(model["cost"]["latency_ms"])
@@ -243,19 +266,20 @@ def test_json_has_impact_and_cost(run_cli, saved) -> None:
 
 
 def test_text_ranks_by_saving_and_shows_it(run_cli, saved) -> None:
-    name = saved(shared_conv(), "m.onnx")
+    name = saved(heavy_shared_conv("Relu"), "m.onnx")
     result = run_cli("check", name, "--target", "ort-cpu", "--no-cache", "--select", "FU001,HW002")
     lines = result.stdout.splitlines()
     impacts = [line for line in lines if line.startswith("  impact: ")]
     assert impacts and all("ort-cpu" in line for line in impacts)
     assert any(line.startswith("  impact: slows ort-cpu down by ") for line in impacts)
     assert any(line.startswith(f"{name}: predicted latency ") and " ms on ort-cpu" in line for line in lines)
-    htp = run_cli("check", name, "--target", "qualcomm-htp", "--chip", "8550", "--no-cache", "--select", "FU001")
+    swish = saved(shared_conv(), "swish.onnx")
+    htp = run_cli("check", swish, "--target", "qualcomm-htp", "--chip", "8550", "--no-cache", "--select", "FU001")
     assert "  impact: saves " in htp.stdout and "on qualcomm-htp (a8, chip 8550)" in htp.stdout
 
 
 def test_min_impact_drops_small_savings_and_keeps_unpriced(run_cli, saved) -> None:
-    name = saved(shared_conv(), "m.onnx")
+    name = saved(heavy_shared_conv("Relu"), "m.onnx")
     args = ("check", name, "--target", "ort-cpu", "--format", "json", "--no-cache", "--select", "FU001,HW002")
     everything = json.loads(run_cli(*args).stdout)["models"][0]["findings"]
     assert {f["code"] for f in everything} == {"FU001", "HW002"}
@@ -269,7 +293,7 @@ def test_min_impact_drops_small_savings_and_keeps_unpriced(run_cli, saved) -> No
 
 
 def test_fix_skips_a_fix_predicted_to_slow_the_target() -> None:
-    model = shared_conv()
+    model = heavy_shared_conv("Relu")
     settings = settings_for(FileConfig(), Overrides(target="ort-cpu", select=["FU001"]))
     result = fix_model(model, "<memory>.onnx", Path("."), settings)
     assert result.applied == []
@@ -279,11 +303,11 @@ def test_fix_skips_a_fix_predicted_to_slow_the_target() -> None:
     settings.keep_slower_fixes = True
     assert [a.fix for a in fix_model(model, "<memory>.onnx", Path("."), settings).applied] == ["duplicate-conv"]
     htp = settings_for(FileConfig(), Overrides(target="qualcomm-htp", chip="8550", select=["FU001"]))
-    assert [a.fix for a in fix_model(model, "<memory>.onnx", Path("."), htp).applied] == ["duplicate-conv"]
+    assert [a.fix for a in fix_model(shared_conv(), "<memory>.onnx", Path("."), htp).applied] == ["duplicate-conv"]
 
 
 def test_fix_command_says_why_it_skipped(run_cli, saved) -> None:
-    name = saved(shared_conv(), "m.onnx")
+    name = saved(heavy_shared_conv("Relu"), "m.onnx")
     result = run_cli("fix", name, "--target", "ort-cpu", "--select", "FU001", "--diff", "--no-verify")
     assert result.returncode == 0, result.stderr
     assert "skipped FU001 (duplicate-conv) at 'conv0': predicted " in result.stdout

@@ -13,8 +13,8 @@ from netlint.testing import GraphBuilder, lint
 
 
 def two_fallbacks() -> onnx.ModelProto:
-    """Conv -> Erf -> Conv -> Erf -> Conv: two ops Vela does not run (HW001 on ethos-u55; the second on a tensor twice
-    as large, so the two save different amounts), one summary."""
+    """Conv -> Erf -> Conv -> Erf -> Conv: two ops TIDL does not run (HW001 on ti-tda4vm; the second on a tensor
+    twice as large, so the two save different amounts), one summary."""
     b = GraphBuilder(seed=1)
     x = b.input("x", [1, 8, 32, 32])
     y = b.node("Erf", [b.conv(x, 8, name="conv1")], name="erf1")
@@ -24,7 +24,7 @@ def two_fallbacks() -> onnx.ModelProto:
 
 
 def hw001():
-    report = lint(two_fallbacks(), select=["HW001"], target="ethos-u55")
+    report = lint(two_fallbacks(), select=["HW001"], target="ti-tda4vm")
     per_op = [f for f in report.findings if not summarises(f)]
     (summary,) = [f for f in report.findings if summarises(f)]
     assert len(per_op) == 2 and all(f.impact is not None for f in report.findings)

@@ -15,11 +15,21 @@ from netlint.fixes import verify
 from netlint.fixes.engine import FixResult, fix_model
 from netlint.testing import codes, findings_of
 
+TARGETS = Path(__file__).parents[1] / "data" / "targets"
+# Test targets without a cost model (no price skips a fix): every common activation fuses into a lone-consumer conv
+# (FU001's duplicate-conv applies), or only Relu and clips do (FU003's substitute-activation has a substitute).
+FUSES_ALL = str(TARGETS / "fuses-all.toml")
+RELU_ONLY = str(TARGETS / "relu-only.toml")
+
 
 def run_fix(
-    model: onnx.ModelProto, select: list[str] | None = None, unsafe: bool = False, check: bool = True
+    model: onnx.ModelProto,
+    select: list[str] | None = None,
+    unsafe: bool = False,
+    check: bool = True,
+    target: str | None = None,
 ) -> FixResult:
-    settings = settings_for(FileConfig(), Overrides(select=select))
+    settings = settings_for(FileConfig(), Overrides(select=select, target=target))
     result = fix_model(model, "<memory>.onnx", Path("."), settings, unsafe=unsafe)
     if check:
         onnx.checker.check_model(result.fixed, full_check=True)
@@ -37,9 +47,9 @@ def assert_equivalent(before: onnx.ModelProto, after: onnx.ModelProto, rtol: flo
         np.testing.assert_allclose(got[name], value, rtol=rtol, atol=atol, err_msg=name)
 
 
-def rechecked(model: onnx.ModelProto, code: str) -> list[str]:
+def rechecked(model: onnx.ModelProto, code: str, target: str | None = None) -> list[str]:
     """Codes of `code` findings on the fixed model (what `netlint check` would say)."""
-    return codes(findings_of(model, select=[code]))
+    return codes(findings_of(model, [code], target))
 
 
 def randomized(path: Path, seed: int = 0) -> onnx.ModelProto:

@@ -186,3 +186,12 @@ def test_the_cli_reports_the_deviation_of_the_unsafe_fix(run_cli, tmp_path, data
     fixed = onnx.load(str(out))
     bounds = {t.name: float(numpy_helper.to_array(t)) for t in fixed.graph.initializer if not t.dims}
     assert [bounds[node.input[2]] for node in fixed.graph.node if node.op_type == "Clip"] == [8.0] * 35
+
+
+def test_the_relu8_it_writes_is_what_tidl_fuses() -> None:
+    """Issue 21, item 2: TIDL recommends ReLU8 "via Clip/Minimum" and fuses Clip(0, 2^k): after QT001's own fix,
+    FU003 on ti-tda4vm has nothing to say about the Clip(0, 8) (it used to ask for a Relu instead)."""
+    result = fix(activation("clip", 6.0))
+    assert ops(result.fixed) == ["Conv", "Clip", "Conv"]
+    assert findings_of(result.fixed, select=["FU003", "QT001"], target=TI) == []
+    assert findings_of(activation("clip", 5.0), select=["FU003"], target=TI) != []  # not a power of two: not fused

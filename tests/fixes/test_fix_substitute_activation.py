@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from conftest import outputs, rechecked, run_fix
+from conftest import RELU_ONLY, outputs, rechecked, run_fix
 from onnx import numpy_helper
 
 from netlint.config import FileConfig, Overrides, settings_for
@@ -38,15 +38,15 @@ def max_error(before: onnx.ModelProto, after: onnx.ModelProto) -> float:
     return max(float(np.abs(expected[name] - got[name]).max()) for name in expected)
 
 
-def test_needs_unsafe_fixes_and_replaces_composites_whole_on_generic():
+def test_needs_unsafe_fixes_and_replaces_composites_whole():
     for kind in ("SiLU", "Gelu", "Sigmoid", "Elu"):
         model = conv_act(kind)
-        assert rechecked(model, "FU003") == ["FU003"], kind
-        assert run_fix(model, ["FU003"]).applied == []
-        result = run_fix(model, ["FU003"], unsafe=True)
-        assert ops(result.fixed) == ["Conv", "Relu", "Conv"], kind  # generic fuses only Relu and clips
+        assert rechecked(model, "FU003", RELU_ONLY) == ["FU003"], kind
+        assert run_fix(model, ["FU003"], target=RELU_ONLY).applied == []
+        result = run_fix(model, ["FU003"], unsafe=True, target=RELU_ONLY)
+        assert ops(result.fixed) == ["Conv", "Relu", "Conv"], kind  # the target fuses only Relu and clips
         assert [a.applicability for a in result.applied] == ["unsafe"]
-        assert rechecked(result.fixed, "FU003") == []
+        assert rechecked(result.fixed, "FU003", RELU_ONLY) == []
         assert 1e-3 < max_error(model, result.fixed) < 50, kind  # it is not exact
 
 
@@ -79,8 +79,8 @@ def test_sigmoid_becomes_hard_sigmoid_where_that_fuses():
     fixed = onnx.ModelProto()
     fixed.CopyFrom(model)
     ir = load(fixed)
-    finding = findings_of(fixed, select=["FU003"])[0]
-    assert finding.data["fusable"] == ["Relu", "Relu6", "ReluN1To1", "Relu0To1", "Clip"]  # generic's kinds
+    finding = findings_of(fixed, ["FU003"], RELU_ONLY)[0]
+    assert finding.data["fusable"] == ["Relu", "Relu6", "ReluN1To1", "Relu0To1", "ReluPow2", "Clip"]
     finding.data["fusable"] = ["Relu", "HardSigmoid"]
     finding.message = "reworded: the target fuses only Tanh"
     positions = {node.id: index for index, node in enumerate(ir.graph.nodes)}
@@ -111,13 +111,15 @@ def _random_fill(path: Path, seed: int = 0) -> onnx.ModelProto:
     return model
 
 
-def test_mixnet_silus_become_relu(data_dir):
+def test_mixnet_silus_become_relu_and_its_squeeze_excite_gates_stay(data_dir):
     model = _random_fill(data_dir / "timm_mixnet_s_noweights.onnx")
-    findings = findings_of(model, select=["FU003"])
+    findings = findings_of(model, ["FU003"], RELU_ONLY)
     assert len(findings) == 33
-    result = run_fix(model, ["FU003"], unsafe=True)
-    assert len(result.applied) == 33
-    assert rechecked(result.fixed, "FU003") == []
+    gates = [f for f in findings if f.fix is None]  # the 13 Sigmoids that scale a block's channels: kept
+    assert len(gates) == 13 and all(f.severity == "info" and "gates another tensor" in f.message for f in gates)
+    result = run_fix(model, ["FU003"], unsafe=True, target=RELU_ONLY)
+    assert len(result.applied) == 20
+    assert rechecked(result.fixed, "FU003", RELU_ONLY) == ["FU003"] * 13  # the gates, still info
     sigmoids = sum(node.op_type == "Sigmoid" for node in model.graph.node)
-    assert result.ops_after["Sigmoid"] == sigmoids - 33  # one Sigmoid per SiLU (the SE gates' Sigmoids stay)
-    assert result.ops_after["Relu"] == result.ops_before["Relu"] + 33
+    assert result.ops_after["Sigmoid"] == sigmoids - 20  # one Sigmoid per SiLU; the gates' Sigmoids stay
+    assert result.ops_after["Relu"] == result.ops_before["Relu"] + 20

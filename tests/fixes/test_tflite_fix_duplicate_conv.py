@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tflite
-from tflite_helpers import assert_equivalent, fix, ops, rechecked
+from tflite_helpers import FUSES_ALL, assert_equivalent, fix, ops, rechecked
 
 from netlint.cli import main
 from netlint.config import FileConfig, Overrides, settings_for
@@ -92,8 +92,8 @@ def buffers_with_data(data: bytes) -> int:
 @litert
 def test_relu_is_fused_into_a_copy_that_shares_the_weights():
     data = conv_act_add()
-    assert rechecked(data, "FU001") == ["FU001"]
-    result = fix(data, select=["FU001"])
+    assert rechecked(data, "FU001", **FUSES_ALL) == ["FU001"]
+    result = fix(data, select=["FU001"], **FUSES_ALL)
     assert [a.fix for a in result.applied] == ["duplicate-conv"]
     assert "+18,432 MACs" in result.applied[0].description  # 8·8·8 outputs × 3·3·4
     assert ops(result.fixed) == {"CONV_2D": 2, "ADD": 1}
@@ -102,7 +102,7 @@ def test_relu_is_fused_into_a_copy_that_shares_the_weights():
     assert add[1] == [twin[2][0], conv[2][0]]  # the ADD reads the fused copy and the original, as before
     assert buffers_with_data(result.fixed) == buffers_with_data(data)  # no weight is copied
     assert_equivalent(data, result.fixed, **EXACT)
-    assert rechecked(result.fixed, "FU001") == []
+    assert rechecked(result.fixed, "FU001", **FUSES_ALL) == []
 
 
 @litert
@@ -116,19 +116,19 @@ def test_relu_is_fused_into_a_copy_that_shares_the_weights():
 )
 def test_relu_family_fuses_into_each_conv_kind(act, kind, function):
     data = conv_act_add(act, kind)
-    result = fix(data, select=["FU001"])
+    result = fix(data, select=["FU001"], **FUSES_ALL)
     assert len(result.applied) == 1, result.skipped
     fused = [op for op in operators(result.fixed) if op[3] == function]
     assert len(fused) == 1 and act.upper() not in ops(result.fixed)
     assert_equivalent(data, result.fixed, **EXACT)
-    assert rechecked(result.fixed, "FU001") == []
+    assert rechecked(result.fixed, "FU001", **FUSES_ALL) == []
 
 
 @litert
 @pytest.mark.parametrize("conv_is_output", [False, True])
 def test_silu_composite_reads_its_own_copy_and_subgraph_outputs_stay(conv_is_output):
     data = conv_act_add("silu", conv_is_output=conv_is_output)
-    result = fix(data, select=["FU001"])
+    result = fix(data, select=["FU001"], **FUSES_ALL)
     assert len(result.applied) == 1 and "for LOGISTIC" in result.applied[0].description
     found = operators(result.fixed)
     assert [op[0] for op in found] == [
@@ -143,7 +143,7 @@ def test_silu_composite_reads_its_own_copy_and_subgraph_outputs_stay(conv_is_out
     before, after = read_tree(data)["Subgraphs"][0], read_tree(result.fixed)["Subgraphs"][0]
     assert ints(after["Outputs"]) == ints(before["Outputs"])
     assert_equivalent(data, result.fixed, **EXACT)
-    assert rechecked(result.fixed, "FU001") == []
+    assert rechecked(result.fixed, "FU001", **FUSES_ALL) == []
 
 
 @litert
@@ -156,27 +156,27 @@ def test_two_activations_each_get_a_copy_over_two_rounds():
     b.output(b.tanh(y))
     b.output(b.add(y, x))
     data = b.build()
-    result = fix(data, select=["FU001"])
+    result = fix(data, select=["FU001"], **FUSES_ALL)
     assert len(result.applied) == 2 and result.rounds == 3
     assert ops(result.fixed)["CONV_2D"] == 3 and "RELU" not in ops(result.fixed)
     assert_equivalent(data, result.fixed, **EXACT)
-    assert rechecked(result.fixed, "FU001") == []
+    assert rechecked(result.fixed, "FU001", **FUSES_ALL) == []
 
 
 @litert
 def test_int8_relu_with_the_conv_quantization_is_fused_exactly():
     data = conv_act_add(quant={"scale": [0.08], "zero_point": [-3]})
-    result = fix(data, select=["FU001"])
+    result = fix(data, select=["FU001"], **FUSES_ALL)
     assert len(result.applied) == 1 and "fused into the copy" in result.applied[0].description
     assert "RELU" not in ops(result.fixed)
     assert_equivalent(data, result.fixed)  # integer outputs: exactly equal
-    assert rechecked(result.fixed, "FU001") == []
+    assert rechecked(result.fixed, "FU001", **FUSES_ALL) == []
 
 
 @litert
 def test_int8_relu_that_requantizes_keeps_its_operator_and_reads_an_exact_copy():
     data = conv_act_add(quant={"scale": [0.05], "zero_point": [-128]})
-    result = fix(data, select=["FU001"])
+    result = fix(data, select=["FU001"], **FUSES_ALL)
     assert len(result.applied) == 1 and "fused" not in result.applied[0].description
     found = operators(result.fixed)
     assert [op[0] for op in found] == ["CONV_2D", "CONV_2D", "RELU"] and found[2][1] == found[1][2]
@@ -184,7 +184,7 @@ def test_int8_relu_that_requantizes_keeps_its_operator_and_reads_an_exact_copy()
     original, copy = tree["Tensors"][found[0][2][0]], tree["Tensors"][found[1][2][0]]
     assert list(copy["Quantization"]["Scale"]) == list(original["Quantization"]["Scale"])  # same quantization
     assert_equivalent(data, result.fixed)
-    assert rechecked(result.fixed, "FU001") == []
+    assert rechecked(result.fixed, "FU001", **FUSES_ALL) == []
 
 
 def test_activation_behind_a_quantize_dequantize_pair_is_skipped():
@@ -196,21 +196,19 @@ def test_activation_behind_a_quantize_dequantize_pair_is_skipped():
     b.output(b.relu(b.dequantize(q)))
     b.output(b.add(y, x))
     data = b.build()
-    assert rechecked(data, "FU001") == ["FU001"]
-    result = fix(data, select=["FU001"])
+    assert rechecked(data, "FU001", **FUSES_ALL) == ["FU001"]
+    result = fix(data, select=["FU001"], **FUSES_ALL)
     assert result.applied == [] and result.fixed == data
     assert len(result.skipped) == 1 and "pass-through" in result.skipped[0].reason
 
 
-def test_info_finding_on_a_target_exempting_relu_is_not_duplicated():
+def test_nothing_to_duplicate_where_the_target_fuses_relu_whatever_reads_the_conv():
+    """Qualcomm HTP: "simple activation functions like Relu are not subject to the above constraint" (issue 21)."""
     data = conv_act_add()
     settings = settings_for(FileConfig(), Overrides(select=["FU001"], target="qualcomm-htp"))
-    result = fix_tflite(data, "<memory>.tflite", settings)
-    # the pass refuses, and its reason is the one reported (it comes before the cost model's "slower")
-    assert result.applied == [] and "only adds MACs" in result.skipped[0].reason
     settings.keep_slower_fixes = True
     result = fix_tflite(data, "<memory>.tflite", settings)
-    assert result.applied == [] and "only adds MACs" in result.skipped[0].reason
+    assert result.applied == [] and result.skipped == [] and result.fixed == data
 
 
 @litert
@@ -218,11 +216,12 @@ def test_netlint_fix_on_a_tflite_file_applies_it(tmp_path, capsys):
     source = tmp_path / "m.tflite"
     source.write_bytes(conv_act_add())
     out = tmp_path / "fixed.tflite"
-    assert main(["fix", str(source), "-o", str(out), "--select", "FU001"]) == 0
+    target = ["--target", FUSES_ALL["target"]]
+    assert main(["fix", str(source), "-o", str(out), "--select", "FU001", *target]) == 0
     printed = capsys.readouterr().out
     assert "FU001 duplicate-conv (safe): 1 fix" in printed and "verify (LiteRT): 1 output matches" in printed
     assert ops(out.read_bytes()) == {"CONV_2D": 2, "ADD": 1}
-    assert main(["check", str(out), "--select", "FU001"]) == 0  # `netlint check` no longer reports it
+    assert main(["check", str(out), "--select", "FU001", *target]) == 0  # `netlint check` no longer reports it
 
 
 @litert

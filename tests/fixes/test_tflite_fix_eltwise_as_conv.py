@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from tflite_helpers import assert_equivalent, ops, rechecked
+from tflite_helpers import FUSES_ALL, assert_equivalent, ops, rechecked
 
 from netlint.cli import main
 from netlint.config import FileConfig, Overrides, settings_for
@@ -101,10 +101,13 @@ def test_two_tensor_add_and_sub_become_concat_and_identity_conv(op):
 
 
 @litert
-def test_generic_target_rewrites_too():
+def test_without_a_target_nothing_is_rewritten_and_a_target_without_a_cost_model_rewrites():
     data = const_then_act("MUL", np.arange(1, 5, dtype=np.float32), act="PRELU")
-    result = fix_tflite(data, "<memory>.tflite", settings_for(FileConfig(), Overrides(select=["FU002"])))
-    assert [a.fix for a in result.applied] == ["eltwise-as-conv"]  # an info finding, naming the accelerators
+    plain = fix_tflite(data, "<memory>.tflite", settings_for(FileConfig(), Overrides(select=["FU002"])))
+    assert plain.applied == []  # without a target: an info summary naming the accelerators, no fix
+    settings = settings_for(FileConfig(), Overrides(select=["FU002"], **FUSES_ALL))
+    result = fix_tflite(data, "<memory>.tflite", settings)
+    assert [a.fix for a in result.applied] == ["eltwise-as-conv"]
     assert_equivalent(data, result.fixed, **EXACT)
 
 

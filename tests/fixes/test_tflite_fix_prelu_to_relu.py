@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from tflite_helpers import assert_equivalent, fix, ops, outputs, rechecked
+from tflite_helpers import RELU_ONLY, assert_equivalent, fix, ops, outputs, rechecked
 
 from netlint.testing.tflite_builder import TfliteBuilder
 
@@ -23,41 +23,41 @@ def prelu_model(slopes, *, output_is_prelu: bool = False) -> bytes:
 
 def test_zero_slopes_become_relu():
     data = prelu_model([0, 0, 0, 0])
-    result = fix(data, select=["FU004"])
+    result = fix(data, select=["FU004"], **RELU_ONLY)
     assert ops(result.fixed)["RELU"] == 1 and ops(result.fixed)["PRELU"] == 0
     assert_equivalent(data, result.fixed)
-    assert rechecked(result.fixed, "FU004") == []
+    assert rechecked(result.fixed, "FU004", **RELU_ONLY) == []
     # The slope constant is gone with the PRELU.
     assert ops(result.fixed).total() == ops(data).total()
 
 
 def test_equal_slopes_become_leaky_relu():
     data = prelu_model([0.25] * 4)
-    result = fix(data, select=["FU004"])
+    result = fix(data, select=["FU004"], **RELU_ONLY)
     assert ops(result.fixed)["LEAKY_RELU"] == 1
     assert_equivalent(data, result.fixed)
-    assert rechecked(result.fixed, "FU004") == []
+    assert rechecked(result.fixed, "FU004", **RELU_ONLY) == []
 
 
 def test_unit_slopes_remove_the_prelu():
     data = prelu_model([1, 1, 1, 1])
-    result = fix(data, select=["FU004"])
+    result = fix(data, select=["FU004"], **RELU_ONLY)
     assert "PRELU" not in ops(result.fixed) and ops(result.fixed)["CONV_2D"] == 2
     assert_equivalent(data, result.fixed)
 
 
 def test_unit_slopes_on_a_graph_output_move_the_output_to_the_producer():
     data = prelu_model([1, 1, 1, 1], output_is_prelu=True)
-    result = fix(data, select=["FU004"])
+    result = fix(data, select=["FU004"], **RELU_ONLY)
     assert "PRELU" not in ops(result.fixed)
     assert_equivalent(data, result.fixed)
 
 
 def test_varying_slopes_only_with_unsafe_fixes():
     data = prelu_model([0.1, 0.2, 0.3, 0.4])
-    safe = fix(data, select=["FU004"])
+    safe = fix(data, select=["FU004"], **RELU_ONLY)
     assert not safe.applied and safe.fixed == data
-    unsafe = fix(data, select=["FU004"], unsafe=True)
+    unsafe = fix(data, select=["FU004"], unsafe=True, **RELU_ONLY)
     assert [a.applicability for a in unsafe.applied] == ["unsafe"] and ops(unsafe.fixed)["RELU"] == 1
     assert not all(np.allclose(a, b) for a, b in zip(outputs(data), outputs(unsafe.fixed), strict=True))
 
@@ -70,7 +70,7 @@ def test_non_constant_slopes_are_left_alone():
     b.op("PRELU", [x, alpha], [out])
     b.output(out)
     data = b.build()
-    result = fix(data, select=["FU004"], unsafe=True)
+    result = fix(data, select=["FU004"], unsafe=True, **RELU_ONLY)
     assert not result.applied and result.fixed == data
 
 
@@ -89,6 +89,6 @@ def test_int8_prelu_with_zero_slopes_is_exactly_relu():
     act = b.prelu(conv, np.zeros((1, 1, 4), np.int8), alpha_quant={"scale": [0.01], "zero_point": [0]})
     b.output(act)
     data = b.build()
-    result = fix(data, select=["FU004"])
+    result = fix(data, select=["FU004"], **RELU_ONLY)
     assert ops(result.fixed)["RELU"] == 1
     assert_equivalent(data, result.fixed)  # integer outputs: exactly equal

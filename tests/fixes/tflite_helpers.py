@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 
@@ -11,6 +12,10 @@ from netlint.engine import lint_model
 from netlint.fixes.tflite import verify
 from netlint.fixes.tflite.engine import TfliteFixResult, fix_tflite, op_counts
 from netlint.io.tflite_io import model_from_buffer
+
+TARGETS = Path(__file__).parents[1] / "data" / "targets"
+FUSES_ALL = {"target": str(TARGETS / "fuses-all.toml")}  # see tests/fixes/conftest.py
+RELU_ONLY = {"target": str(TARGETS / "relu-only.toml")}
 
 
 def fix(data: bytes, select: list[str] | None = None, unsafe: bool = False, **overrides) -> TfliteFixResult:
@@ -30,6 +35,12 @@ def assert_equivalent(before: bytes, after: bytes, rtol: float = 1e-5, atol: flo
             np.testing.assert_allclose(b, a, rtol=rtol, atol=atol)
         else:
             np.testing.assert_array_equal(b, a)
+
+
+def rechecked_findings(data: bytes, code: str, **overrides) -> list:
+    """The `code` findings `netlint check` gives the model."""
+    settings = settings_for(FileConfig(), Overrides(select=[code], **overrides))
+    return lint_model(model_from_buffer(data, "m.tflite"), settings).findings
 
 
 def rechecked(data: bytes, code: str, **overrides) -> list[str]:

@@ -61,7 +61,9 @@ def outputs(folder: Path) -> dict[str, tuple[int, str, str]]:
         for fmt in FORMATS:
             err = io.StringIO()
             with contextlib.redirect_stderr(err):
-                code = main(["check", "models", "--format", fmt, "-o", f"out.{fmt}", "--cache-dir", "cache", "-q"])
+                # a target: per-node findings name the hostile nodes (without one, target-dependent kinds are summaries)
+                args = ["check", "models", "--target", "qualcomm-htp", "--format", fmt, "-o", f"out.{fmt}"]
+                code = main([*args, "--cache-dir", "cache", "-q"])
             results[fmt] = (code, (folder / f"out.{fmt}").read_text(encoding="utf-8"), err.getvalue())
     finally:
         os.chdir(previous)
@@ -156,7 +158,7 @@ def test_text_names_every_model_and_has_no_raw_control_characters(outputs, folde
     assert not RAW_CONTROLS.search(text)
     for model in json.loads(outputs["json"][1])["models"]:  # every model with something to say says it
         assert (f"{model['path']}:" in text) == bool(model["findings"] or model["errors"] or model["notes"])
-    assert re.match(r"^Found \d+ findings \(.*\) in \d+ models\.$", text.splitlines()[-2])
+    assert re.match(r"^Found \d+ findings \(.*\) in \d+ models for qualcomm-htp \(.*\)\.$", text.splitlines()[-2])
     assert re.match(r"^\d+ models? could not be read\.$", text.splitlines()[-1])
 
 
@@ -205,12 +207,12 @@ def test_an_exception_rendering_one_model_costs_only_that_model(monkeypatch, cap
 
     monkeypatch.setattr(netlint.report, "to_json", fails_on_b)
     monkeypatch.chdir(tmp_path)
-    code = main(["check", "a.onnx", "b.onnx", "c.onnx", "--format", "json", "--no-cache"])
+    code = main(["check", "a.onnx", "b.onnx", "c.onnx", "--target", "qualcomm-htp", "--format", "json", "--no-cache"])
     out, err = capsys.readouterr()
     assert code == 2
     document = json.loads(out)
     by_path = {model["path"]: model for model in document["models"]}
-    assert len(by_path["a.onnx"]["findings"]) == len(by_path["c.onnx"]["findings"]) == 6
+    assert len(by_path["a.onnx"]["findings"]) == len(by_path["c.onnx"]["findings"]) == 11  # FU003 3, FU004 3, HW002 5
     (error,) = by_path["b.onnx"]["errors"]
     assert error.startswith("internal error: its json report could not be written: ValueError: cannot render b")
     assert by_path["b.onnx"]["findings"] == []

@@ -260,7 +260,7 @@ def _if_model() -> tuple[onnx.ModelProto, np.ndarray]:
 
 def test_if_branches_are_linted_with_prefixed_ids() -> None:
     model, _ = _if_model()
-    report = lint(model)
+    report = lint(model, None, "ort-cpu")  # a target: FU001 per conv (without one, a summary)
     assert report.errors == []
     found = sorted(f.nodes[0] for f in report.findings if f.code == "FU001")
     assert found == ["gate/else_branch/conv", "gate/then_branch/conv"]
@@ -372,7 +372,7 @@ def _loop_model(nested_if: bool = False) -> onnx.ModelProto:
 
 
 def test_loop_body_is_walked() -> None:
-    report = lint(_loop_model())
+    report = lint(_loop_model(), None, "ort-cpu")
     assert report.errors == []
     assert [f.nodes[0] for f in report.findings if f.code == "FU001"] == ["loop/body/conv"]
     ir = load(_loop_model())
@@ -383,7 +383,7 @@ def test_loop_body_is_walked() -> None:
 
 
 def test_nested_subgraph_ids_compose() -> None:
-    report = lint(_loop_model(nested_if=True))
+    report = lint(_loop_model(nested_if=True), None, "ort-cpu")
     assert report.errors == []
     assert sorted(f.nodes[0] for f in report.findings if f.code == "FU001") == [
         "loop/body/choose/then_branch/conv",

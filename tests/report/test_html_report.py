@@ -7,6 +7,7 @@ import re
 import time
 import xml.etree.ElementTree as ET
 from collections import Counter
+from html import escape as quoted
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -85,7 +86,8 @@ def test_report_of_a_real_model_has_every_finding_a_picture_and_the_latency(tmp_
     assert html.count('<svg class="chart"') == 2  # by op type, and the slowest kernels
     assert "slowest kernels" in text
     slowest = cost_model(load_model(model), load_target("ti-tda4vm")).top_kernels(1)[0]
-    assert escape(f"{'+'.join(m.op for m in slowest)} '{slowest[0].id}'") in html  # the first bar's full label
+    label = f"{'+'.join(m.op for m in slowest)} '{slowest[0].id}'"
+    assert f"<title>{quoted(label)}: " in html  # the first bar's full label, in its tooltip
     assert "data movers" in text
     # every rule used has its docs embedded under the anchor the findings link to
     for code in {f.code for f in expected}:
@@ -96,8 +98,9 @@ def test_report_of_a_real_model_has_every_finding_a_picture_and_the_latency(tmp_
 
 
 def test_findings_are_ranked_by_the_predicted_saving_of_their_fix(tmp_path, run_cli, data_dir) -> None:
-    """Priced findings (finding.impact) first, by saving; the others after them, by the kernel-time proxy."""
-    html = _report(tmp_path, run_cli, data_dir / MOBILENET, "--target", "ti-tda4vm")
+    """Priced findings (finding.impact) first, by saving; the others after them, by the kernel-time proxy (one entry
+    per finding: the grouping by source is tested in tests/report/test_sources_report.py)."""
+    html = _report(tmp_path, run_cli, data_dir / MOBILENET, "--target", "ti-tda4vm", "--group", "none")
     page = parse(html)
     findings = page.with_class("details", "finding")
     assert any("data-saving" in f for f in findings)
@@ -213,10 +216,15 @@ def test_the_page_is_self_contained(tmp_path, run_cli, data_dir) -> None:
 
 def test_check_format_html_writes_the_same_kind_of_page(tmp_path, run_cli, data_dir) -> None:
     out = tmp_path / "check.html"
-    result = run_cli("check", data_dir / "facenet_mtcnn_pnet.onnx", "--format", "html", "-o", out)
+    result = run_cli(
+        "check", data_dir / "facenet_mtcnn_pnet.onnx", "--format", "html", "-o", out, "--target", "ti-tda4vm"
+    )
     assert result.returncode == 1  # check keeps its exit codes: findings
     page = parse(out.read_text(encoding="utf-8"))
-    assert len(page.with_class("details", "finding")) == len(lint(data_dir / "facenet_mtcnn_pnet.onnx").findings)
+    expected = lint(data_dir / "facenet_mtcnn_pnet.onnx", target="ti-tda4vm").findings
+    assert len(page.with_class("details", "finding")) == len(expected)
+    # each finding says what it rests on (issue 21, item 11)
+    assert page.count("dd", **{"class": "reference"}) == len(expected)
 
 
 def test_an_unreadable_model_gets_a_section_with_its_error(tmp_path, run_cli, data_dir) -> None:

@@ -432,3 +432,25 @@ def test_every_name_sized_still_checks_that_count_keeping_ops_keep_the_count() -
 
     assert own_pass(shrink=False) is not None
     assert own_pass(shrink=True) is None
+
+
+def test_a_share_from_too_few_sized_nodes_is_info() -> None:
+    """Issue 21, item 10: the share is measured over the nodes that could be sized; from fewer than half of the graph
+    it says little about the graph, so the finding is info and says from how many nodes it comes."""
+    b = GraphBuilder()
+    x = b.input("x", [1, 8, 16, 16])
+    t = b.node("Transpose", [x], name="t", perm=[0, 1, 3, 2], shape=[1, 8, 16, 16])
+    b.output(_custom(b, _custom(b, t, "m1"), "m2"))
+    [f] = dm001(_build_custom(b)).findings
+    assert f.severity == "info"
+    assert "the share is from 1 of 3 nodes, too few to judge the graph" in f.message
+
+
+def test_a_share_from_most_of_the_graph_stays_a_warning() -> None:
+    b = GraphBuilder()
+    x = b.input("x", [1, 8, 16, 16])
+    t = b.node("Transpose", [x], name="t", perm=[0, 1, 3, 2], shape=[1, 8, 16, 16])
+    t = b.node("Transpose", [t], name="t2", perm=[0, 1, 3, 2], shape=[1, 8, 16, 16])
+    b.output(_custom(b, t, "m1"))
+    [f] = dm001(_build_custom(b)).findings
+    assert f.severity == "warning" and "too few" not in f.message

@@ -8,9 +8,12 @@ from onnx import TensorProto, helper
 
 from netlint.testing import GraphBuilder, TfliteBuilder, codes, findings_of, lint
 
+# oneDNN: post-ops fuse nearly every activation into a Conv or a Gemm, only into one whose output has no other use
+TARGET = "onednn-cpu"
 
-def fu001(model: object) -> list:
-    return findings_of(model, select=["FU001"])
+
+def fu001(model: object, target: str | None = TARGET, precision: str | None = None, chip: str | None = None) -> list:
+    return findings_of(model, ["FU001"], target, precision, chip)
 
 
 def _nchw(seed: int = 0) -> tuple[GraphBuilder, str]:
@@ -36,7 +39,7 @@ def test_conv_feeding_relu_and_add_is_one_finding_with_full_shape() -> None:
     r = b.relu(y, name="relu")
     a = b.add(y, x, name="add")
     b.output(r, a)
-    report = lint(b.build(), select=["FU001"])
+    report = lint(b.build(), ["FU001"], TARGET)
     assert report.errors == []
     assert len(report.findings) == 1
     f = report.findings[0]
@@ -45,7 +48,9 @@ def test_conv_feeding_relu_and_add_is_one_finding_with_full_shape() -> None:
     assert f.tensors == ["conv_out"]
     assert (f.fix.name, f.fix.applicability) == ("duplicate-conv", "safe")
     assert "'conv_out'" in f.message and "Relu 'relu'" in f.message and "Add 'add'" in f.message
+    assert "onednn-cpu (fp32)" in f.message
     assert f.help
+    assert f.reference is not None and "Post-ops" in f.reference  # the target's fusion fact
 
 
 def test_conv_feeding_relu_and_graph_output() -> None:
@@ -81,7 +86,7 @@ def test_gemm_feeding_relu_and_another_consumer() -> None:
     assert f.tensors == ["fc_out"]
 
 
-def test_matmul_feeding_sigmoid_and_add() -> None:
+def test_matmul_feeding_sigmoid_and_add_only_where_matmul_is_a_fusion_host(tmp_path) -> None:
     b = GraphBuilder()
     x = b.input("x", [2, 8])
     w = b.const("w", np.ones((8, 8), np.float32))
@@ -89,7 +94,14 @@ def test_matmul_feeding_sigmoid_and_add() -> None:
     s = b.sigmoid(y, name="sig")
     a = b.add(y, x, name="add")
     b.output(s, a)
-    [f] = fu001(b.build())
+    model = b.build()
+    assert fu001(model) == []  # oneDNN's post-ops are stated for convolution and inner product (Gemm) only
+    own = tmp_path / "mm.toml"
+    own.write_text(
+        '[target]\nname = "mm"\nsources = ["s"]\n[fusion]\nsource = "s"\nhosts = ["MatMul"]\n'
+        '[fusion.precision.all]\nactivations = ["Sigmoid"]\n'
+    )
+    [f] = fu001(model, str(own))
     assert f.nodes == ["mm", "sig", "add"]
     assert "Sigmoid 'sig'" in f.message
 
@@ -99,8 +111,10 @@ def test_conv_transpose_feeding_relu_and_add() -> None:
     w = b.const("w", np.ones((4, 4, 3, 3), np.float32))
     y = b.node("ConvTranspose", [x, w], name="deconv", shape=[1, 4, 8, 8], kernel_shape=[3, 3], pads=[1, 1, 1, 1])
     b.output(b.relu(y, name="relu"), b.add(y, x, name="add"))
-    [f] = fu001(b.build())
+    model = b.build()
+    [f] = fu001(model, "ethos-u55")  # Vela fuses into TRANSPOSE_CONV
     assert f.nodes == ["deconv", "relu", "add"]
+    assert fu001(model) == []  # oneDNN: not stated for deconvolution
 
 
 def test_qdq_conv_through_quantize_dequantize() -> None:
@@ -254,7 +268,7 @@ def test_tflite_conv_2d_feeding_relu_and_add() -> None:
     a = tb.add(y, x, name="add")  # op 2
     tb.output(r)
     tb.output(a)
-    report = lint(tb.build(), select=["FU001"])
+    report = lint(tb.build(), ["FU001"], TARGET)
     assert report.errors == []
     [f] = report.findings
     assert f.nodes == ["sg0/op0", "sg0/op1", "sg0/op2"]
@@ -303,7 +317,7 @@ def test_tflite_transpose_conv_feeding_relu_and_add() -> None:
     tb.op("TRANSPOSE_CONV", [shape, w, x], [y], {"padding": "SAME", "stride_w": 1, "stride_h": 1})  # op 0
     tb.output(tb.relu(y))  # op 1
     tb.output(tb.add(y, x))  # op 2
-    [f] = fu001(tb.build())
+    [f] = fu001(tb.build(), "ethos-u55")
     assert f.nodes == ["sg0/op0", "sg0/op1", "sg0/op2"]
     assert f.tensors == ["deconv"]
 
@@ -331,18 +345,58 @@ def test_tflite_two_non_activation_consumers_are_fine() -> None:
     assert codes(fu001(tb.build())) == []
 
 
-def test_severity_follows_the_targets_lone_consumer_exemption() -> None:
-    """Qualcomm HTP fuses Relu even into a multi-consumer conv (info there); PRelu is not exempt (warning)."""
-    from netlint.testing import GraphBuilder, findings_of
-
+def _relu_and_prelu_blocks() -> object:
     b = GraphBuilder()
     x = b.input("x", [1, 4, 8, 8])
     relu_conv = b.conv(x, 4, name="relu_conv")
     b.output(b.relu(relu_conv, name="relu"), b.add(relu_conv, x, name="add_relu"))
     prelu_conv = b.conv(x, 4, name="prelu_conv")
     b.output(b.prelu(prelu_conv, [0.1, 0.2, 0.3, 0.4], name="prelu"), b.add(prelu_conv, x, name="add_prelu"))
+    return b.build()
+
+
+def test_htp_relu_fuses_anyway_and_prelu_is_reported_only_where_it_fuses() -> None:
+    """Issue 21, item 3: the HTP guide exempts Relu from the lone-consumer condition (not reported), and PRelu fuses
+    only on 8550 and 8650: on 8450 there is no fusion to block (FU003 reports the PRelu instead)."""
+    model = _relu_and_prelu_blocks()
+    [on_8550] = fu001(model, "qualcomm-htp", "a8", "8550")
+    assert on_8550.nodes[0] == "prelu_conv"
+    # the severity follows the price of duplicating the conv there (issue 21, item 10)
+    assert on_8550.impact is not None
+    assert on_8550.severity == ("warning" if on_8550.impact.saving_ms > 0 else "info")
+    assert fu001(model, "qualcomm-htp", "a8", "8450") == []
+    on_ort = {f.nodes[0]: f.severity for f in fu001(model, "ort-cpu")}
+    assert set(on_ort) == {"relu_conv"}  # ORT fuses Relu (lone consumer only), never PRelu
+    assert {f.nodes[0] for f in fu001(model, "ti-tda4vm")} == {"relu_conv"}  # TIDL merges only ReLU
+
+
+def test_activations_the_target_never_fuses_are_not_blamed_on_the_other_consumer() -> None:
+    b, x = _nchw()
+    y = b.conv(x, 4, name="conv")
+    b.output(b.sigmoid(y, name="sig"), b.add(y, x, name="add"))
     model = b.build()
-    on_htp = {f.nodes[0]: f.severity for f in findings_of(model, ["FU001"], "qualcomm-htp", "a8", "8550")}
-    on_ort = {f.nodes[0]: f.severity for f in findings_of(model, ["FU001"], "ort-cpu")}
-    assert on_htp == {"relu_conv": "info", "prelu_conv": "warning"}
-    assert on_ort == {"relu_conv": "warning", "prelu_conv": "warning"}
+    for target, precision, chip in [("qualcomm-htp", "a8", "8650"), ("ti-tda4vm", None, None)]:
+        assert fu001(model, target, precision, chip) == []  # Sigmoid fuses on neither: nothing to duplicate for
+    assert [f.nodes[0] for f in fu001(model, "ort-cpu")] == ["conv"]
+
+
+def test_gemm_is_not_a_fusion_host_on_htp() -> None:
+    b = GraphBuilder()
+    x = b.input("x", [2, 8])
+    y = b.gemm(x, 8, name="fc")
+    b.output(b.prelu(y, [0.1] * 8, name="prelu"), b.node("Softmax", [y], name="softmax"))
+    model = b.build()
+    assert fu001(model, "qualcomm-htp", "a8", "8650") == []  # "the preceding Conv2D or DepthWiseConv2D" only
+
+
+def test_without_a_target_one_info_summary_names_where_the_fusion_is_blocked() -> None:
+    model = _relu_and_prelu_blocks()
+    [relu, prelu] = fu001(model, None)
+    assert (relu.severity, relu.fix, relu.nodes) == ("info", None, ["relu_conv"])
+    assert relu.message.startswith("1 conv feeds Relu and another consumer: ")
+    assert "fuses anyway on qualcomm-htp" in relu.message
+    assert "the other consumer blocks its fusion on ethos-u55, ethos-u65, onednn-cpu, ort-cpu" in relu.message
+    assert "ti-tda4vm" in relu.message and "`--target` to see them" in relu.message
+    assert prelu.message.startswith("1 conv feeds PRelu and another consumer: ")
+    assert "qualcomm-htp (chip 8550 or 8650)" in prelu.message  # blocked there; never fuses on 8450
+    assert "never fuses on" in prelu.message and "qualcomm-htp (chip 8450)" in prelu.message

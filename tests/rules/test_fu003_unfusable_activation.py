@@ -70,29 +70,51 @@ def test_silu_counts_as_one_activation() -> None:
     x = b.input("x", [1, 4, 8, 8])
     b.output(b.silu(b.conv(x, 4, name="conv")))
     model = b.build()
-    [f] = fu003(model)  # generic: only Relu and clips fuse
+    [f] = fu003(model, *HTP_8450)
     assert f.severity == "warning"
     assert len(f.nodes) == 2 and f.nodes[0] == "conv" and f.nodes[1].startswith("Mul")  # the SiLU's output Mul
     assert f.message.startswith("SiLU '")
-    assert "generic (fp32) fuses only Relu" in f.message
+    assert "qualcomm-htp (a8, chip 8450) fuses only Relu" in f.message
     assert fu003(model, "onednn-cpu") == []  # swish is a oneDNN post-op
     [f_ort] = fu003(model, "ort-cpu")  # ORT fuses Sigmoid into Conv, but not the SiLU (two readers of the conv)
     assert "SiLU" in f_ort.message
 
 
-def test_gelu_after_matmul_bias_add_is_seen_through_the_add() -> None:
+def test_gelu_after_a_constant_add_is_seen_through_the_add() -> None:
+    b = GraphBuilder()
+    x = b.input("x", [1, 4, 8, 8])
+    y = b.add(b.conv(x, 4, name="conv"), b.const("shift", np.zeros((1, 4, 1, 1), np.float32)), name="bias_add")
+    b.output(b.gelu_erf(y))
+    model = b.build()
+    [f] = fu003(model, "ort-cpu")
+    assert f.nodes[:2] == ["conv", "bias_add"]
+    assert "Gelu" in f.message and "Conv 'conv' (through Add 'bias_add')" in f.message
+    assert "ort-cpu fuses only Relu" in f.message
+    assert fu003(model, "onednn-cpu") == []
+
+
+def test_activations_after_ops_the_target_fuses_nothing_into_are_not_reported() -> None:
+    """Issue 21, item 5: fusion hosts are per target (HTP: "the preceding Conv2D or DepthWiseConv2D" only)."""
     b = GraphBuilder()
     x = b.input("x", [2, 3, 8])
     w = b.const("w", np.ones((8, 8), np.float32))
     y = b.node("MatMul", [x, w], name="mm", shape=[2, 3, 8])
     y = b.add(y, b.const("bias", np.zeros(8, np.float32)), name="bias_add")
     b.output(b.gelu_erf(y))
-    model = b.build()
-    [f] = fu003(model, "ort-cpu")
-    assert f.nodes[:2] == ["mm", "bias_add"]
-    assert "Gelu" in f.message and "MatMul 'mm' (through Add 'bias_add')" in f.message
-    assert "ort-cpu fuses only Relu" in f.message
-    assert fu003(model, "onednn-cpu") == []
+    matmul = b.build()
+    g = GraphBuilder()
+    v = g.input("v", [2, 8])
+    g.output(g.sigmoid(g.gemm(v, 8, name="fc"), name="sig"))
+    gemm = g.build()
+    for target in (HTP_8450, ("ort-cpu", None, None), ("ti-tda4vm", None, None)):
+        assert fu003(matmul, *target) == [], target
+        assert fu003(gemm, *target) == [], target
+    assert fu003(gemm, "onednn-cpu") == []  # an inner product with a logistic post-op
+    h = GraphBuilder()
+    u = h.input("u", [2, 8])
+    h.output(h.node("Elu", [h.gemm(u, 8, name="fc")], name="elu"))
+    [f] = fu003(h.build(), "ethos-u55")  # Vela fuses into FULLY_CONNECTED, but not Elu
+    assert f.nodes == ["fc", "elu"] and "into a Gemm" in f.message
 
 
 def test_hard_swish_on_ort_cpu_but_tanh_fuses() -> None:
@@ -117,15 +139,27 @@ def test_unfusable_activation_on_a_multi_consumer_conv_is_still_reported() -> No
     model = b.build()
     [f] = fu003(model, *HTP_8450)
     assert f.nodes == ["conv", "sig"]
-    assert [g.code for g in findings_of(model, ["FU001"], *HTP_8450)] == ["FU001"]
+    assert findings_of(model, ["FU001"], *HTP_8450) == []  # no fusion to block: Sigmoid never fuses on the HTP
+
+
+def _conv_clip(high: float) -> onnx.ModelProto:
+    b = GraphBuilder()
+    x = b.input("x", [1, 4, 8, 8])
+    b.output(b.clip(b.conv(x, 4, name="conv"), 0.0, high, name="clip"))
+    return b.build()
 
 
 def test_clip_with_other_bounds_on_ti() -> None:
-    b = GraphBuilder()
-    x = b.input("x", [1, 4, 8, 8])
-    b.output(b.clip(b.conv(x, 4, name="conv"), 0.0, 4.0, name="clip4"))
-    [f] = fu003(b.build(), "ti-tda4vm")
-    assert "Clip 'clip4'" in f.message and "ti-tda4vm (int8) fuses only Relu" in f.message
+    [f] = fu003(_conv_clip(5.0), "ti-tda4vm")
+    assert "Clip 'clip'" in f.message and "ti-tda4vm (int8) fuses only Relu, Relu6, Clip(0, 2^k)" in f.message
+
+
+@pytest.mark.parametrize("high", [6.0, 8.0, 4.0, 2.0])
+def test_ti_runs_relu6_as_relu8_and_power_of_two_clips_as_shifts(high: float) -> None:
+    """Issue 21, item 2: "replacing ReLU6 with ReLU8 in inference ... This is automatically done by TIDL", and
+    ReLU4/ReLU8 (Minimum or CLIP) are shifts: neither is an unfusable activation there (QT001 says the rest)."""
+    for precision in ("int8", "int16"):
+        assert fu003(_conv_clip(high), "ti-tda4vm", precision) == []
 
 
 def test_equal_prelu_slopes_are_judged_as_leaky_relu() -> None:
@@ -148,8 +182,8 @@ def test_fusable_activation_on_multi_consumer_conv_is_left_to_fu001() -> None:
     y = b.conv(x, 4, name="conv")
     b.output(b.relu(y, name="relu"), b.add(y, x, name="add"))
     model = b.build()
-    assert fu003(model, *HTP_8450) == []
-    assert [f.code for f in findings_of(model, ["FU001"], *HTP_8450)] == ["FU001"]
+    assert fu003(model, "ort-cpu") == []
+    assert [f.code for f in findings_of(model, ["FU001"], "ort-cpu")] == ["FU001"]
 
 
 def test_conv_without_activation_is_fine() -> None:
@@ -267,13 +301,13 @@ def test_tflite_depthwise_swish_on_ethos_u55() -> None:
     assert "ethos-u55 (int16x8) fuses only Relu, Relu6, ReluN1To1, Sigmoid, Tanh" in f.message
 
 
-def test_tflite_fully_connected_logistic_fuses_on_ort_cpu() -> None:
+def test_tflite_fully_connected_logistic_is_not_a_conv_fusion_on_htp() -> None:
     tb = TfliteBuilder()
     x = tb.input("x", [2, 8])
     tb.output(tb.logistic(tb.fully_connected(x, np.ones((8, 8), np.float32), np.zeros(8, np.float32))))
     model = tb.build()
-    assert fu003(model, "ort-cpu") == []
-    assert len(fu003(model, *HTP_8450)) == 1
+    assert fu003(model, "ethos-u55") == []  # LOGISTIC fuses into FULLY_CONNECTED
+    assert fu003(model, *HTP_8450) == []  # the HTP table is about Conv2D and DepthWiseConv2D
 
 
 def test_tflite_int8_prelu_slopes_are_dequantized() -> None:
@@ -322,20 +356,24 @@ def test_mixnet_silu_and_sigmoid_after_convs(data_dir: Path) -> None:
     assert raw["all_sigmoids"] == 52  # MANIFEST.md: 52 Sigmoid (the rest follow BatchNormalization, not a conv)
     assert (raw["SiLU"], raw["Sigmoid"]) == (20, 13)
     expected = {
-        ("generic", None, None): 33,
+        ("generic", None, None): 2,  # without a target: one summary for the SiLUs, one for the Sigmoids
         HTP_8450: 33,
         HTP_8550: 33,  # neither SiLU nor Sigmoid fuses on any HTP chip
         ("ort-cpu", None, None): 20,  # Sigmoid fuses into Conv; SiLU does not
         ("ethos-u55", None, None): 20,  # LOGISTIC fuses; the swish does not
         ("onednn-cpu", None, None): 0,  # swish and logistic post-ops
     }
-    assert expected[("generic", None, None)] == raw["SiLU"] + raw["Sigmoid"]
     for target, count in expected.items():
         report = lint(path, ["FU003"], *target)
         assert report.errors == [] and report.skipped == []
         assert len(report.findings) == count, target
     kinds = sorted(f.message.split(" ")[0] for f in fu003(path, "ort-cpu"))
     assert kinds == ["SiLU"] * 20
+    summaries = sorted(f.message.split(":")[0] for f in fu003(path))
+    assert summaries == ["13 convs are followed by Sigmoid", "20 convs are followed by SiLU"]
+    on_htp = fu003(path, *HTP_8450)
+    gates = [f for f in on_htp if f.message.startswith("Sigmoid")]  # the squeeze-excite gates
+    assert len(gates) == 13 and all(f.severity == "info" and f.fix is None and "keep it" in f.help for f in gates)
 
 
 def _tflite_ops(path: Path) -> tuple[list[str], list[tuple[str, list[int], list[int], int]]]:
@@ -387,13 +425,12 @@ def test_transformer_gelu_after_matmul_bias(data_dir: Path) -> None:
         gelus += add.op_type == "Add" and ops == {"MatMul", "init"}
     assert gelus == 6
     for target, count in {
-        ("generic", None, None): 6,
-        ("ort-cpu", None, None): 6,
+        ("ort-cpu", None, None): 0,  # ConvActivationFusion is about Conv: MatMul is not a fusion host there
+        HTP_8450: 0,
         ("onednn-cpu", None, None): 0,
     }.items():
-        findings = fu003(path, *target)
-        assert len(findings) == count
-        assert all(f.message.startswith("Gelu") and "MatMul" in f.message for f in findings)
+        assert len(fu003(path, *target)) == count, target
+    assert fu003(path) == []  # no built-in target fuses into a MatMul: nothing depends on the target there
 
 
 def test_prelu_tolerance_follows_fu004s_atol_option() -> None:
@@ -406,3 +443,80 @@ def test_prelu_tolerance_follows_fu004s_atol_option() -> None:
     assert len(lint_model(model, settings).findings) == 1  # default atol 1e-6: a real PRelu
     settings.rule_options = {"FU004": {"atol": 0.01}}
     assert lint_model(model, settings).findings == []  # FU004 now calls it exactly Relu, and so does FU003
+
+
+# --- issue 21: what the vendor guides say, per target ---------------------------------------------------------------
+
+
+def test_htp_fp16_fuses_relu_min_max_only_on_8550_and_8650() -> None:
+    """Item 1: the HTP table's FP16 column: Relu "Yes" (Best); ReluMinMax "Support on 8550 and 8650" (Good)."""
+    relu6 = _conv_clip(6.0)
+    [f] = fu003(relu6, "qualcomm-htp", "fp16", "8450")
+    assert f.message.startswith("Relu6 'clip' after Conv 'conv'")
+    assert "qualcomm-htp (fp16, chip 8450) fuses only Relu into a Conv; on chip 8550 or 8650 Relu6 also fuses" in (
+        f.message
+    )
+    assert "A16) vs FP16" in f.reference
+    assert fu003(relu6, "qualcomm-htp", "fp16", "8550") == []
+    for precision in ("a8", "a16"):  # ReluMinMax "Yes" in A8 and A16 on every chip
+        assert fu003(relu6, "qualcomm-htp", precision, "8450") == []
+
+
+def test_htp_messages_carry_the_tables_efficiency_column() -> None:
+    [f] = fu003(_conv_then("Sigmoid"), "qualcomm-htp", "fp16", "8650")
+    assert "fuses only Relu (best); Relu6, ReluN1To1, Relu0To1, Clip, LeakyRelu, PRelu, HardSwish (good)" in f.message
+    [a8] = fu003(_conv_then("Sigmoid"), "qualcomm-htp", "a8", "8650")
+    assert "(best)" not in a8.message  # every fused kind is "best" in A8: nothing to tell apart
+
+
+def test_help_suits_what_the_activation_does() -> None:
+    """Smooth activations: HardSwish only where the target fuses it, with the accuracy caveat; PRelu: LeakyRelu."""
+    b = GraphBuilder()
+    x = b.input("x", [1, 4, 8, 8])
+    b.output(b.silu(b.conv(x, 4, name="conv")))
+    silu = b.build()
+    [on_8550] = fu003(silu, *HTP_8550)
+    assert on_8550.help.startswith("replace SiLU with HardSwish (fuses here") and "accuracy" in on_8550.help
+    [on_8450] = fu003(silu, *HTP_8450)
+    assert "HardSwish" not in on_8450.help and "Relu" in on_8450.help and "accuracy" in on_8450.help
+    [prelu] = fu003(_conv_prelu([0.1, 0.2, 0.3, 0.4]), "ort-cpu")
+    assert prelu.help.startswith("replace the PRelu with LeakyRelu or Relu")
+
+
+def test_a_squeeze_excite_gate_is_not_a_relu_candidate(tmp_path: Path) -> None:
+    b = GraphBuilder()
+    x = b.input("x", [1, 4, 8, 8])
+    pooled = b.node("GlobalAveragePool", [x], name="gap", shape=[1, 4, 1, 1])
+    gate = b.sigmoid(b.conv(pooled, 4, kernel=1, name="se_conv"), name="gate")
+    b.output(b.mul(x, gate, name="scale"))
+    model = b.build()
+    [htp] = fu003(model, *HTP_8450)
+    assert (htp.severity, htp.fix) == ("info", None)
+    assert "gates another tensor" in htp.message and htp.help.startswith("keep it")
+    assert fu003(model, "ort-cpu") == []  # ORT fuses Sigmoid into the conv
+    own = tmp_path / "hs.toml"  # a target that fuses HardSigmoid but not Sigmoid: the fix writes the HardSigmoid
+    own.write_text(
+        '[target]\nname = "hs"\nsources = ["s"]\n[fusion]\nsource = "s"\n'
+        '[fusion.precision.all]\nactivations = ["Relu", "HardSigmoid"]\n'
+    )
+    [hs] = fu003(model, str(own))
+    assert (hs.severity, hs.fix.name) == ("warning", "substitute-activation")
+    assert hs.help.startswith("make the gate a HardSigmoid")
+
+
+def test_without_a_target_one_summary_per_kind_names_the_targets() -> None:
+    """A first run: no "replace SiLU" warnings, one info finding per kind saying where it fuses and where not."""
+    b = GraphBuilder()
+    x = b.input("x", [1, 4, 8, 8])
+    y = b.silu(b.conv(x, 4, name="c1"))
+    y = b.silu(b.conv(y, 4, name="c2"))
+    b.output(b.relu(b.conv(y, 4, name="c3")))
+    report = lint(b.build(), ["FU003"])
+    [f] = report.findings
+    assert (f.severity, f.fix, f.nodes) == ("info", None, ["c1", "c2"])
+    assert f.message == (
+        "2 convs are followed by SiLU: fuses on onednn-cpu; does not fuse on ethos-u55, ethos-u65, ort-cpu, "
+        "qualcomm-htp (any chip), ti-tda4vm (`--target` to see them)"
+    )
+    assert "--target" in f.help
+    assert report.target == "generic"

@@ -11,9 +11,13 @@ from onnx import numpy_helper
 
 from netlint.testing import GraphBuilder, TfliteBuilder, findings_of, lint
 
+# ONNX Runtime CPU: LeakyRelu fuses into a Conv and PRelu does not, and a PRelu costs more per element than a Relu or
+# a LeakyRelu (its calibrated activation table): every case this rule tells apart is reported there
+TARGET = "ort-cpu"
 
-def fu004(model: object) -> list:
-    return findings_of(model, select=["FU004"])
+
+def fu004(model: object, target: str | None = TARGET, precision: str | None = None, chip: str | None = None) -> list:
+    return findings_of(model, ["FU004"], target, precision, chip)
 
 
 def _prelu_model(slopes: object, channels: int = 4) -> onnx.ModelProto:
@@ -247,7 +251,7 @@ def test_tflite_prelu_alpha_through_float16_dequantize_is_read() -> None:
         out = tb.tensor("out", [1, 8, 8, 4])
         tb.op("PRELU", [x, a], [out])
         tb.output(out)
-        report = lint(tb.build(), select=["FU004"])
+        report = lint(tb.build(), ["FU004"], TARGET)
         assert report.skipped == []
         [f] = report.findings
         assert expected in f.message
@@ -297,7 +301,7 @@ def test_facenet_mtcnn_pnet_has_three_varying_prelus(data_dir: Path) -> None:
         expected[node.name] = (slopes.size, slopes.min(), slopes.max())
     assert len(expected) == 3
 
-    report = lint(path, select=["FU004"])
+    report = lint(path, ["FU004"], TARGET)
     assert report.errors == [] and report.skipped == []
     assert len(report.findings) == 3
     assert [f.nodes[0] for f in report.findings] == ["/prelu1/PRelu", "/prelu2/PRelu", "/prelu3/PRelu"]
@@ -313,3 +317,64 @@ def test_facenet_mtcnn_pnet_has_three_varying_prelus(data_dir: Path) -> None:
 def test_slopes_equal_within_relative_tolerance_are_leaky_relu(slopes: list[float]) -> None:
     [f] = fu004(_prelu_model(slopes))
     assert "LeakyRelu(alpha=0.3)" in f.message
+
+
+# --- issue 21, item 4: the reason follows the target ----------------------------------------------------------------
+
+
+def _conv_prelu(slopes: list[float]) -> object:
+    b = GraphBuilder()
+    x = b.input("x", [1, 4, 8, 8])
+    b.output(b.prelu(b.conv(x, 4, name="conv"), slopes, name="prelu"))
+    return b.build()
+
+
+def test_varying_slopes_say_what_the_selected_target_does_with_prelu() -> None:
+    model = _conv_prelu([0.1, 0.2, 0.3, 0.4])
+    [older] = fu004(model, "qualcomm-htp", "a8", "8450")
+    assert "on qualcomm-htp (a8, chip 8450) Relu fuses into the Conv, PRelu does not" in older.message
+    assert "A16) vs FP16" in older.reference
+    [fp16] = fu004(model, "qualcomm-htp", "fp16", "8650")
+    assert "PRelu fuses with efficiency 'good', Relu 'best'" in fp16.message
+    # PRelu fusion is "best" at A8/A16 on 8550 and 8650, as Relu's; oneDNN has a PReLU post-op: nothing to say
+    assert fu004(model, "qualcomm-htp", "a8", "8650") == []
+    assert fu004(model, "onednn-cpu") == []
+    assert all("Qualcomm HTP A8/A16" not in f.message for f in fu004(model, "ti-tda4vm"))
+
+
+def test_exact_leaky_relu_is_info_where_prelu_and_leaky_relu_fuse_alike() -> None:
+    model = _conv_prelu([0.25] * 4)
+    [ort] = fu004(model)
+    assert ort.severity == "warning" and "on ort-cpu LeakyRelu fuses into the Conv, PRelu does not" in ort.message
+    for target, precision, chip in [
+        ("qualcomm-htp", "a8", "8650"),
+        ("qualcomm-htp", "a8", "8450"),
+        ("ti-tda4vm", None, None),
+    ]:
+        [f] = fu004(model, target, precision, chip)
+        assert f.severity == "info" and "run alike" in f.message, target
+        assert f.fix.applicability == "safe"
+
+
+def test_exact_relu_and_identity_hold_on_every_target_without_one_too() -> None:
+    for slopes in ([0.0] * 4, [1.0] * 4):
+        [f] = fu004(_conv_prelu(slopes), None)
+        assert f.severity == "warning" and not f.message[0].isdigit()  # not summarised: it holds everywhere
+
+
+def test_without_a_target_varying_and_leaky_slopes_are_summarised() -> None:
+    [varying] = fu004(_conv_prelu([0.1, 0.2, 0.3, 0.4]), None)
+    assert varying.severity == "info" and varying.message.startswith("1 PRelu has slopes that vary per channel: ")
+    assert "PRelu runs as well on onednn-cpu, qualcomm-htp (a8, a16 on chip 8550 or 8650)" in varying.message
+    blocked = "Relu fuses, PRelu does not on ethos-u55, ethos-u65, ort-cpu, qualcomm-htp (chip 8450), ti-tda4vm"
+    assert blocked in varying.message
+    assert "PRelu fuses less efficiently than Relu on qualcomm-htp (fp16 on chip 8550 or 8650)" in varying.message
+
+
+def test_after_an_elementwise_op_only_vela_would_fuse_the_relu(data_dir: Path) -> None:
+    """Issue 21, item 4: a PRelu after a Mul. Vela fuses a Relu into the elementwise op before it, not a PRelu; on
+    HTP a Relu would not fuse there either (the guide fuses into convolutions only), so nothing is said."""
+    path = data_dir / "passes" / "eltwise_as_conv_pos.onnx"
+    [ethos] = fu004(path, "ethos-u55")
+    assert ethos.severity == "info" and "Relu fuses into the elementwise op before it, PRelu does not" in ethos.message
+    assert fu004(path, "qualcomm-htp") == [] and fu004(path, "ti-tda4vm") == []

@@ -10,7 +10,7 @@ import onnx
 import pytest
 import tflite
 
-from netlint.testing import GraphBuilder, TfliteBuilder, findings_of, lint
+from netlint.testing import GraphBuilder, TfliteBuilder, findings_of, lint, priced_severity
 
 ORT, ONEDNN = "ort-cpu", "onednn-cpu"
 
@@ -53,7 +53,7 @@ def test_residual_add_without_activation_fuses(target: str) -> None:
 def test_biasless_conv_blocks_on_ort_only() -> None:
     model = _residual(bias=False).build()
     [f] = fu005(model, ORT)
-    assert (f.code, f.name, f.severity) == ("FU005", "conv-sum-blocked", "warning")
+    assert (f.code, f.name, f.severity) == ("FU005", "conv-sum-blocked", priced_severity(f))
     assert f.nodes == ["add", "conv"]
     assert f.tensors == ["add_out"]
     assert (f.fix.name, f.fix.applicability) == ("enable-conv-sum", "safe")

@@ -179,11 +179,32 @@ def test_conv_output_also_read_inside_an_if_branch_is_fine() -> None:
     assert fu006(b.build()) == []
 
 
-def test_batchnorm_after_concat_is_fine() -> None:
+def test_batchnorm_after_a_concat_of_convs_folds_backward_by_hand() -> None:
+    """Issue 21, item 7: a BN after a channel Concat of convs folds into those convs, a slice each (gamma-free)."""
     b, x = _nchw()
-    y = b.node("Concat", [b.conv(x, 4), b.conv(x, 4)], axis=1, shape=[1, 8, 8, 8])
+    y = b.node("Concat", [b.conv(x, 4, name="c1"), b.conv(x, 4, name="c2")], axis=1, shape=[1, 8, 8, 8], name="cat")
+    b.output(b.batchnorm(y, name="bn"))
+    [f] = fu006(b.build())
+    assert f.nodes == ["bn", "cat", "c1", "c2"]
+    assert "after Concat 'cat' of 2 convs" in f.message and "whatever γ" in f.message
+    assert (f.fix.name, f.fix.applicability) == ("fold-batchnorm", "manual")  # the pass folds into one conv only
+    assert "slice" in f.help
+    model = b.build()
+    for target in ("ort-cpu", "ti-tda4vm"):  # their runtimes fold a BN that directly follows a conv, not this one
+        [on] = findings_of(model, ["FU006"], target)
+        assert on.severity == "warning" and "itself" not in on.message
+        assert on.impact is not None and on.impact.saving_ms > 0
+
+
+def test_batchnorm_after_a_concat_with_a_non_conv_input_is_fine() -> None:
+    b, x = _nchw()
+    y = b.node("Concat", [b.conv(x, 4), b.relu(x)], axis=1, shape=[1, 8, 8, 8])
     b.output(b.batchnorm(y))
     assert fu006(b.build()) == []
+    c, z = _nchw()
+    w = c.conv(z, 4, name="shared")  # the conv's output is also a graph output: it cannot take a scale
+    c.output(c.batchnorm(c.node("Concat", [w, c.conv(z, 4)], axis=1, shape=[1, 8, 8, 8])), w)
+    assert fu006(c.build()) == []
 
 
 def test_batchnorm_after_relu_is_fine() -> None:
@@ -284,3 +305,24 @@ def test_onnx_runtime_folds_batchnorm_itself_so_it_is_info_there() -> None:
     assert on_ort.severity == "info"
     assert on_ort.message.endswith("; ort-cpu applies fold-batchnorm itself when it loads the model")
     assert on_htp.severity == "warning" and "itself" not in on_htp.message
+
+
+def test_a_qdq_conv_is_folded_in_the_float_model() -> None:
+    """Issue 21, item 7: Quantize/Dequantize between the conv and the BN: the fold pass does not rewrite that."""
+    b, x = _nchw()
+    b.output(b.batchnorm(b.quant_dequant(b.conv(x, 4, name="conv")), name="bn"))
+    [f] = fu006(b.build())
+    assert f.fix.applicability == "manual" and "before quantization" in f.help
+
+
+def test_ti_and_ort_merge_the_batchnorm_themselves() -> None:
+    """Issue 21, item 9: TIDL "ReLU & Batchnorm layers will be merged into convolution": info, no latency price."""
+    b, x = _nchw()
+    b.output(b.batchnorm(b.conv(x, 4, name="conv"), name="bn"))
+    model = b.build()
+    for target in ("ti-tda4vm", "ort-cpu"):
+        [f] = findings_of(model, ["FU006"], target)
+        assert f.severity == "info" and "applies fold-batchnorm itself" in f.message
+        assert f.impact is not None and f.impact.saving_ms == 0
+    [htp] = findings_of(model, ["FU006"], "qualcomm-htp")
+    assert htp.severity == "warning" and htp.impact.saving_ms > 0

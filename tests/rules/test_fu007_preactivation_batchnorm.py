@@ -441,8 +441,66 @@ def test_mixnet_topology_only(data_dir: Path) -> None:
     raw = _Raw(path)
     bns = [n for n in raw.graph.node if n.op_type == "BatchNormalization"]
     assert sum(raw.producer[n.input[0]].op_type == "Concat" for n in bns) == 34  # MANIFEST: 34 BN after Concat
-    # most are followed by SiLU (Sigmoid + Mul) or by a residual Add: only BN → Relu → Conv is foldable forward
-    expected = sorted(bn.name for bn, _ in raw.preactivation())
-    assert len(expected) == 2
-    assert sorted(f.nodes[0] for f in report.findings) == expected
-    assert all(f.code == "FU007" and "after Concat" in f.message for f in report.findings)
+    # every one is a Concat of the mixed depthwise convs (each its only consumer): the BN folds backward into them,
+    # whatever gamma and whatever follows (issue 21, item 7): FU006, a manual fix (the pass folds into one conv)
+    concats = [n for n in bns if raw.producer[n.input[0]].op_type == "Concat"]
+    assert all(
+        all(raw.producer[i].op_type == "Conv" and len(raw.readers[i]) == 1 for i in raw.producer[n.input[0]].input)
+        for n in concats
+    )
+    assert len(raw.preactivation()) == 2  # two of them are also followed by Relu → Conv: not FU007's any more
+    assert sorted(f.nodes[0] for f in report.findings) == sorted(n.name for n in concats)
+    assert all(f.code == "FU006" and f.fix.applicability == "manual" for f in report.findings)
+
+
+# --- issue 21, item 7 ------------------------------------------------------------------------------------------------
+
+
+def test_resnet_v2_tail_bn_relu_mean_fc_is_found_with_a_manual_fix() -> None:
+    """Samsung ONE folds "17 out of 17 pre-activations in ResNet50 V2", the tail BN → ReLU → mean → FC included."""
+    b, h = _residual()
+    y = b.relu(_bn(b, h, POSITIVE), name="relu")
+    pooled = b.node("GlobalAveragePool", [y], name="gap", shape=[1, 4, 1, 1])
+    flat = b.node("Flatten", [pooled], name="flat", shape=[1, 4])
+    b.output(b.gemm(flat, 10, name="fc"))
+    [f] = findings_of(b.build(), ["FU007"])
+    assert f.nodes == ["bn", "relu", "gap", "flat", "fc"]
+    assert "BatchNormalization → Relu → GlobalAveragePool → Flatten → Gemm" in f.message
+    assert (f.fix.name, f.fix.applicability) == ("fold-preactivation-batchnorm", "manual")
+    assert "crosses the mean" in f.help
+
+
+def test_a_mean_over_the_channels_is_not_the_tail() -> None:
+    b, h = _residual()
+    y = b.relu(_bn(b, h, POSITIVE), name="relu")
+    pooled = b.node("ReduceMean", [y], name="mean", axes=[1], keepdims=0, shape=[1, 8, 8])
+    b.output(b.node("MatMul", [pooled, b.const("w", np.ones((8, 3), np.float32))], name="fc", shape=[1, 8, 3]))
+    assert findings_of(b.build(), ["FU007"]) == []
+
+
+def test_a_batchnorm_after_a_concat_of_convs_is_fu006s_backward_fold() -> None:
+    b = GraphBuilder()
+    x = b.input("x", [1, 4, 8, 8])
+    cat = b.node("Concat", [b.conv(x, 4, name="c1"), b.conv(x, 4, name="c2")], name="cat", axis=1, shape=[1, 8, 8, 8])
+    b.output(b.conv(b.relu(_bn(b, cat, [1.0] * 4 + [-1.0] * 4), name="relu"), 4, name="next"))
+    model = b.build()
+    assert findings_of(model, ["FU007"]) == []  # not a forward fold across the Relu (and gamma < 0 is no obstacle)
+    [fu006] = findings_of(model, ["FU006"])
+    assert fu006.nodes[:2] == ["bn", "cat"]
+
+
+def test_on_a_quantized_model_the_fold_is_manual() -> None:
+    b, h = _residual()
+    w = b.node(
+        "DequantizeLinear",
+        [
+            b.const("wq", np.ones((4, 4, 1, 1), np.int8)),
+            b.const("ws", np.array(0.1, np.float32)),
+            b.const("wz", np.array(0, np.int8)),
+        ],
+        name="w_dq",
+    )
+    relu = b.relu(_bn(b, h, POSITIVE), name="relu")
+    b.output(b.node("Conv", [relu, w], name="qconv", kernel_shape=[1, 1], shape=[1, 4, 8, 8]))
+    [f] = findings_of(b.build(), ["FU007"])
+    assert f.fix.applicability == "manual" and "before quantization" in f.help

@@ -366,3 +366,19 @@ def test_light_models_scale_after_batchnorm_is_not_reported(light_dir: Path, nam
         for i in n.input
         if i in producer
     )
+
+
+def test_ti_maps_a_per_channel_affine_to_its_batchnorm_layer_and_merges_it() -> None:
+    """Issue 21, item 9: TIDL maps "All channel-wise broadcast operations ... to Batchnorm" and merges it into the
+    convolution: info with a zero price and the TIDL document as its reference; a warning on Qualcomm HTP."""
+    b, x = _nchw()
+    b.output(b.mul(b.conv(x, 4, name="conv"), _per_channel(b, "s"), name="scale"))
+    model = b.build()
+    [ti] = findings_of(model, select=["FU008"], target="ti-tda4vm")
+    assert ti.severity == "info" and ti.message.endswith(
+        "; ti-tda4vm (int8) applies fold-affine itself when it loads the model"
+    )
+    assert ti.impact is not None and ti.impact.saving_ms == 0
+    assert ti.reference is not None and "edgeai-tidl-tools" in ti.reference and "54090c4" in ti.reference
+    [htp] = findings_of(model, select=["FU008"], target="qualcomm-htp")
+    assert htp.severity == "warning" and "itself" not in htp.message

@@ -228,3 +228,13 @@ def test_mobilenet_v2(data_dir: Path, model: str, target: str, alignment: int, e
     assert len(findings) == expected
     assert all(f.severity == "warning" for f in findings)
     assert "3 input channels" in findings[0].message  # the RGB stem
+
+
+def test_ti_states_its_64_wide_geometry_for_8_bit_only() -> None:
+    """Issue 21, item 8: the TIDL guide gives the 64x64 matrix multiply for 8-bit and a rate, no geometry, for 16-bit:
+    nothing is reported in int16 rather than a width the guide does not state."""
+    model = _conv(32, 96)
+    [int8] = lint(model, select=["HW002"], target="ti-tda4vm", precision="int8").findings
+    assert "groups of 64" in int8.message
+    assert int8.reference is not None and "TIDL: Quantization" in int8.reference
+    assert lint(model, select=["HW002"], target="ti-tda4vm", precision="int16").findings == []

@@ -37,16 +37,33 @@ def _conv_then(make: object) -> onnx.ModelProto:
 # --- ONNX forms ------------------------------------------------------------------------------------------------------
 
 
-def test_clip_0_6_with_constant_inputs_is_a_warning_on_ti() -> None:
+def test_clip_0_6_on_ti_is_info_about_the_numbers_tidl_runs() -> None:
+    """Issue 21, item 2: TIDL replaces ReLU6 by ReLU8 itself ("This is automatically done by TIDL"): no latency
+    cost, but the deployed network clips at 8 where the trained one clipped at 6."""
     report = lint(_conv_clip(0.0, 6.0), select=["QT001"], target=TI)
     assert report.errors == [] and report.skipped == []
     [f] = report.findings
-    assert (f.code, f.name, f.severity) == ("QT001", "relu6-saturation", "warning")
+    assert (f.code, f.name, f.severity) == ("QT001", "relu6-saturation", "info")
     assert f.nodes == ["clip"] and f.tensors == ["clip_out"]
     assert "Clip 'clip' computes ReLU6 (Clip 0..6)" in f.message
-    assert "ti-tda4vm (int8)" in f.message and "power-of-two" in f.message and "lookup table" in f.message
+    assert "ti-tda4vm (int8) runs it as ReLU8 (a shift, no extra cost)" in f.message
+    assert "clips at 8 where the trained one clipped at 6" in f.message
+    assert "lookup table" not in f.message
     assert (f.fix.name, f.fix.applicability) == ("relu6-to-relu8", "unsafe")
-    assert "ReLU8" in f.help
+    assert "ReLU8" in f.help and "fine-tune" in f.help
+    assert "TIDL 01.00.01" in f.reference  # the TIDL guide's "Handling of ReLU6"
+    assert f.impact is not None and f.impact.saving_ms == 0 and "automatically done by TIDL" in f.impact.basis
+
+
+def test_a_target_whose_relu6_costs_a_lookup_table_gets_a_warning(tmp_path: Path) -> None:
+    path = tmp_path / "lut.toml"
+    path.write_text(
+        '[target]\nname = "lut"\nsources = ["s"]\nprecisions = ["int8"]\ndefault_precision = "int8"\n'
+        '[activations]\nrelu6_cost = "lut"\nsource = "s"\n',
+        encoding="utf-8",
+    )
+    [f] = qt001(_conv_clip(0.0, 6.0), target=str(path))
+    assert f.severity == "warning" and "lookup table" in f.message
 
 
 def test_clip_with_attribute_bounds_opset_10() -> None:
@@ -206,16 +223,16 @@ def test_targets_where_relu6_is_free_report_nothing(target: str) -> None:
     assert qt001(_conv_clip(0.0, 6.0), target=target) == []
 
 
-def test_ti_int16_is_a_warning_too() -> None:
+def test_ti_int16_is_the_same() -> None:
     [f] = qt001(_conv_clip(0.0, 6.0), precision="int16")
-    assert f.severity == "warning" and "ti-tda4vm (int16)" in f.message
+    assert f.severity == "info" and "ti-tda4vm (int16) runs it as ReLU8" in f.message
 
 
-def test_generic_fixed_point_precision_is_info_naming_fixed_point_targets() -> None:
+def test_generic_fixed_point_precision_is_one_summary_naming_the_targets() -> None:
     [f] = qt001(_conv_clip(0.0, 6.0), target="generic", precision="int8")
-    assert f.severity == "info"
-    assert "fixed-point" in f.message and "ti-tda4vm" in f.message and "generic (int8)" in f.message
-    assert f.fix.applicability == "unsafe"
+    assert (f.severity, f.fix) == ("info", None)
+    assert f.message.startswith("1 ReLU6 in a fixed-point model: fuses like ReLU on ethos-u55, ")
+    assert "runs as ReLU8 (the numbers differ from training unless fine-tuned) on ti-tda4vm" in f.message
 
 
 @pytest.mark.parametrize("precision", [None, "fp32", "fp16"])
@@ -227,7 +244,7 @@ def test_float_precision_reports_nothing_even_on_a_qdq_model() -> None:
     model = _conv_then(lambda b, y: b.quant_dequant(b.clip(y, 0.0, 6.0, name="clip")))
     assert qt001(model, target="generic", precision="fp32") == []
     [f] = qt001(model, target="generic", precision="int8")
-    assert f.severity == "info" and f.nodes == ["clip"]
+    assert f.severity == "info" and f.nodes == ["clip"] and f.message.startswith("1 ReLU6")
 
 
 def test_own_target_without_activations_section_is_info(tmp_path: Path) -> None:
@@ -260,7 +277,7 @@ def test_tflite_fused_relu6_on_conv() -> None:
     [f] = qt001(tb.build())
     assert f.nodes == ["sg0/op0"] and f.tensors == ["conv"]
     assert "CONV_2D 'sg0/op0' has a fused RELU6" in f.message
-    assert f.severity == "warning"
+    assert f.severity == "info" and "runs it as ReLU8" in f.message
 
 
 def test_tflite_fused_relu6_on_add() -> None:
@@ -308,7 +325,7 @@ def test_tflite_generic_float_precision_reports_nothing_fixed_point_precision_in
     tb.output(y)
     assert qt001(tb.build(), target="generic") == []
     [f] = qt001(tb.build(), target="generic", precision="int16")
-    assert f.severity == "info" and "generic (int16)" in f.message
+    assert f.severity == "info" and f.message.startswith("1 ReLU6 in a fixed-point model")
 
 
 # --- real models -----------------------------------------------------------------------------------------------------
@@ -364,7 +381,7 @@ def test_tv_mobilenet_v2_has_35_relu6_clips(data_dir: Path) -> None:
     report = lint(path, select=["QT001"], target=TI)
     assert report.errors == [] and report.skipped == []
     assert len(report.findings) == 35
-    assert {f.severity for f in report.findings} == {"warning"}
+    assert {f.severity for f in report.findings} == {"info"}
     clips = {n.name for n in onnx.load(str(path), load_external_data=False).graph.node if n.op_type == "Clip"}
     assert {f.nodes[0] for f in report.findings} == clips
     assert lint(path, select=["QT001"], target="qualcomm-htp").findings == []
@@ -383,4 +400,5 @@ def test_tflite_models_fused_relu6(data_dir: Path, name: str, expected: int) -> 
     assert all("has a fused RELU6" in f.message for f in report.findings)
     assert lint(path, select=["QT001"]).findings == []  # generic's default precision is fp32
     generic = lint(path, select=["QT001"], precision="int8")
-    assert len(generic.findings) == expected and {f.severity for f in generic.findings} == {"info"}
+    [summary] = generic.findings
+    assert summary.message.startswith(f"{expected} ReLU6s in a fixed-point model") and summary.severity == "info"

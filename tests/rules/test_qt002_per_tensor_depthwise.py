@@ -139,7 +139,7 @@ def test_missing_float_weights_are_skipped_not_guessed(tmp_path: Path) -> None:
 def test_qdq_per_tensor_depthwise_is_reported_on_every_target() -> None:
     model = _qdq_dw(np.array(0.01, np.float32))
     [f] = qt002(model)
-    assert f.severity == "info"
+    assert f.severity == "warning"  # issue 21, item 10: the median channel keeps ~13 of 127 levels, on any target
     assert "depthwise Conv 'dw' has int8 weights quantized per tensor (one scale for all 8 channels)" in f.message
     assert "max/median" in f.message
     [ti] = qt002(model, target="ti-tda4vm")
@@ -266,7 +266,10 @@ def test_keras_mobilenet_v2_depthwise_quantization(data_dir: Path, name: str, ex
     report = lint(data_dir / name, select=["QT002"], target="ti-tda4vm")
     assert report.errors == [] and report.skipped == []
     assert len(report.findings) == expected
-    assert all(f.severity == "warning" and "int8 weights quantized per tensor" in f.message for f in report.findings)
+    assert all("int8 weights quantized per tensor" in f.message for f in report.findings)
+    # issue 21, item 10: the severity scales with the levels lost; these channels' ranges differ by max/median ~2
+    # (the median channel keeps ~60 of 127 levels), under the 8x (~16 levels) that makes a warning
+    assert all(f.severity == "info" and "levels" in f.message for f in report.findings)
 
 
 def test_mnasnet_qdq_per_tensor_has_17_per_tensor_depthwise(data_dir: Path) -> None:
@@ -318,3 +321,21 @@ def test_light_shufflenet_depthwise_with_constant_filled_weights_is_clean(light_
     report = lint(path, select=["QT002"], target="ti-tda4vm", precision="int8")
     assert report.errors == [] and report.skipped == []
     assert report.findings == []  # every channel is filled with the same constant: ratio 1
+
+
+def test_quantized_severity_scales_with_the_levels_lost(tmp_path: Path) -> None:
+    """Issue 21, item 10: per-tensor quantized weights are a warning when the median channel loses more than the
+    `max-range-ratio` allows, info when its range is close to the widest one's or the values are unreadable."""
+    mild = _qdq_dw(np.array(0.01, np.float32))
+    [wide] = qt002(mild, target="ti-tda4vm")
+    assert wide.severity == "warning" and "about 13 of 127 levels" in wide.message
+    b = GraphBuilder()
+    x = b.input("x", [1, CHANNELS, 8, 8])
+    even = np.clip(np.round(np.ones((CHANNELS, 1, 3, 3), np.float32) / 0.01), -127, 127).astype(np.int8)
+    w = b.node(
+        "DequantizeLinear",
+        [b.const("w_q", even), b.const("w_scale", np.array(0.01, np.float32)), b.const("w_zp", np.array(0, np.int8))],
+    )
+    b.output(b.node("Conv", [x, w], name="dw", group=CHANNELS, kernel_shape=[3, 3], pads=[1, 1, 1, 1]))
+    [flat] = qt002(b.build(), target="ti-tda4vm")
+    assert flat.severity == "info" and "about 127 of 127 levels" in flat.message

@@ -18,8 +18,8 @@ plan's description says how many (netlint's cost formulas).
 
 Guards (the finding is skipped, with the reason): the conv or the activation is gone, the activation reads the conv
 through a QUANTIZE, DEQUANTIZE or CAST (the twin would feed that operator, which is not the activation), no
-activation reads the conv's output directly, the activation is already the conv's only consumer, and a finding of
-severity info (the target fuses this activation even when the conv has other consumers: the copy only adds MACs).
+activation reads the conv's output directly, the activation is already the conv's only consumer. (FU001 reports only
+activations the target fuses into a lone-consumer conv; a copy predicted slower is skipped by the fix engine.)
 """
 
 from __future__ import annotations
@@ -66,8 +66,6 @@ class DuplicateConv(TflitePass):
         conv = edit.op(position)
         if conv is None or edit.opcode(conv) not in CONV_OPCODES or not ints(conv["Outputs"]):
             return "the conv is gone"
-        if ctx.finding.severity == "info":
-            return "the target fuses this activation even when the conv has other consumers: a copy only adds MACs"
         out = ints(conv["Outputs"])[0]
         members = _activation_members(ctx, out)
         if isinstance(members, str):
