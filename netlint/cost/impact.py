@@ -295,16 +295,21 @@ def _where(nodes: list[Node], name: str) -> tuple[int, int] | None:
 def _saving_on_the_accelerator(
     graph: Graph, finding: Finding, target: Target, memo: dict[Any, float | None], facts: Facts | None = None
 ) -> float | None:
-    """HW001's advised change, replacing the op by one the accelerator runs, priced as the same op running there:
-    its CPU fallback cost and the transfers at the partition borders around it go away."""
+    """HW001's advised change, replacing the op by one the accelerator runs (or one of a type it runs), priced as the
+    same op running there: its CPU fallback cost and the transfers at the partition borders around it go away."""
     node = graph.node(finding.nodes[0]) if finding.nodes else None
     ops = target.section("ops")
-    if node is None or ops is None or target.supports_op(node.op) is not False:
+    if node is None or ops is None:
         return None
+    dtype = next((graph.value(out).dtype for out in node.outputs if out and graph.value(out) is not None), None)
+    if target.supports_op(node.op) is not False:
+        if target.runs_type(dtype) or graph.ir_version != 0:  # the cost model places it on the accelerator
+            return None
+        ops = {**ops, "data_types": [*ops["data_types"], dtype]}  # it falls back for its type: of a type it runs
     around = _neighbourhood(graph, [node])
     outside = _read_outside(graph, around)
     borders, codes = _borders(graph, around, outside, facts)
-    key = (UNSUPPORTED_OP_RULE, node.op, _signature(around, outside, {}, _kinds_of(graph, memo), codes))
+    key = (UNSUPPORTED_OP_RULE, node.op, dtype, _signature(around, outside, {}, _kinds_of(graph, memo), codes))
     if key not in memo:
         runs_it = replace(target, data={**target.data, "ops": {**ops, "supported": [*ops["supported"], node.op]}})
         small = _small_graph(graph, around, outside, {})

@@ -64,7 +64,7 @@ from netlint.cost.sizes import release
 from netlint.ir import Graph, Model, Node
 from netlint.ir.graph import PASS_THROUGH_OPS
 from netlint.ir.ops import CONV_OPS
-from netlint.targets import Target, load_target
+from netlint.targets import Target, load_target, runs_type
 
 CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan", "WHILE", "IF"})
 AFFINE_OPS = frozenset({"Mul", "Add", "Sub", "Div"})  # what fold-affine folds into a conv (by a constant)
@@ -286,7 +286,7 @@ def _cost_model(
         return result
     by_id = {entry.node.id: entry for entry in entries}
     tails = _runtime_rewrites(graph, target, entries, by_id)
-    _mark_fallback(target, entries)
+    _mark_fallback(graph, target, entries)
     _group_kernels(graph, ctx, target, entries, by_id, tails)
     if rates is not None and rates.views_free:  # an aliased view launches nothing
         for entry in entries:
@@ -541,17 +541,28 @@ def _cancel_transposes(graph: Graph, by_id: dict[str, NodeCost]) -> None:
 
 
 # --- fallback ------------------------------------------------------------------------------------------------------
-def _mark_fallback(target: Target, entries: list[NodeCost]) -> None:
+def _mark_fallback(graph: Graph, target: Target, entries: list[NodeCost]) -> None:
+    """A node runs on the CPU fallback when the target does not support its op, or, in a TFLite model (whose tensor
+    types are what the target's compiler reads; an ONNX model is converted first), when it writes a type the
+    accelerator does not run ([ops].data_types: a float TFLite model on Ethos-U runs entirely on the CPU, as HW001
+    says)."""
     ops = target.section("ops")
     if ops is None or ops.get("fallback", "none") == "none":
         return
+    types = target.data_types() if graph.ir_version == 0 else None
     supported: dict[str, bool | None] = {}  # per op type (supports_op scans the target's list)
     for entry in entries:
         if _placed(entry) and entry.fused_into is None and entry.node.op not in REMOVED_VIEWS:
             op = entry.node.op
             runs = supported[op] if op in supported else supported.setdefault(op, target.supports_op(op))
-            if runs is False:
+            if runs is False or (types is not None and not _typed(graph, entry.node, types)):
                 entry.fallback = True
+
+
+def _typed(graph: Graph, node: Node, types: frozenset[str]) -> bool:
+    output = next((name for name in node.outputs if name), None)
+    value = graph.value(output) if output is not None else None
+    return runs_type(types, value.dtype if value is not None else None)
 
 
 # --- kernels -------------------------------------------------------------------------------------------------------
@@ -777,12 +788,15 @@ def _latency(result: ModelCost, rates: Rates, target: Target, ctx: CostContext) 
     times: dict[tuple, tuple[float, float]] = {}  # repeated kernels (same member costs, scale, ...) are timed once
     by_dtype = _rates_by_dtype(target, rates)
     base_rates = rates
+    types = target.data_types() if ctx.graph.ir_version == 0 else None
     for members in result.kernel_members().values():
         head = members[0]
         rates = _kernel_rates(head, ctx, by_dtype) or base_rates
         scale = _byte_scale(target, ctx, head.node, numeric)
         if head.fallback and fallback_rated:
             assert head.cost is not None
+            if types is not None and not _typed(ctx.graph, head.node, types):
+                scale = 1.0  # it falls back for its type: the CPU runs it in that type, not the target's precision
             time = (rates.fallback_intercept_us or 0.0) + rates.fallback_us_per_mb * head.cost.bytes * scale / MB  # type: ignore[operator]
             worst = time
         elif head.cost is not None and layout.is_reorder(head.node):  # an NCHW <-> NCHWc copy ORT inserts

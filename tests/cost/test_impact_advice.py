@@ -198,10 +198,25 @@ def tflite_conv_relu6() -> bytes:
     return b.build()
 
 
+def tflite_int8_conv_relu6() -> bytes:
+    """The same conv in int8 (what Ethos-U runs: a float TFLite model runs on its CPU)."""
+    b = TfliteBuilder()
+    act = {"scale": [0.05], "zero_point": [0]}
+    weights = np.random.default_rng(0).integers(-127, 127, (40, 3, 3, 40)).astype(np.int8)
+    x = b.input("x", [1, 28, 28, 40], "int8", quant=act)
+    out = b.conv_2d(
+        x, weights, None, activation="RELU6", out_quant=act, weight_quant={"scale": [0.1], "zero_point": [0]}
+    )
+    b.output(out)
+    return b.build()
+
+
 def test_tflite_fused_relu6_and_nhwc_padding_are_priced() -> None:
     model = tflite_conv_relu6()
     assert saving_us(model, "QT001", TDA4VM, "ti-tda4vm") == pytest.approx(0.0, abs=1e-9)  # ReLU8 either way
-    assert saving_us(model, "QT001", TDA4VM, "ethos-u55") < 0  # Vela applies RELU6, not a clip at 8, in the conv
+    # Vela applies RELU6, not a clip at 8, in the conv
+    assert saving_us(tflite_int8_conv_relu6(), "QT001", TDA4VM, "ethos-u55") < 0
+    assert saving_us(model, "QT001", TDA4VM, "ethos-u55") == 0.0  # the float model runs on the CPU: no fusion there
     assert saving_us(model, "HW002", TDA4VM, "qualcomm-htp") > 0  # NHWC: the last axis is padded
     assert saving_us(model, "HW002", TDA4VM, "ethos-u55") == 0.0
 

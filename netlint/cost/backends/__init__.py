@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any, Protocol
 
 from netlint.cost.basis import STATIC_MODEL, Pricing, static_pricing
@@ -110,7 +111,7 @@ def usable(backend: Backend | None, graph: Graph) -> bool:
     if backend.name == ONNXRUNTIME:
         return graph.ir_version > 0 and not any(node.subgraphs for node in graph.nodes)
     if backend.name == VELA:
-        return graph.ir_version == 0 and bool(graph.path)
+        return graph.ir_version == 0 and bool(graph.path) and Path(graph.path).is_file()  # not a model read from bytes
     return False
 
 
