@@ -55,6 +55,42 @@ def test_a_float_model_runs_on_the_cpu(tmp_path: Path) -> None:
     assert any("runs on the CPU" in note for note in cost.notes)
 
 
+def _float_model(tmp_path: Path, activation: str) -> Path:
+    import numpy as np
+
+    from netlint.testing.tflite_builder import TfliteBuilder
+
+    b = TfliteBuilder("float")
+    x = b.input("x", [1, 8, 8, 8])
+    y = b.conv_2d(x, np.ones((8, 3, 3, 8), np.float32), np.zeros(8, np.float32))
+    b.output(b.hard_swish(y) if activation == "hard_swish" else b.relu(y))
+    path = tmp_path / f"f32_{activation}.tflite"
+    path.write_bytes(b.build())
+    return path
+
+
+def test_a_float_model_is_on_the_cpu_whether_vela_or_the_static_model_prices_it(tmp_path: Path, monkeypatch) -> None:
+    """Vela places a float model's operators on the CPU; the static model does the same ([ops].data_types), with the
+    same fallback cost; a float model Vela 5.2 refuses (HARD_SWISH: "IFM has to be 8bit") is priced by the static
+    model, on the CPU, and says Vela's reason."""
+    target = load_target("ethos-u55")
+    relu = load_model(_float_model(tmp_path, "relu")).graph
+    by_vela = backends.cost(relu, target)
+    monkeypatch.setenv("NETLINT_VELA", "0")
+    backends.reset()
+    static = backends.cost(relu, target)
+    assert (by_vela.pricing.basis, static.pricing.basis) == ("vendor-estimator", "static-model")
+    assert sorted(static.fallback_nodes) == sorted(by_vela.fallback_nodes) == sorted(n.id for n in relu.nodes)
+    assert static.latency_us == pytest.approx(by_vela.latency_us, rel=0.01)
+    monkeypatch.delenv("NETLINT_VELA")
+    backends.reset()
+    swish = load_model(_float_model(tmp_path, "hard_swish")).graph
+    refused = backends.cost(swish, target)
+    assert refused.pricing.basis == "static-model"
+    assert "vela failed" in refused.pricing.graph and "IFM has to be 8bit" in refused.pricing.graph
+    assert sorted(refused.fallback_nodes) == sorted(n.id for n in swish.nodes)
+
+
 def test_each_finding_is_priced_from_its_window_compiled_before_and_after(capsys) -> None:
     code = main(["check", str(V3), "--target", "ethos-u55", "--chip", "ethos-u55-128", "--select", "FU003",
                  "--format", "json", "--no-cache"])  # fmt: skip

@@ -22,6 +22,7 @@ import csv
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -141,8 +142,15 @@ def compile_many(files: list[Path], args: list[str], budget_s: float) -> list[Co
 
 
 def _reason(log: str) -> str:
+    """Vela's own words: from its compilation error on (which names the operator and the constraint it misses;
+    Vela's last line is only "Failed to parse TFLite file"), else its last line."""
     lines = [line.strip() for line in log.splitlines() if line.strip()]
-    return f"vela failed: {lines[-1][:200]}" if lines else "vela failed"
+    if not lines:
+        return "vela failed"
+    first = next((i for i, line in enumerate(lines) if "Compilation failed" in line), len(lines) - 1)
+    said = " ".join(lines[first : first + 3]).split("Compilation failed: ", 1)[-1]
+    said = re.sub(r" '[^']{40,}'", "", said)  # a fused operator's long tensor name: the op type says enough
+    return f"vela failed: {said[:200]}"
 
 
 def _read(folder: Path, stem: str) -> Compiled:
@@ -240,7 +248,7 @@ class VelaBackend:
         data = Path(graph.path).read_bytes()
         outcome = self.compiled([data])[0]
         if isinstance(outcome, str):
-            raise RuntimeError(outcome)
+            raise RuntimeError(outcome.removeprefix("vela failed: "))  # netlint.cost.backends says "vela failed: "
         return self._model_cost(graph, outcome)
 
     def _model_cost(self, graph: Graph, compiled: Compiled) -> ModelCost:
