@@ -140,6 +140,36 @@ def test_a_model_whose_weights_file_is_missing_is_priced_on_its_topology(tmp_pat
     assert cost.node("conv").kernel == "conv" and cost.node("conv").latency_us > 0
 
 
+def test_a_node_netlint_cannot_size_is_covered_by_the_kernel_ort_runs_for_it(tmp_path: Path, monkeypatch) -> None:
+    """Shape arithmetic netlint's IR does not evaluate (a transformer export's Slice of a Shape by a Mod: 36 of
+    torch_transformer_encoder_6l's 501 nodes) leaves nodes unsized; ORT folds it, and its kernels are timed: coverage
+    comes from ORT's graph, the node's class and bytes from ORT's kernel, and folded shape nodes cost nothing."""
+    from netlint.cost.backends import ort_backend
+    from netlint.cost.ops import MOVER
+
+    b = GraphBuilder(seed=2)
+    x = b.input("x", [1, 16, 8, 8])
+    b.output(
+        b.node("Transpose", [b.relu(b.conv(x, 16, name="conv"), name="relu")], name="transpose", perm=[0, 1, 3, 2])
+    )
+    graph = load_model(b.save(tmp_path / "m.onnx")).graph
+    real = ort_backend.node_costs
+
+    def unsized(g, dims=None):  # as netlint's IR leaves such a node: no cost, a gap
+        entries = real(g, dims)
+        for entry in entries:
+            if entry.id == "transpose":
+                entry.cost, entry.gap = None, "shape of 'transpose' is unknown"
+        return entries
+
+    monkeypatch.setattr(ort_backend, "node_costs", unsized)
+    cost = backends.cost(graph, load_target("ort-cpu"))
+    assert cost.pricing.basis == "measured-runtime-graph" and cost.coverage == 1.0
+    transpose = cost.node("transpose")
+    assert transpose.cost is not None and transpose.cost.op_class == MOVER
+    assert transpose.cost.bytes == 2 * 16 * 8 * 8 * 4 and transpose.latency_us > 0
+
+
 def test_ort_work_is_done_once_per_distinct_graph_and_kept_on_disk(tmp_path: Path, monkeypatch) -> None:
     from netlint.cost.backends import ort_backend
 

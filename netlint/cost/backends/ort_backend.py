@@ -34,7 +34,7 @@ from netlint.cost.backends.ort_optimize import (
 )
 from netlint.cost.basis import RUNTIME_GRAPH, Pricing, pricing
 from netlint.cost.model import ModelCost, NodeCost, _by_op_type, node_costs
-from netlint.cost.ops import FREE, MOVER, OpCost
+from netlint.cost.ops import CONV, ELTWISE, FREE, MATMUL, MOVER, NORM, POOL, REDUCE, RESIZE, SOFTMAX, OpCost
 from netlint.ir import Graph, Node
 from netlint.targets import Target
 
@@ -189,6 +189,8 @@ class OrtBackend:
         for node_id in mapped.unmapped:
             entry = by_id[node_id]
             entry.rewritten = entry.fusion = FOLDED
+            if entry.cost is None:  # ORT computed it when it loaded the model (shape arithmetic netlint left unsized)
+                entry.cost, entry.gap = OpCost(FREE, note="folded by onnxruntime when it loads the model"), None
         added: list[NodeCost] = []
         gaps: dict[str, int] = {}
         total = self.rates.call_us
@@ -206,8 +208,12 @@ class OrtBackend:
                 head.latency_us_low = head.latency_us_high = time
                 if time is None:
                     head.cost, head.gap = None, f"onnxruntime kernel {item.kernel.op} has no rate class"
+                elif head.cost is None:  # netlint's IR could not size it, ORT's graph could: sized from ORT's tensors
+                    head.cost, head.gap = _sized(item.kernel, self.rates.cache_mb), None
                 for member in item.members[1:]:
                     entry = by_id[member]
+                    if entry.cost is None and time is not None:  # inside a kernel ORT timed
+                        entry.cost, entry.gap = OpCost(FREE, note=f"computed in onnxruntime's {item.kernel.op}"), None
                     entry.kernel, entry.fused_into = head.id, head.id
                     entry.fusion = f"onnxruntime {item.kernel.op}"
             else:
@@ -225,6 +231,27 @@ class OrtBackend:
             listed = ", ".join(f"{n} {op}" for op, n in sorted(gaps.items()))
             result.notes.append(f"onnxruntime kernels without a rate class (not priced: a lower bound): {listed}")
         return result
+
+
+# netlint.cost.ops' class of a node sized from ORT's kernel, by the kernel's class (a data mover otherwise)
+_OP_CLASSES = {
+    K.VIEW: FREE, K.SHAPE: FREE, K.GEMM: MATMUL, K.GEMM_INT8: MATMUL, K.ELTWISE: ELTWISE, K.PRELU_MIXED: ELTWISE,
+    K.POOL: POOL, K.GLOBAL_POOL: POOL, K.REDUCE: REDUCE, K.SOFTMAX: SOFTMAX, K.NORM: NORM, K.LRN: NORM,
+    K.RESIZE: RESIZE,
+}  # fmt: skip
+
+
+def _sized(kernel: K.Kernel, cache_mb: float) -> OpCost:
+    """A node netlint's IR could not size but ORT's graph could: its class, MACs and bytes from ORT's kernel."""
+    work = K.classify(kernel, cache_mb)
+    if work is None:
+        return OpCost(MOVER, note="sized by onnxruntime")
+    op_class = CONV if work.kind.startswith("conv") else _OP_CLASSES.get(work.kind, MOVER)
+    size = int(work.amount("bytes"))
+    return OpCost(
+        op_class, macs=int(work.amount("macs")), bytes_read=size // 2, bytes_written=size - size // 2,
+        note="sized by onnxruntime",
+    )  # fmt: skip
 
 
 def _added(name: str, node: OrtNode, kernel: K.Kernel, time: float | None, cache_mb: float) -> NodeCost:
