@@ -142,10 +142,8 @@ PHASES = (
     "convert",
     "lint",
     "fixes",
-    "edit index",
     "commit",
-    "checker",
-    "reconvert",
+    "serialize",
     "write",
     "command",
     "collector",
@@ -156,7 +154,8 @@ PHASES = (
 def phases_child(model: str) -> None:
     """Run `netlint fix --no-verify MODEL` in this process, timing each phase in CPU seconds (time.process_time,
     less disturbed by other load than wall time); prints them as JSON. `fixes` is the planning and applying of the
-    fixes with GraphEdit's incremental checks: what is left of the fix loop once the others are taken out; `command`
+    fixes on the IR (each fix's invariant checks included): what is left of the fix loop once the others are taken out;
+    `commit` writing each round's edits into the IR (pruning, the full invariant check, the indexes); `command`
     what is left of `netlint fix` itself (settings, the summary); `collector` what run_fix spends after it, turning the
     garbage collector back on; `other` the rest (parsing the arguments, imports)."""
     import contextlib
@@ -168,6 +167,7 @@ def phases_child(model: str) -> None:
     import netlint.fixes.command as command
     import netlint.fixes.engine as engine
     import netlint.fixes.output as output
+    import netlint.ir.edit as edit_module
     from netlint.cli import main as cli_main
 
     spent = dict.fromkeys(PHASES, 0.0)
@@ -192,12 +192,10 @@ def phases_child(model: str) -> None:
 
     timed(onnx, "load", "load")
     timed(command, "_load", "convert")  # onnx.load and the IR of the input (load is counted apart)
-    timed(engine, "_run", "fixes")
+    timed(engine._Rounds, "run", "fixes")
     timed(engine, "lint_model", "lint")
-    timed(engine, "_convert", "reconvert")
-    timed(engine, "_check", "checker")
-    timed(engine.GraphEdit, "begin", "edit index")
-    timed(engine.GraphEdit, "commit", "commit")
+    timed(edit_module.Edit, "commit", "commit")
+    timed(engine._Writer, "write", "serialize")  # the IR written into the proto, and onnx.checker on the new nodes
     timed(output, "save_onnx", "write")
     timed(command, "_run_fix", "command")
     timed(command, "run_fix", "collector")

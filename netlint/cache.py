@@ -52,8 +52,8 @@ if typing.TYPE_CHECKING:
 
 # Bump when the entry layout changes (2: dataclasses as lists of their fields; 3: lists of dataclasses by columns;
 # 4: findings' sources, and their stacks in a table after the report; 5: Finding.reference, Impact.modelled;
-# 6: Impact.pricing and CostSummary.pricing).
-CACHE_FORMAT = 6
+# 6: FixRef.reason (applicability none, and why); 7: Impact.pricing and CostSummary.pricing).
+CACHE_FORMAT = 7
 DEFAULT_DIR = ".netlint_cache"
 CACHEDIR_TAG = (
     "Signature: 8a477f597d28d172789f06886806bc55\n"
@@ -253,7 +253,7 @@ LINT_CODE = (
     "cache.py",
     "report/baseline.py",
 )
-LINT_PACKAGES = ("ir", "io", "cost", "targets")  # with the rule modules: the code a report depends on
+LINT_PACKAGES = ("ir", "io", "cost", "targets", "fixes")  # with the rule modules: the code a report depends on
 
 
 @cache

@@ -812,15 +812,27 @@ def _append_step_summary(reports: list) -> None:
 
 
 def _statistics(reports: list, fmt: str) -> str:
-    """Findings per rule, most frequent first (like `ruff --statistics`)."""
+    """Findings per rule, most frequent first, and how many of them `netlint fix` can fix (safe, or unsafe with
+    --unsafe-fixes), like `ruff --statistics`."""
     import json
     from collections import Counter
 
     counts: Counter[tuple[str, str]] = Counter((f.code, f.name) for report in reports for f in report.findings)
+    fixable: Counter[tuple[str, str]] = Counter(
+        (f.code, f.name)
+        for report in reports
+        for f in report.findings
+        if f.fix is not None and f.fix.applicability in ("safe", "unsafe")
+    )
     rows = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
     if fmt == "json":
-        return json.dumps([{"code": c, "name": n, "count": k} for (c, n), k in rows], indent=2) + "\n"
-    return "".join(f"{count:>5}  {code:<6} {name}\n" for (code, name), count in rows)
+        items = [{"code": c, "name": n, "count": k, "fixable": fixable[(c, n)]} for (c, n), k in rows]
+        return json.dumps(items, indent=2) + "\n"
+    lines = []
+    for key, count in rows:
+        fixes = f"  ({fixable[key]} fixable)" if fixable[key] else ""
+        lines.append(f"{count:>5}  {key[0]:<6} {key[1]}{fixes}\n")
+    return "".join(lines)
 
 
 def _write_baseline(path: Path, reports: list) -> int:

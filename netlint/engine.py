@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from netlint.collector import paused
 from netlint.config import Settings
 from netlint.errors import ModelLoadError
+from netlint.fixes.registry import Plans, advertise, veto_slower
 from netlint.io import LFS_SKIPPED, LfsPointerError, load_model
 from netlint.io.provenance import may_have_sources, sources_for
 from netlint.ir import ConstantUnavailable, Graph, Model, Node
@@ -133,9 +134,11 @@ def missing_weights(model: Model) -> list[str]:
     return [note.removesuffix(WEIGHTS_UNAVAILABLE) for note in model.notes if note.endswith(WEIGHTS_UNAVAILABLE)]
 
 
-def lint_model(model: Model, settings: Settings, *, cores: int = 1) -> ModelReport:
-    """Every selected rule over every graph of `model`, then suppressions, severities and the cost model. `cores`:
-    how many cores a large graph may be linted on (see the module's docstring); the report is the same."""
+def lint_model(model: Model, settings: Settings, *, cores: int = 1, plans: Plans | None = None) -> ModelReport:
+    """Every selected rule over every graph of `model`, then suppressions, severities, each finding's fix precheck
+    (its fix says what `fix` will do: netlint.fixes.registry.advertise) and the cost model. `cores`: how many cores a
+    large graph may be linted on (see the module's docstring); the report is the same. `plans` collects the
+    prechecked plans (the fix loop applies them)."""
     target = settings.target
     report = ModelReport(model.path, model.format, target.name, target.precision, target.chip, notes=list(model.notes))
     ctx = Context(settings.target, options=settings.rule_options, format=model.format)
@@ -149,12 +152,15 @@ def lint_model(model: Model, settings: Settings, *, cores: int = 1) -> ModelRepo
         else:
             scanners.append(rule)
     _start_cost(model.graph, target)
+    graph_of: dict[int, Graph] = {}  # finding (by identity) -> the graph it was found in, for its fix's precheck
     for graph in model.graphs():
         if cores > 1 and len(graph.nodes) >= SPLIT_MIN_NODES and _can_fork():
             meanwhile = (lambda: _warm_cost(model.graph, target)) if graph is model.graph else None
-            report.findings.extend(_lint_graph_split(graph, by_anchor, scanners, ctx, report, meanwhile))
+            found = _lint_graph_split(graph, by_anchor, scanners, ctx, report, meanwhile)
         else:
-            report.findings.extend(_lint_graph(graph, graph.nodes, by_anchor, scanners, ctx, report))
+            found = _lint_graph(graph, graph.nodes, by_anchor, scanners, ctx, report)
+        graph_of.update((id(finding), graph) for finding in found if finding.fix is not None)
+        report.findings.extend(found)
     # per-node-ignores and `netlint: ignore` markers, then NL100 for the ones that suppressed nothing: after every rule
     dropped: list[tuple[Finding, str, str]] = []
     found = [_priced_by_runtime(finding, target) for finding in suppress(model, report.findings, settings, dropped)]
@@ -170,8 +176,10 @@ def lint_model(model: Model, settings: Settings, *, cores: int = 1) -> ModelRepo
         for finding, kind, why in dropped
     ]
     report.skipped = ctx.skipped
+    plans = advertise(report.findings, lambda finding: graph_of.get(id(finding)), settings.rule_options, plans)
     _add_sources(model, report, rules)
-    _add_cost(model, report, target, settings.rules)
+    _add_cost(model, report, target, plans, settings.rules)
+    veto_slower(report.findings, plans)
     report.findings = [_with_severity(finding, settings) for finding in report.findings]
     if settings.fingerprints:  # fingerprints need the graph, which reporters never see
         from netlint.report.baseline import finding_keys  # not at the top: the reporters import this module
@@ -241,21 +249,8 @@ def _lint_graph(
 ) -> list[Finding]:
     """The pattern rules over `nodes` (the graph's, or the second half of them), then the whole-graph rules."""
     found = _run_patterns(graph, nodes, by_anchor, ctx, report)
-    if graph.parent is None and len(nodes) == len(graph.nodes):
-        _start_pricing(graph, found, ctx.target)
     found.extend(_run_scanners(graph, scanners, ctx, report))
     return found
-
-
-def _start_pricing(graph: Graph, found: list[Finding], target: Target) -> None:
-    """With a toolchain pricing the target (onnxruntime), start on the pattern rules' findings' neighbourhoods now:
-    ORT's second worker optimizes them while the whole model is optimized and the whole-graph rules run."""
-    if not found or not _priced_by_toolchain(target):
-        return
-    from netlint.cost.impact import prefetch
-
-    with contextlib.suppress(Exception):  # priced again, and reported, by _add_cost
-        prefetch(graph, found, target, wait=False)
 
 
 def _can_fork() -> bool:
@@ -339,16 +334,18 @@ def _start_cost(graph: Graph, target: Target) -> None:
         start(graph, target)
 
 
-def _add_cost(model: Model, report: ModelReport, target: Target, rules: Sequence[type[Rule]] = ()) -> None:
+def _add_cost(
+    model: Model, report: ModelReport, target: Target, plans: Plans, rules: Sequence[type[Rule]] = ()
+) -> None:
     """The model's predicted cost on the target and, when it has throughput numbers, each finding's impact
-    (netlint.cost.impact), then the severity that impact implies (`_severity_from_price`). netlint.cost is imported
-    here only: start-up stays cheap."""
+    (netlint.cost.impact: what applying its fix's plan saves), then the severity that impact implies
+    (`_severity_from_price`). netlint.cost is imported here only: start-up stays cheap."""
     from netlint.cost.impact import model_cost, price_findings, summary
 
     try:
         cost = model_cost(model.graph, target)
         report.cost = summary(cost, target)
-        price_findings(model.graph, report.findings, target, cost)
+        price_findings(model.graph, report.findings, target, cost, plans)
     except Exception as exc:  # the cost model must never cost the findings themselves
         report.notes.append(f"cost model failed: {type(exc).__name__}: {' '.join(str(exc).split())[:160]}")
         return

@@ -29,16 +29,19 @@ if TYPE_CHECKING:
 
 Severity = Literal["error", "warning", "info"]
 SEVERITIES: tuple[Severity, ...] = ("error", "warning", "info")
-Applicability = Literal["safe", "unsafe", "manual"]
+Applicability = Literal["safe", "unsafe", "manual", "none"]
 DOC_HEADINGS = ("What it does", "Why is this bad?", "Example", "Fix", "Targets", "References")
 
 
 @dataclass(frozen=True)
 class FixRef:
-    """The fix pass a finding links to, and whether applying it keeps the model's function exactly."""
+    """The fix pass a finding links to, and whether applying it keeps the model's function exactly: safe (exact),
+    unsafe (the function changes; opt-in), manual (advice only), or none when the pass cannot apply to this
+    occurrence (`reason` says why: a finding's fix is what the pass's precheck found, netlint.fixes.registry)."""
 
     name: str
     applicability: Applicability
+    reason: str = ""
 
 
 @dataclass(frozen=True)

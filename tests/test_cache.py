@@ -38,7 +38,7 @@ def full_report() -> ModelReport:
         "PRelu 'p' has slopes 0.25 … 0.3",
         ["p", "conv"],
         ["p_out"],
-        FixRef("prelu-to-relu", "unsafe"),
+        FixRef("prelu-to-relu", "none", "the slope is not a constant"),
         "use Relu",
         {"slopes": [0.25, 0.3], "pair": (1, "a"), "nested": {"ok": True, "none": None}, "f32": np.float32(0.5)},
         Impact(
@@ -584,7 +584,7 @@ def test_equal_frozen_string_values_are_shared_and_others_are_not():
     assert len({id(finding) for finding in rebuilt.findings}) == 3
     impacts = [finding.impact for finding in rebuilt.findings]
     assert impacts[0] is not None and impacts[0] is not impacts[1]
-    other = netlint.cache._build(FixRef, ["other-pass", "safe"])
+    other = netlint.cache._build(FixRef, ["other-pass", "safe", ""])
     assert other == FixRef("other-pass", "safe") and other is not fixes[0]
 
 

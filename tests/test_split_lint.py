@@ -163,13 +163,14 @@ def test_the_copy_ignores_ctrl_c() -> None:
 @pytest.mark.parametrize("name", ["light_resnet50", "light_shufflenet"])
 def test_fix_rounds_lint_on_two_cores_and_write_the_same_model(light_dir: Path, forks: list[int], name: str) -> None:
     from netlint.fixes.engine import fix_model
+    from netlint.io.onnx_io import model_from_proto
 
     path = light_dir / f"{name}.onnx"
     settings = settings_for(FileConfig(), Overrides())
     proto = onnx.load(path, load_external_data=False)
-    one = fix_model(proto, str(path), path.parent, settings, unsafe=True)
+    one = fix_model(model_from_proto(proto, str(path), path.parent), proto, settings, unsafe=True)
     assert forks == []
-    two = fix_model(proto, str(path), path.parent, settings, unsafe=True, cores=2)
+    two = fix_model(model_from_proto(proto, str(path), path.parent), proto, settings, unsafe=True, cores=2)
     assert one.applied and one.rounds > 1, "the comparison needs fixes"
     assert len(forks) >= 2  # the first lint and the lint of the fixed graph at least
     assert [(a.code, a.fix, a.nodes) for a in two.applied] == [(a.code, a.fix, a.nodes) for a in one.applied]

@@ -37,7 +37,9 @@ import numpy as np
 
 from netlint.cost.model import ModelCost, cost_model
 from netlint.cost.ops import CONV_LIKE, MATMUL_LIKE
+from netlint.fixes.registry import Plan
 from netlint.ir import Graph, Node
+from netlint.ir.edit import Edit, copy_node
 from netlint.ir.graph import ConstData, Value
 from netlint.rule import Finding
 from netlint.targets import Target
@@ -544,3 +546,55 @@ HANDLERS: dict[str, Handler] = {
     "QT006": _wide_precision,
     "DM001": _data_movers,
 }
+
+
+# --- FU006 / FU007 / FU008: a fold the pass does not rewrite, done by hand ---------------------------------------
+HAND_FOLDS = frozenset({"fold-batchnorm", "fold-affine", "fold-preactivation-batchnorm"})
+FOLDED_OPS = frozenset({"BatchNormalization", "Mul", "Add", "Sub", "Div"})
+HAND_FOLD_BASIS = (
+    "the fold its help advises, done by hand (the fix pass does not rewrite this form: a BN after a Concat of convs, "
+    "a quantized model folded in float and re-quantized, a tail or reader the pass does not fold into): the batch "
+    "norm or affine ops gone{shift}, priced as a fix is"
+)
+
+
+def hand_fold(graph: Graph, finding: Finding) -> tuple[Plan, str] | None:
+    """The advised change of a fold finding whose fix is manual, as a plan the pricing applies like a pass's: the
+    finding's batch norm / affine nodes removed, their readers reading the chain's data input (FU007's pre-activation
+    chain leaves one Add of its per-channel shift, as fold-preactivation-batchnorm writes). None for other findings
+    or when the chain has no data input."""
+    fix = finding.fix
+    if fix is None or fix.applicability != "manual" or fix.name not in HAND_FOLDS:
+        return None
+    chain = [node for node_id in finding.nodes if (node := graph.node(node_id)) is not None]
+    chain = [node for node in chain if node.op in FOLDED_OPS and node.outputs and node.outputs[0]]
+    if not chain:
+        return None
+    data = next((name for name in chain[0].inputs if name and not graph.is_const(name)), None)
+    if data is None:
+        return None
+    last, out = chain[-1], chain[-1].outputs[0]
+    keep_add = fix.name == "fold-preactivation-batchnorm"
+    value = graph.value(out)
+    channels = value.channels if value is not None else None
+    if keep_add and not isinstance(channels, int):
+        return None
+
+    def apply(edit: Edit) -> None:
+        for node in chain[:-1]:
+            edit.remove(node.id)
+        if keep_add:
+            shape = (channels,) if graph.format == "tflite" else (1, channels) + (1,) * (len(value.shape or ()) - 2)
+            dtype = value.dtype or "float32"
+            shift = edit.constant(f"{out}/shift", lambda: np.zeros(shape, np.float32), dtype, shape)
+            edit.replace(last.id, copy_node(last, op="Add", inputs=[data, shift], attrs={}, fused_activation=None))
+        elif graph.is_graph_output(out):
+            edit.replace(last.id, copy_node(last, op="Identity", inputs=[data], attrs={}, fused_activation=None))
+        else:
+            edit.remove(last.id)
+            edit.rewire(out, data)
+
+    touched = {data, *(name for node in chain for name in (*node.inputs, *node.outputs) if name)}
+    description = f"folded {' '.join(node.label() for node in chain)} by hand"
+    basis = HAND_FOLD_BASIS.format(shift=" (one Add of the shift kept before the activation)" if keep_add else "")
+    return Plan(touched, description, apply), basis

@@ -35,6 +35,7 @@ Everything is linear in the number of nodes (a 100k-node graph costs in well und
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cache, lru_cache
@@ -63,7 +64,7 @@ from netlint.cost.rates import Rates, rates_for
 from netlint.cost.sizes import release
 from netlint.ir import Graph, Model, Node
 from netlint.ir.graph import PASS_THROUGH_OPS
-from netlint.ir.ops import CONV_OPS
+from netlint.ir.ops import CONV_OPS, clip_bounds
 from netlint.targets import Target, load_target, runs_type
 
 CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan", "WHILE", "IF"})
@@ -286,6 +287,7 @@ def _cost_model(
         return result
     by_id = {entry.node.id: entry for entry in entries}
     tails = _runtime_rewrites(graph, target, entries, by_id)
+    _hold_saturations(graph, target, entries)
     _mark_fallback(graph, target, entries)
     _group_kernels(graph, ctx, target, entries, by_id, tails)
     if rates is not None and rates.views_free:  # an aliased view launches nothing
@@ -549,7 +551,7 @@ def _mark_fallback(graph: Graph, target: Target, entries: list[NodeCost]) -> Non
     ops = target.section("ops")
     if ops is None or ops.get("fallback", "none") == "none":
         return
-    types = target.data_types() if graph.ir_version == 0 else None
+    types = target.data_types() if graph.format == "tflite" else None
     supported: dict[str, bool | None] = {}  # per op type (supports_op scans the target's list)
     for entry in entries:
         if _placed(entry) and entry.fused_into is None and entry.node.op not in REMOVED_VIEWS:
@@ -580,6 +582,7 @@ def _group_kernels(
     others = target.other_host_fusions()  # ops with a fusion (and a list) of their own: ORT's FusedGemm
     partial = {kind for kind in fused if target.fusion_efficiency(kind) == "good"}
     residual = target.residual_fusion()
+    saturating = _saturates(target)
     for entry in entries:
         cost = entry.cost  # _placed(entry), inline: it runs once per node
         if cost is None or entry.rewritten is not None or cost.op_class == FREE or entry.kernel is not None:
@@ -592,10 +595,15 @@ def _group_kernels(
         kind = entry.node.fused_activation
         if kind is not None and kind not in kinds:
             entry.extra_pass = True
-        if kind is not None:
-            continue
         tail = tails.get(entry.id, entry.node.outputs[0] if entry.node.outputs else "")
-        members = _fusable_activation(graph, tail, kinds, target.needs_lone_consumer)
+        if kind is not None:
+            if saturating and kind == "Relu" and (clamp := _saturation(graph, tail)) is not None:
+                _join(by_id, clamp, entry.id, ACTIVATION)
+            continue
+        members = _fusable_activation(graph, tail, kinds, target.needs_lone_consumer, saturating)
+        if saturating and members and members[-1].outputs and graph.activation(members[-1]) == "Relu":
+            clamp = _saturation(graph, members[-1].outputs[0])
+            members += [clamp] if clamp is not None else []
         how = ACTIVATION
         if not members and residual is not None and entry.node.op in CONV_LIKE and entry.node.op in hosts:
             members, how = _residual_members(graph, ctx, entry.node, tail, residual, by_id), RESIDUAL
@@ -614,17 +622,77 @@ def _kind_of(graph: Graph, node: Node) -> str | None:
     return composite.kind if composite is not None else graph.activation(node)
 
 
+def _saturates(target: Target) -> bool:
+    numeric = target.numeric()
+    return bool(target.power_of_two_scales) and numeric is not None and numeric[0] == "int"
+
+
+def _hold_saturations(graph: Graph, target: Target, entries: list[NodeCost]) -> None:
+    """On a target with power-of-two scales, a Min(·, 2^k) after a Relu is part of the Relu's kernel (see
+    `_saturation`): marked before the fallback decision, so an op list that names no Min does not send it to the
+    CPU; `_group_kernels` joins it to the kernel of its Relu."""
+    if not _saturates(target):
+        return
+    for entry in entries:
+        node = entry.node
+        if node.op != "Min" or entry.fused_into is not None:
+            continue
+        for name in node.inputs:
+            producer = graph.producer(name) if name else None
+            relu = producer is not None and (
+                producer.fused_activation == "Relu" or graph.activation(producer) == "Relu"
+            )
+            if relu and _saturation(graph, name) is node:
+                entry.fused_into = producer.id  # type: ignore[union-attr]
+
+
+def _join(by_id: dict[str, NodeCost], node: Node, kernel: str, how: str) -> None:
+    joined = by_id.get(node.id)
+    if joined is not None and joined.cost is not None and joined.kernel is None and not joined.fallback:
+        joined.kernel, joined.fused_into, joined.fusion = kernel, kernel, how
+
+
+def _saturation(graph: Graph, value: str) -> Node | None:
+    """The lone Min(value, 2^k) after a Relu, on a fixed-point target with power-of-two scales: the saturation of the
+    requantization to a power-of-two output scale, applied with the Relu (QT001's reasoning: a ReLU8 fuses where a
+    ReLU6 costs a pass)."""
+    uses, reaches_output = graph.uses(value)
+    if len(uses) != 1 or reaches_output or uses[0].op != "Min" or len(uses[0].inputs) != 2:
+        return None
+    node = uses[0]
+    bound = node.inputs[1] if node.inputs[0] == value else node.inputs[0]
+    return node if _power_of_two(graph, bound) else None
+
+
+def _power_of_two(graph: Graph, name: str) -> bool:
+    try:
+        array = graph.const(name) if graph.is_const(name) else None
+    except Exception:
+        return False
+    if array is None or array.size != 1:
+        return False
+    bound = float(array.reshape(-1)[0])
+    return bound >= 1 and math.log2(bound).is_integer()
+
+
 def _fusable_activation(
-    graph: Graph, value: str, fused: Iterable[str], needs_lone_consumer: Callable[[str], bool]
+    graph: Graph,
+    value: str,
+    fused: Iterable[str],
+    needs_lone_consumer: Callable[[str], bool],
+    saturating: bool = False,
 ) -> list[Node]:
     """The nodes of the activation that fuses into the kernel writing `value` (with the pass-through nodes between),
-    or []. `needs_lone_consumer(kind)`: whether that activation fuses only when it is the value's one reader."""
+    or []. `needs_lone_consumer(kind)`: whether that activation fuses only when it is the value's one reader.
+    `saturating`: a Clip(0, 2^k) is a Relu (the target saturates at power-of-two scales, see `_saturation`)."""
     if not value:
         return []
     uses, reaches_output = graph.uses(value)
     source = graph.source(value)
     for use in uses:
         kind = graph.activation(use)
+        if saturating and kind == "Clip" and _saturating_clip(graph, use):
+            kind = "Relu"
         if kind is None or kind not in fused:
             continue
         composite = graph.composite(use)
@@ -637,6 +705,16 @@ def _fusable_activation(
         members = list(composite.nodes) if composite is not None else [use]
         return [*_pass_through_between(graph, value, members), *members]
     return []
+
+
+def _saturating_clip(graph: Graph, node: Node) -> bool:
+    """A Clip(0, 2^k): the Relu a target with power-of-two scales applies (see `_saturation`)."""
+    try:
+        bounds = clip_bounds(graph, node)
+    except Exception:  # unreadable bounds: a plain Clip
+        return False
+    high = bounds[1] if bounds is not None and bounds[0] == 0.0 else None
+    return high is not None and high >= 1 and math.log2(high).is_integer()
 
 
 def _residual_members(
@@ -788,7 +866,7 @@ def _latency(result: ModelCost, rates: Rates, target: Target, ctx: CostContext) 
     times: dict[tuple, tuple[float, float]] = {}  # repeated kernels (same member costs, scale, ...) are timed once
     by_dtype = _rates_by_dtype(target, rates)
     base_rates = rates
-    types = target.data_types() if ctx.graph.ir_version == 0 else None
+    types = target.data_types() if ctx.graph.format == "tflite" else None
     for members in result.kernel_members().values():
         head = members[0]
         rates = _kernel_rates(head, ctx, by_dtype) or base_rates

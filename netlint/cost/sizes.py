@@ -19,8 +19,11 @@ from netlint.collector import paused
 from netlint.ir import Graph
 from netlint.ir.graph import PASS_THROUGH_OPS
 
-_INDEX: weakref.WeakKeyDictionary[Graph, TensorSizes] = weakref.WeakKeyDictionary()
-_STATIC: weakref.WeakKeyDictionary[Graph, tuple[frozenset[str], frozenset[str]]] = weakref.WeakKeyDictionary()
+# per graph, with the generation of the graph's indexes they were made for (an edit of the graph makes a new one)
+_INDEX: weakref.WeakKeyDictionary[Graph, tuple[int, TensorSizes]] = weakref.WeakKeyDictionary()
+_STATIC: weakref.WeakKeyDictionary[Graph, tuple[int, tuple[frozenset[str], frozenset[str]]]] = (
+    weakref.WeakKeyDictionary()
+)
 SHAPE_OPS = frozenset({"Shape", "Size"})
 
 
@@ -114,8 +117,8 @@ def const_names(graph: Graph) -> Set[str]:
     anything (DM003 asks after the cost model has released the index; rebuilding it took a tenth of the lint on a
     100k-node graph)."""
     index = _INDEX.get(graph)
-    if index is not None:
-        return index.const
+    if index is not None and index[0] == graph.generation:
+        return index[1].const
     const = {name for name, value in graph.values.items() if value.data is not None}
     _derived_const(graph, const)
     return const
@@ -127,9 +130,9 @@ def static_names(graph: Graph) -> tuple[frozenset[str], frozenset[str]]:
     without inputs (RandomNormal, ...) among those, the cost model (netlint.cost.ops.build_context) does not, so the
     second set is the first less what such nodes make and what is computed from it. One pass in node order (ONNX:
     topological; TFLite: execution order) serves both, memoised per graph (DM001, DM003 and the cost model ask)."""
-    known = _STATIC.get(graph)
-    if known is not None:
-        return known
+    memo = _STATIC.get(graph)
+    if memo is not None and memo[0] == graph.generation:
+        return memo[1]
     const = const_names(graph)  # the size index's, or (once the cost model has released it) without sizing
     static: set[str] = set()
     sourced: set[str] = set()  # in `static` for DM001 only: from a node without inputs (usually none)
@@ -156,7 +159,8 @@ def static_names(graph: Graph) -> tuple[frozenset[str], frozenset[str]]:
         if sourced:
             sourced.difference_update(node.outputs)
     frozen = frozenset(static)
-    known = _STATIC[graph] = (frozen, frozenset(static - sourced) if sourced else frozen)
+    known = (frozen, frozenset(static - sourced) if sourced else frozen)
+    _STATIC[graph] = (graph.generation, known)
     return known
 
 
@@ -180,12 +184,14 @@ def release(graph: Graph) -> None:
 
 
 def tensor_sizes(graph: Graph) -> TensorSizes:
-    """The size index of `graph`, built on first use. The IR is not edited after loading (fix passes re-load the
-    rewritten model; impact.py prices on new small graphs), so the index stays valid for the graph's life."""
-    index = _INDEX.get(graph)
-    if index is None:
-        with paused():
-            index = _INDEX[graph] = TensorSizes(graph)
+    """The size index of `graph`, built on first use and again after an edit of the graph (netlint.fixes edits the
+    IR between rounds; impact.py prices on new small graphs)."""
+    known = _INDEX.get(graph)
+    if known is not None and known[0] == graph.generation:
+        return known[1]
+    with paused():
+        index = TensorSizes(graph)
+    _INDEX[graph] = (graph.generation, index)
     return index
 
 

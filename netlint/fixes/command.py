@@ -68,46 +68,43 @@ def _run_fix(args: argparse.Namespace) -> int:
 def _fix_one(args: argparse.Namespace, path: Path, settings: Any) -> int:
     """Fix one model (see netlint.cli.FIX_HELP); errors raise (one line, exit 2)."""
     tflite_input = _is_tflite(path)
-    proto, model = (None, None) if tflite_input else _load(path)
+    original, model = _load_tflite(path) if tflite_input else _load(path)
     report = Path(args.report) if getattr(args, "report", None) else None
-    if report is not None and (tflite_input or report.resolve() == path.resolve()):
-        raise UsageError(f"--report {report}: " + ("not for TFLite models yet" if tflite_input else "is the input"))
-    if tflite_input:
-        from netlint.fixes.tflite.command import run_fix_tflite
-
-        return run_fix_tflite(args, path, settings)
+    if report is not None and report.resolve() == path.resolve():
+        raise UsageError(f"--report {report}: is the input")
     to_fp16 = bool(getattr(args, "to_fp16", False))
-    loaded = [model]
-    model = model if report is not None else None  # only the report needs the input's IR later: else it is freed
     from netlint.fixes.engine import fix_model
-    from netlint.fixes.output import external_layout, save_onnx
+    from netlint.fixes.output import external_layout, save_bytes, save_onnx
 
-    layout = external_layout(proto, path)  # of the input: with keep_original=False the proto is edited
+    # of the input: with keep_original=False the proto is edited
+    layout = None if tflite_input else external_layout(original, path)
     result = fix_model(
-        proto,
-        str(path),
-        path.parent,
+        model,
+        original,
         settings,
         unsafe=args.unsafe_fixes,
-        model=loaded.pop(),
         to_fp16=to_fp16,
         keep_original=args.verify is not False or report is not None,  # else neither the input nor a snapshot is read
         cores=_cores(args),
     )
+    del model  # the fixed IR; the report re-reads both models
     records: list[dict[str, Any]] = []
     lines = _verify(result, path, args.verify, records, required=args.in_place)
     out = path if args.in_place else Path(args.output) if args.output else None
     written = out is not None and (bool(result.applied) or not args.in_place)
     notes: list[str] = []
     if written:  # before the summary: a save that refuses (and writes nothing) must not be reported as written
-        # only the report reads the fixed model afterwards: else its rewritten references need not be put back
-        notes = save_onnx(result.fixed, out, layout, restore=report is not None)  # type: ignore[arg-type]
+        if tflite_input:
+            save_bytes(out, result.fixed)  # type: ignore[arg-type]
+        else:
+            # only the report reads the fixed model afterwards: else its rewritten references need not be put back
+            notes = save_onnx(result.fixed, out, layout, restore=report is not None)  # type: ignore[arg-type]
     if getattr(args, "format", "text") == "json":
         sys.stdout.write(_json_summary(result, path, lines, records, out if written else None, args.diff, notes))
     else:
         sys.stdout.write(_summary(result, path, [*lines, *notes], out, detailed=args.diff))
     if report is not None:
-        _write_report(report, result, path, out if written else None, model, settings.target, lines, records)
+        _write_report(report, result, path, out if written else None, settings.target, lines, records)
     if getattr(args, "exit_non_zero_on_fix", False) and result.applied:
         return EXIT_FINDINGS  # like ruff: the model was changed (or, with --diff, would be)
     return EXIT_CLEAN
@@ -259,20 +256,29 @@ def _write_report(
     result: FixResult,
     path: Path,
     out: Path | None,
-    model: Model | None,
     target: Any,
     lines: list[str],
     records: list[dict[str, Any]],
 ) -> None:
     """`--report FILE`: the HTML page of the fixes (netlint.report.html.render_fix_report), written atomically."""
     from netlint.cli import write_atomically
-    from netlint.fixes.engine import _convert
     from netlint.report.html import render_fix_report
 
-    original = model or _convert(result.original, str(path), path.parent)
-    fixed = _convert(result.fixed, str(path), path.parent) if result.applied else original
+    original = _model_of(result.original, result.format, path)
+    fixed = _model_of(result.fixed, result.format, path) if result.applied else original
     text = render_fix_report(str(path), str(out) if out else None, original, fixed, result, target, lines, records)
     write_atomically(report, text)
+
+
+def _model_of(written: Any, fmt: str, path: Path) -> Model:
+    """The IR of a model the fix run holds (a ModelProto or a flatbuffer's bytes)."""
+    if fmt == "tflite":
+        from netlint.io.tflite_io import model_from_buffer
+
+        return model_from_buffer(written, str(path))
+    from netlint.io.onnx_io import model_from_proto
+
+    return model_from_proto(written, str(path), path.parent)
 
 
 def _is_tflite(path: Path) -> bool:
@@ -284,8 +290,21 @@ def _is_tflite(path: Path) -> bool:
         raise UsageError(f"{path}: {exc}") from None
 
 
+def _load_tflite(path: Path) -> tuple[bytes, Model]:
+    """The TFLite input's bytes and IR (the same validation `check` applies)."""
+    from netlint.io.tflite_io import model_from_buffer
+
+    try:
+        data = path.read_bytes()
+        return data, model_from_buffer(data, str(path))
+    except ModelLoadError as exc:
+        raise UsageError(f"{path}: {exc}") from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
+
+
 def _load(path: Path) -> tuple[onnx.ModelProto, Model]:
-    """The ONNX input (run_fix sends TFLite files elsewhere first)."""
+    """The ONNX input's ModelProto and IR."""
     import onnx
 
     from netlint.io.onnx_io import NOT_UTF8, model_from_proto
@@ -310,7 +329,22 @@ def _verify(
     records: list[dict[str, Any]] | None = None,
     required: bool = False,
 ) -> list[str]:
-    """onnxruntime's verification of an ONNX fix (see verification_lines)."""
+    """onnxruntime's (ONNX) or LiteRT's (TFLite: integer outputs must be equal) verification of a fix (see
+    verification_lines)."""
+    if result.format == "tflite":
+        from netlint.fixes import litert
+
+        return verification_lines(
+            result,
+            wanted,
+            records,
+            available=litert.available(),
+            missing="ai-edge-litert is not installed: pip install 'netlint-nn[verify]'",
+            compare=lambda fixed: litert.compare(result.original, fixed),
+            runtime="LiteRT",
+            tolerance="; integer outputs exactly",
+            required=required,
+        )
     from netlint.fixes import verify
 
     return verification_lines(

@@ -1,14 +1,16 @@
 """duplicate-conv (FU001, safe): give the activation after a multi-consumer conv its own copy of the conv.
 
-What it rewrites: a Conv, ConvTranspose, Gemm or MatMul whose output feeds an activation and other consumers gets a
-twin, named `<conv name>/dup`, that reads the same inputs (the same weight and bias initializers: no weight is
-copied) and writes a new value; the activation's nodes (every node of a composite such as SiLU = Sigmoid + Mul)
-read the twin instead. The other consumers and any graph output keep the original conv, so the twin's only use is
-the activation, which can then fuse into it. One activation is moved per round; the re-lint moves the next one.
+What it rewrites: a conv (Conv, ConvTranspose, Gemm, MatMul; TFLite CONV_2D, DEPTHWISE_CONV_2D, FULLY_CONNECTED,
+TRANSPOSE_CONV, CONV_3D, BATCH_MATMUL) whose output feeds an activation and other consumers gets a twin that reads
+the same inputs (the same weight and bias: nothing is copied) and writes a new value; the activation's nodes (every
+node of a composite such as SiLU = Sigmoid + Mul) read the twin instead. Where the format fuses activations into the
+conv (TFLite's FusedActivationFunction on CONV_2D, DEPTHWISE_CONV_2D and FULLY_CONNECTED) and the activation is a
+Relu, Relu6 or ReluN1To1 that clamps the same values (float tensors, or the conv's own type and quantization), the
+twin takes it as its fused activation and writes the activation's output, and the activation goes. The other
+consumers and any graph output keep the original conv. One activation is moved per round; the re-lint moves the next.
 
 Why it is exact: the twin computes the same function of the same inputs, so every value is unchanged. It is not
-free: the conv's MACs are computed twice, and the plan's description reports how many (from the shapes: output
-elements × input channels per group × kernel size, or rows × K × columns for a Gemm/MatMul).
+free: the conv's MACs are computed twice, and the plan's description says how many (netlint.cost.ops' count).
 
 Guards (the finding is skipped, with the reason): the conv or the activation is gone, the activation reads the conv
 through an Identity, Cast or Q/DQ (the twin would feed that node, which is not the activation), no activation reads
@@ -18,60 +20,69 @@ copy is predicted to cost more than it saves, the fix engine skips it unless --k
 
 from __future__ import annotations
 
-import math
+from typing import Any
 
-from netlint.fixes.edit import GraphEdit
-from netlint.fixes.registry import FixContext, FixPass, Plan, label, register_fix
+from netlint.cost.ops import UnknownCost, build_context, node_cost
+from netlint.fixes._common import captured, names, same_encoding
+from netlint.fixes.registry import FixPass, Plan, register_fix
 from netlint.ir import Graph, Node
+from netlint.ir.edit import Edit, copy_node
 from netlint.ir.ops import CONV_OPS
+from netlint.rule import Finding
+
+# Activations a conv's fused activation computes exactly (TFLite's conv kernels clamp with them).
+FUSABLE = frozenset({"Relu", "Relu6", "ReluN1To1"})
+FUSING = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED"})
 
 
 @register_fix
 class DuplicateConv(FixPass):
     name = "duplicate-conv"
 
-    def plan(self, ctx: FixContext) -> Plan | str:
-        edit = ctx.edit
-        position = ctx.nodes[0]
-        conv = ctx.proto(position)
-        if conv is None or conv.op_type not in CONV_OPS or not conv.output or not conv.output[0]:
+    def plan(self, graph: Graph, finding: Finding, options: dict[str, dict[str, Any]]) -> Plan | str:
+        conv = graph.node(finding.nodes[0]) if finding.nodes else None
+        if conv is None or conv.op not in CONV_OPS or not conv.outputs or not conv.outputs[0]:
             return "the conv is gone"
-        out = conv.output[0]
-        members = _activation_members(ctx, out)
+        out = conv.outputs[0]
+        members = _activation_members(graph, finding.nodes[1:], out)
         if isinstance(members, str):
             return members
-        readers = set(edit.uses(out))
-        if not readers - set(members) and out not in edit.outputs and out not in edit.captured:
+        readers = graph.consumers(out)
+        if all(reader in members for reader in readers) and not graph.is_graph_output(out) and not captured(graph, out):
             return "the activation is already the conv's only consumer"
-        macs = conv_macs(ctx.graph, ctx.graph.nodes[position])
+        macs = conv_macs(graph, conv)
         cost = f"+{macs:,} MACs" if macs is not None else "MACs unknown (shapes missing)"
-        first = ctx.proto(members[-1])
-        assert first is not None
+        act = members[-1]
+        kind = graph.activation(act)
+        if len(members) == 1 and _fuses(graph, conv, act, kind):
 
-        def apply() -> None:
-            twin = type(conv)()
-            twin.CopyFrom(conv)
-            # the twin is not in the graph yet: naming it changes no node, so both names come from one reindex
-            twin.name, twin.output[0] = edit.unique_names(f"{conv.name or out}/dup", f"{out}/dup")
-            edit.insert_before(min(members), twin)
-            for index in members:
-                node = edit.node(index)
-                assert node is not None
-                for slot, name in enumerate(node.input):
-                    if name == out:
-                        node.input[slot] = twin.output[0]
+            def apply_fused(edit: Edit) -> None:
+                twin = copy_node(
+                    conv, id=edit.unique_id(f"{conv.id}/dup"), outputs=[act.outputs[0]], fused_activation=kind
+                )
+                edit.remove(act)
+                edit.insert(twin, before=act.id)
 
-        touched = {out, *(name for index in members for name in _outputs(ctx, index))}
-        return Plan(touched, f"duplicated {label(conv)} for {label(first)} ({cost})", apply)
+            description = f"duplicated {conv.label()} with {act.label()} fused into the copy ({cost})"
+            return Plan(names(act) | {out}, description, apply_fused)
+
+        def apply(edit: Edit) -> None:
+            twin_out = edit.activation(f"{out}/dup", like=out)
+            twin = copy_node(conv, id=edit.unique_id(f"{conv.id}/dup"), outputs=[twin_out, *conv.outputs[1:]])
+            edit.insert(twin, before=members[0].id)
+            for member in members:
+                edit.change(member.id, inputs=[twin_out if name == out else name for name in member.inputs])
+
+        touched = {out, *(name for member in members for name in member.outputs if name)}
+        return Plan(touched, f"duplicated {conv.label()} for {members[0].label()} ({cost})", apply)
 
 
-def _activation_members(ctx: FixContext, out: str) -> list[int] | str:
-    """Positions of the nodes of the finding's first activation that read `out` directly (all of a composite's
-    nodes that read it), or why there are none."""
-    graph = ctx.graph
-    for position in ctx.nodes[1:]:
-        node = graph.nodes[position]
-        if not graph.activation(node):
+def _activation_members(graph: Graph, ids: list[str], out: str) -> list[Node] | str:
+    """The nodes of the finding's first activation that read `out` directly (all of a composite's nodes that read it,
+    in graph order), or why there are none."""
+    for node_id in ids:
+        node = graph.node(node_id)
+        if node is None or not graph.activation(node):
             continue
         composite = graph.composite(node)
         data = composite.input if composite is not None else (node.inputs[0] if node.inputs else "")
@@ -79,45 +90,35 @@ def _activation_members(ctx: FixContext, out: str) -> list[int] | str:
             continue
         if data != out:
             return f"{node.label()} reads the conv through a pass-through node (Identity, Cast or Q/DQ)"
-        nodes = composite.nodes if composite is not None else (node,)
-        ids = {member.id for member in nodes}
-        members = [i for i in ctx.edit.uses(out) if i < len(graph.nodes) and graph.nodes[i].id in ids]
+        group = composite.nodes if composite is not None else (node,)
+        members = [member for member in graph.consumers(out) if member in group]
         if not members:
             return f"{node.label()} does not read the conv's output directly"
-        return sorted(members)
+        order = {member.id: index for index, member in enumerate(group)}
+        return sorted(members, key=lambda member: order[member.id])
     return "no activation of the finding reads the conv's output"
 
 
-def unique_node_name(edit: GraphEdit, hint: str) -> str:
-    """A node name no node of the edit has (onnxruntime rejects a model with two nodes of one name); the edit keeps
-    the taken names, so this is not a scan of the graph per call."""
-    return edit.unique_name(hint)
-
-
-def _outputs(ctx: FixContext, position: int) -> list[str]:
-    node = ctx.proto(position)
-    return [name for name in node.output if name] if node is not None else []
+def _fuses(graph: Graph, conv: Node, act: Node, kind: str | None) -> bool:
+    """The twin can take the activation as its fused activation with the same values (TFLite convs)."""
+    if conv.source_op not in FUSING or conv.fused_activation is not None or kind not in FUSABLE:
+        return False
+    if "fused_activation_function" not in conv.attrs or len(act.outputs) != 1 or act.inputs[0] != conv.outputs[0]:
+        return False
+    out, act_out = graph.value(conv.outputs[0]), graph.value(act.outputs[0])
+    if out is None or act_out is None or out.dtype != act_out.dtype:
+        return False
+    return out.dtype == "float32" or same_encoding(graph, conv.outputs[0], act.outputs[0])
 
 
 def conv_macs(graph: Graph, node: Node) -> int | None:
-    """Multiply-accumulates of one run of a Conv/ConvTranspose/Gemm/MatMul, from the shapes; None when unknown."""
-    out, weight = graph.value(node.output), graph.value(node.inputs[1]) if len(node.inputs) > 1 else None
-    data = graph.value(node.inputs[0]) if node.inputs else None
-    shapes = [v.shape if v is not None else None for v in (out, weight, data)]
-    if node.op == "ConvTranspose":
-        needed = [shapes[1], shapes[2]]
-    elif node.op in ("Gemm", "MatMul"):
-        needed = [shapes[0], shapes[2]]
-    else:
-        needed = [shapes[0], shapes[1]]
-    if any(s is None or not all(isinstance(d, int) and d > 0 for d in s) for s in needed):
+    """Multiply-accumulates of one run of the conv (netlint.cost.ops, which knows either format's weight layouts);
+    None when the shapes are unknown. The cost context is built once per graph state."""
+    key = ("duplicate-conv.context",)
+    context = graph.memo.get(key)
+    try:
+        if context is None:
+            context = graph.memo[key] = build_context(graph)
+        return int(node_cost(context, node).macs) or None
+    except (UnknownCost, TypeError, ValueError):
         return None
-    out_shape, w_shape, x_shape = shapes
-    if node.op == "ConvTranspose":  # every input element meets C_out/group × kernel weights
-        return math.prod(x_shape) * math.prod(w_shape[1:])  # type: ignore[arg-type]
-    if node.op == "Gemm":
-        k = x_shape[0] if node.attrs.get("transA", 0) else x_shape[-1]  # type: ignore[index]
-        return math.prod(out_shape) * int(k)  # type: ignore[arg-type]
-    if node.op == "MatMul":
-        return math.prod(out_shape) * int(x_shape[-1])  # type: ignore[arg-type,index]
-    return math.prod(out_shape) * math.prod(w_shape[1:])  # type: ignore[arg-type]

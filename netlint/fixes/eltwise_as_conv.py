@@ -1,147 +1,153 @@
 """eltwise-as-conv (FU002, safe): rewrite an Add/Sub/Mul before a non-trivial activation as a 1x1 convolution.
 
-What it rewrites (NCHW ONNX, 4-D tensors only):
-- x ∘ k with k a scalar or per-channel constant becomes a 1x1 depthwise Conv (group = C): x·k is weight k, no
-  bias; x + k is weight 1, bias k; x − k is weight 1, bias −k; k − x is weight −1, bias k;
-- a + b (Add, or a two-input Sum) and a − b of two tensors of the same shape become Concat(a, b) on the channel
-  axis, then a 1x1 Conv with weights [I I] (Sub: [I −I]) and no bias.
-The Conv takes over the elementwise node's name and output, so the activation now reads a conv's only output and
-can fuse into it; the constant is dropped when nothing else reads it.
+What it rewrites (4-D float tensors of known shape; NCHW ONNX, NHWC TFLite):
+- x ∘ k with k a scalar or per-channel constant becomes a 1x1 depthwise Conv (group = C; TFLite DEPTHWISE_CONV_2D):
+  x·k is weight k; x + k is weight 1, bias k; x − k is weight 1, bias −k; k − x is weight −1, bias k;
+- a + b (Add, or a two-input Sum) and a − b of two tensors of the output's shape become Concat(a, b) on the channel
+  axis, then a 1x1 Conv with weights [I I] (Sub: [I −I]).
+The conv writes the elementwise node's output (and takes over a TFLite fused activation), so the activation now
+reads a conv's only output and can fuse into it; the constant is dropped when nothing else reads it. Weights are in
+the format's layout (OIHW; TFLite OHWI, depthwise 1HWO); the TFLite writer gives the convs the zero bias LiteRT's
+kernels need.
 
 Why it is exact: a 1x1 conv with those weights computes each output element as the same one or two products and
-one sum as the elementwise op (multiplying by 1 and adding zeros is exact in floating point), so only the order
-of a single rounding could differ — and it does not. The cost: C (depthwise) or 2·C² (concat form) MACs per pixel
-and, for two tensors, a Concat that copies both into one buffer; it pays only on targets that fuse the activation
-into convs but not after elementwise ops (FU002 says which).
+one sum as the elementwise op (multiplying by ±1 and adding zeros is exact in floating point). The cost: C
+(depthwise) or 2·C² (concat form) MACs per pixel and, for two tensors, a Concat that copies both into one buffer; it
+pays only on targets that fuse the activation into convs but not after elementwise ops (FU002 says which).
 
-Guards (the finding is skipped, with the reason): a node that is gone or not a two-input Add/Sub/Mul/Sum, a shape
-that is not known and 4-D, a layout other than NCHW, a constant that is not scalar or per-channel of the output
-(or whose values are unavailable: missing external data), a constant that broadcasts the tensor to a larger shape,
-two tensors of different shapes, a Mul of two tensors (no conv computes it), and non-float data.
+Guards (the finding's fix says why it does not apply): a node that is gone or not a two-input Add/Sub/Mul/Sum, data
+that is not float (a quantized conv requantizes differently from the elementwise kernel), a shape that is not known
+and 4-D, a constant that is not scalar or per-channel (or whose values are unavailable), a constant that broadcasts
+the tensor to a larger shape, two tensors of different shapes, a Mul of two tensors (no conv computes it), and a fused
+activation a conv kernel does not apply (TANH, SIGN_BIT).
 """
 
 from __future__ import annotations
 
-import numpy as np
-from onnx import helper
+from typing import Any
 
-from netlint.fixes.duplicate_conv import unique_node_name
-from netlint.fixes.registry import FixContext, FixPass, Plan, label, node_names, register_fix
-from netlint.ir import ConstantUnavailable
+import numpy as np
+
+from netlint.fixes._common import channel_axis, is_float, names, new_node, per_channel, stem
+from netlint.fixes.registry import FixPass, Plan, register_fix
+from netlint.ir import Graph, Node
+from netlint.ir.edit import Edit
+from netlint.rule import Finding
 
 ELTWISE = ("Add", "Sub", "Mul", "Sum")
+CONV_FUSABLE = frozenset({None, "Relu", "Relu6", "ReluN1To1"})
 
 
 @register_fix
 class EltwiseAsConv(FixPass):
     name = "eltwise-as-conv"
 
-    def plan(self, ctx: FixContext) -> Plan | str:
-        position = ctx.nodes[0]
-        node = ctx.proto(position)
-        if node is None or node.op_type not in ELTWISE or len(node.input) != 2 or not all(node.input):
+    def plan(self, graph: Graph, finding: Finding, options: dict[str, dict[str, Any]]) -> Plan | str:
+        node = graph.node(finding.nodes[0]) if finding.nodes else None
+        if node is None or node.op not in ELTWISE or len(node.inputs) != 2 or not all(node.inputs):
             return "the elementwise node is gone or is not a two-input Add/Sub/Mul/Sum"
-        graph = ctx.graph
-        out = graph.value(node.output[0])
-        if out is None or out.shape is None or len(out.shape) != 4 or not all(isinstance(d, int) for d in out.shape):
+        if len(node.outputs) != 1:
+            return f"{node.label()} has more than one output"
+        out = graph.value(node.outputs[0])
+        if (
+            out is None
+            or out.shape is None
+            or len(out.shape) != 4
+            or not all(isinstance(d, int) and d > 0 for d in out.shape)
+        ):
             return "the output shape is not known and 4-D"
-        if out.layout not in (None, "NCHW"):
-            return f"the layout is {out.layout}, not NCHW"
-        if out.dtype is not None and not np.issubdtype(np.dtype(out.dtype), np.floating):
-            return "the data is not floating point"
-        consts = [graph.is_const(name) for name in node.input]
+        if not all(is_float(graph, name) for name in [*node.inputs, *node.outputs]):
+            return "the data is not float: a quantized conv would requantize differently from the elementwise op"
+        if node.fused_activation not in CONV_FUSABLE:
+            return "the fused activation (TANH or SIGN_BIT) is not one the conv kernels apply"
+        consts = [graph.is_const(name) for name in node.inputs]
         if all(consts):
             return "both operands are constant"
+        shape = tuple(out.shape)
+        axis = channel_axis(graph, node.outputs[0], 4)
         if any(consts):
-            return _depthwise(ctx, position, consts.index(True), out.shape)
-        return _concat(ctx, position, out.shape)
+            return _depthwise(graph, node, consts.index(True), shape, axis)  # type: ignore[arg-type]
+        return _concat(graph, node, shape, axis)  # type: ignore[arg-type]
 
 
-def _depthwise(ctx: FixContext, position: int, const_slot: int, shape: tuple[int, ...]) -> Plan | str:
-    node = ctx.proto(position)
-    assert node is not None
-    tensor, const = node.input[1 - const_slot], node.input[const_slot]
-    value = ctx.graph.value(tensor)
+def _depthwise(graph: Graph, node: Node, slot: int, shape: tuple[int, ...], axis: int) -> Plan | str:
+    tensor, const = node.inputs[1 - slot], node.inputs[slot]
+    value = graph.value(tensor)
     if value is None or value.shape != shape:
         return "the constant broadcasts the tensor to a larger shape"
-    try:
-        k = ctx.graph.const(const)
-    except ConstantUnavailable as exc:
-        return f"needs the constant's values: {exc}"
+    k = graph.const(const)  # ConstantUnavailable: the precheck says it needs the values
     if k is None:
         return "the operand is not a constant"
-    k = np.asarray(k)
-    channels = shape[1]
-    vector = _per_channel(k, channels)
+    channels = shape[axis]
+    vector = per_channel(np.asarray(k), channels, 4, axis)
     if vector is None:
         return "the constant is not a scalar or one value per channel"
-    dtype = np.result_type(k.dtype, np.float32) if value.dtype is None else np.dtype(value.dtype)
+    dtype = np.dtype(value.dtype or "float32")
     ones = np.ones(channels)
-    if node.op_type == "Mul":
+    if node.op == "Mul":
         weights, bias = vector, None
-    elif node.op_type in ("Add", "Sum"):
+    elif node.op in ("Add", "Sum"):
         weights, bias = ones, vector
-    elif const_slot == 1:  # x - k
+    elif slot == 1:  # x - k
         weights, bias = ones, -vector
     else:  # k - x
         weights, bias = -ones, vector
-    w = weights.reshape(channels, 1, 1, 1).astype(dtype)
+    layout = (1, 1, 1, channels) if axis == 3 else (channels, 1, 1, 1)  # 1HWO (TFLite depthwise) or OIHW
+    w = weights.reshape(layout).astype(dtype)
     b = bias.astype(dtype) if bias is not None else None
-    edit = ctx.edit
+    base = stem(graph, node)
 
-    def apply() -> None:
-        w_name = edit.add_initializer(f"{node.name or node.output[0]}/dw_weight", w)
-        inputs = [tensor, w_name]
+    def apply(edit: Edit) -> None:
+        inputs = [tensor, edit.constant(f"{base}/dw_weight", w)]
         if b is not None:
-            inputs.append(edit.add_initializer(f"{node.name or node.output[0]}/dw_bias", b))
-        conv = helper.make_node("Conv", inputs, [node.output[0]], name=node.name, kernel_shape=[1, 1], group=channels)
-        conv.doc_string = node.doc_string
-        edit.replace_node(position, conv)
-        edit.prune([const])
-
-    return Plan(node_names(node), f"replaced {label(node)} by a 1x1 depthwise Conv over {channels} channels", apply)
-
-
-def _concat(ctx: FixContext, position: int, shape: tuple[int, ...]) -> Plan | str:
-    node = ctx.proto(position)
-    assert node is not None
-    if node.op_type == "Mul":
-        return "no convolution multiplies two tensors"
-    shapes = [ctx.graph.value(name) for name in node.input]
-    if any(v is None or v.shape != shape for v in shapes):
-        return "the two operands do not both have the output's shape (the op broadcasts)"
-    channels = shape[1]
-    dtype = np.dtype(shapes[0].dtype) if shapes[0].dtype is not None else np.dtype(np.float32)  # type: ignore[union-attr]
-    eye = np.eye(channels)
-    sign = -1.0 if node.op_type == "Sub" else 1.0
-    w = np.concatenate([eye, sign * eye], axis=1).reshape(channels, 2 * channels, 1, 1).astype(dtype)
-    edit = ctx.edit
-
-    def apply() -> None:
-        base = node.name or node.output[0]
-        joined = edit.unique_name(f"{node.output[0]}/concat")
-        concat = helper.make_node(
-            "Concat", list(node.input), [joined], name=unique_node_name(edit, f"{base}/concat"), axis=1
+            inputs.append(edit.constant(f"{base}/dw_bias", b))
+        attrs = {"kernel_shape": [1, 1], "group": channels}
+        conv = new_node(
+            graph, node.id, "Conv", inputs, list(node.outputs), attrs, like=node, fused=node.fused_activation
         )
-        w_name = edit.add_initializer(f"{base}/identity_weight", w)
-        conv = helper.make_node("Conv", [joined, w_name], [node.output[0]], name=node.name, kernel_shape=[1, 1])
-        conv.doc_string = node.doc_string
-        edit.insert_before(position, concat)
-        edit.replace_node(position, conv)
+        edit.replace(node, conv)
+
+    what = "DEPTHWISE_CONV_2D" if graph.format == "tflite" else "depthwise Conv"
+    return Plan(names(node), f"replaced {node.label()} by a 1x1 {what} over {channels} channels", apply)
+
+
+def _concat(graph: Graph, node: Node, shape: tuple[int, ...], axis: int) -> Plan | str:
+    if node.op == "Mul":
+        return "no convolution multiplies two tensors"
+    operands = [graph.value(name) for name in node.inputs]
+    if any(v is None or v.shape != shape for v in operands):
+        return "the two operands do not both have the output's shape (the op broadcasts)"
+    channels = shape[axis]
+    dtype = np.dtype(operands[0].dtype or "float32")  # type: ignore[union-attr]
+    eye = np.eye(channels)
+    sign = -1.0 if node.op == "Sub" else 1.0
+    matrix = np.concatenate([eye, sign * eye], axis=1)  # [output, input]
+    layout = (channels, 1, 1, 2 * channels) if axis == 3 else (channels, 2 * channels, 1, 1)  # OHWI or OIHW
+    w = matrix.reshape(layout).astype(dtype)
+    base = stem(graph, node)
+    joined_shape = tuple(2 * d if index == axis else d for index, d in enumerate(shape))
+
+    def apply(edit: Edit) -> None:
+        joined = edit.activation(f"{node.outputs[0]}/concat", like=node.outputs[0], shape=joined_shape)
+        concat = new_node(
+            graph, edit.unique_id(f"{base}/concat"), "Concat", list(node.inputs), [joined], {"axis": axis}
+        )
+        weight = edit.constant(f"{base}/identity_weight", w)
+        conv = new_node(
+            graph,
+            node.id,
+            "Conv",
+            [joined, weight],
+            list(node.outputs),
+            {"kernel_shape": [1, 1]},
+            like=node,
+            fused=node.fused_activation,
+        )
+        edit.insert(concat, before=node.id)
+        edit.replace(node, conv)
 
     weights = "[I -I]" if sign < 0 else "[I I]"
+    what = "CONCATENATION + 1x1 CONV_2D" if graph.format == "tflite" else "Concat + 1x1 Conv"
     return Plan(
-        node_names(node),
-        f"replaced {label(node)} by Concat + 1x1 Conv with weights {weights} over {2 * channels} channels",
-        apply,
+        names(node), f"replaced {node.label()} by {what} with weights {weights} over {2 * channels} channels", apply
     )
-
-
-def _per_channel(k: np.ndarray, channels: int) -> np.ndarray | None:
-    """The constant as one float64 value per channel of an NCHW tensor, or None if it varies along another axis."""
-    if k.ndim > 4:
-        return None
-    padded = k.reshape((1,) * (4 - k.ndim) + k.shape)
-    if padded.shape[0] != 1 or padded.shape[2:] != (1, 1) or padded.shape[1] not in (1, channels):
-        return None
-    return np.broadcast_to(padded.reshape(-1).astype(np.float64), (channels,)).copy()

@@ -1,206 +1,123 @@
-"""fold-affine (FU008, safe): fold Mul/Add/Sub/Div by constants after a Conv, ConvTranspose or Gemm into its weights.
+"""fold-affine (FU008, safe): fold Mul/Add/Sub/Div by constants after a Conv, ConvTranspose or Gemm (TFLite: CONV_2D,
+DEPTHWISE_CONV_2D or FULLY_CONNECTED) into its weights and bias.
 
 What it rewrites: `Y = a_k(… a_1(conv(X, W, B)))`, each a_i a Mul, Add, Sub or Div with a scalar or per-output-channel
 constant, becomes `Y = conv(X, W', B')`. The chain is one affine map per output channel o, y ↦ S[o]·y + T[o]
 (Mul s: S·s, T·s; Div c: S/c, T/c; Add t: T + t; Sub t: T − t; t − y: −S, t − T), so W'[o] = W[o]·S[o] and
 B' = B·S + T (a zero bias when the conv had none). A decomposed batch norm (Mul then Add) folds in one go. The conv
-takes over the last op's output name, so readers and graph outputs are untouched; the ops and the constants only
-they read are removed. For ConvTranspose the output channels are the second weight axis (per group); for Gemm the
-columns of op(B), and the bias becomes beta·C·S + T with the Gemm's beta set to 1.
+writes the last op's output, so readers and graph outputs are untouched, and takes over its fused activation (TFLite:
+RELU, RELU6 or RELU_N1_TO_1 only, and the chain stops after it); the ops and the constants only they read are removed.
 
 Why it is exact: the conv is linear in W and B and each op is an affine map per output channel, so the composition
-is one conv; only float rounding differs (computed in float64, stored in the weights' dtype). FU008 reports only
-constants that broadcast as a scalar or along the channel axis without widening the output, and no zero divisor;
-the pass checks the shapes again on the values it reads.
+is one conv; only float rounding differs (computed in float64, stored in the weights' dtype).
 
-Guards (the finding is skipped, with the reason): the first op does not read the conv's output directly (an
-Identity, Cast or Q/DQ between them), the conv's output has another reader or is a graph output, the conv's weights
-or bias are read by another node (shared) or are graph inputs, a constant is missing (external data file absent)
-or does not broadcast per channel, a divisor has a zero, non-float weights. The chain is folded as far as it runs
-directly from op to op, each read only by the next (the rest is re-matched in the next round).
+Guards (the finding's fix says why it does not apply): the first op does not read the conv's output directly as its
+only reader (an Identity, Cast or Q/DQ between them), the conv has a fused activation, its weights or bias are shared,
+graph inputs, unreadable or quantized, a constant does not broadcast per channel, a divisor has a zero or divides the
+constant by the data, an op changes the shape or is not float. The chain is folded as far as it runs directly from
+op to op, each read only by the next (the rest is re-matched in the next round).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
-import onnx
-from onnx import helper
 
-from netlint.fixes.registry import FixContext, FixPass, Plan, label, node_names, register_fix, weights_problem
-from netlint.ir import ConstantUnavailable
+from netlint.fixes._common import (
+    AFFINE,
+    affine_step,
+    channel_axis,
+    fold,
+    fold_problem,
+    is_float,
+    lone_reader,
+    names,
+    out_channels,
+    per_channel,
+)
+from netlint.fixes.registry import FixPass, Plan, register_fix
+from netlint.ir import Graph, Node
+from netlint.ir.edit import Edit
+from netlint.rule import Finding
 
-FOLDABLE = ("Conv", "ConvTranspose", "Gemm")
-AFFINE = ("Mul", "Add", "Sub", "Div")
+CLAMPS = frozenset({None, "Relu", "Relu6", "ReluN1To1"})  # fused activations every float conv kernel applies
 
 
 @register_fix
 class FoldAffine(FixPass):
     name = "fold-affine"
 
-    def plan(self, ctx: FixContext) -> Plan | str:
-        edit = ctx.edit
-        nodes = [(position, edit.node(position)) for position in ctx.nodes]
-        convs = [(p, n) for p, n in nodes if n is not None and n.op_type in FOLDABLE]
+    def plan(self, graph: Graph, finding: Finding, options: dict[str, dict[str, Any]]) -> Plan | str:
+        nodes = [node for node_id in finding.nodes if (node := graph.node(node_id)) is not None]
+        convs = [node for node in nodes if node.op in ("Conv", "ConvTranspose", "Gemm")]
         if len(convs) != 1:
             return "the conv is gone"
-        conv = convs[0][1]
-        affines = [(p, n) for p, n in nodes if n is not None and n.op_type in AFFINE]
-        chain = _direct_chain(ctx, conv, affines)
+        conv = convs[0]
+        problem = fold_problem(graph, conv)
+        if problem:
+            return problem
+        found = out_channels(graph, conv)
+        if isinstance(found, str):
+            return found
+        channels = found[0]
+        out = graph.value(conv.outputs[0])
+        rank = len(out.shape) if out is not None and out.shape is not None else 4
+        axis = channel_axis(graph, conv.outputs[0], rank)
+        chain = _chain(graph, conv, set(nodes), channels, rank, axis)
         if isinstance(chain, str):
             return chain
-        reason = _guard(ctx, conv)
-        if reason:
-            return reason
-        try:
-            weights = {name: ctx.graph.const(name) for name in conv.input[1:] if name}
-            constants = [ctx.graph.const(const) for _, _, const in chain]
-        except ConstantUnavailable as exc:
-            return f"needs weight values: {exc}"
-        if any(value is None for value in [*weights.values(), *constants]):
-            return "a weight or an operand is not a constant"
-        folded = _fold(conv, weights, [(node, slot) for _, node, slot, _ in _with_slots(chain)], constants)
-        if isinstance(folded, str):
-            return folded
-        new_weights, new_bias, beta_one = folded
-        positions = [position for position, _, _ in chain]
-        last = chain[-1][1]
+        scale, shift = np.ones(channels), np.zeros(channels)
+        for node, slot, vector in chain:
+            if node.op == "Div" and np.any(vector == 0):
+                return f"{node.label()} divides by a constant with a zero"
+            scale, shift = affine_step(node.op, slot, vector, scale, shift)
+        last = chain[-1][0]
+        factors = (scale, shift)
+        apply = fold(graph, conv, lambda: factors, channels, "affinefolded", last.outputs[0], last.fused_activation)
+        if isinstance(apply, str):
+            return apply
 
-        def apply() -> None:
-            old = edit.set_conv_parameters(conv, new_weights, new_bias, "affinefolded", beta_one)
-            conv.output[0] = last.output[0]
-            for position in positions:
-                edit.remove_node(position)
-            edit.prune([*old, *(const for _, _, const in chain)])
+        def fold_and_drop(edit: Edit) -> None:
+            apply(edit)
+            for node, _, _ in chain:
+                edit.remove(node.id)
 
-        ops = ", ".join(label(node) for _, node, _ in chain)
-        touched = set(conv.input[1:]) | set(conv.output) | set().union(*(node_names(node) for _, node, _ in chain))
-        return Plan(touched, f"folded {ops} into {label(conv)}", apply)
+        ops = ", ".join(node.label() for node, _, _ in chain)
+        touched = (names(conv) | names(*(node for node, _, _ in chain))) - {conv.inputs[0]}
+        return Plan(touched, f"folded {ops} into {conv.label()}", fold_and_drop)
 
 
-def _direct_chain(
-    ctx: FixContext, conv: onnx.NodeProto, affines: list[tuple[int, onnx.NodeProto | None]]
-) -> list[tuple[int, onnx.NodeProto, str]] | str:
-    """(position, node, constant operand) of the ops that follow the conv directly, each the previous one's only
-    reader; at least the first, else the reason."""
-    edit = ctx.edit
-    chain: list[tuple[int, onnx.NodeProto, str]] = []
-    previous = conv.output[0]
-    for position, node in affines:
-        if node is None or len(node.input) != 2 or previous not in node.input:
+def _chain(
+    graph: Graph, conv: Node, allowed: set[Node], channels: int, rank: int, axis: int
+) -> list[tuple[Node, int, np.ndarray]] | str:
+    """(op, slot of its constant, per-channel vector) of the ops that follow the conv directly, each the previous
+    one's only reader; at least the first, else why not."""
+    chain: list[tuple[Node, int, np.ndarray]] = []
+    previous = conv.outputs[0]
+    shape = graph.value(previous).shape if graph.value(previous) is not None else None  # type: ignore[union-attr]
+    while True:
+        node = lone_reader(graph, previous)
+        if node is None or node not in allowed or node.op not in AFFINE or len(node.inputs) != 2:
             break
-        if len(edit.uses(previous)) != 1 or previous in edit.outputs or previous in edit.captured:
+        if node.inputs.count(previous) != 1 or node.fused_activation not in CLAMPS or len(node.outputs) != 1:
             break
-        const = node.input[1] if node.input[0] == previous else node.input[0]
-        if const == previous or not ctx.graph.is_const(const) or (node.op_type == "Div" and const == node.input[0]):
+        slot = 1 if node.inputs[0] == previous else 0
+        const = node.inputs[slot]
+        if not graph.is_const(const) or (node.op == "Div" and slot == 0):
             break
-        chain.append((position, node, const))
-        previous = node.output[0]
+        out = graph.value(node.outputs[0])
+        if not is_float(graph, node.outputs[0]) or (out is not None and shape is not None and out.shape != shape):
+            break
+        vector = per_channel(np.asarray(graph.const(const)), channels, rank, axis)
+        if vector is None:
+            if not chain:
+                return f"the constant of {node.label()} does not broadcast as a scalar or per output channel"
+            break
+        chain.append((node, slot, vector))
+        previous = node.outputs[0]
+        if node.fused_activation is not None:
+            break  # what follows comes after the activation
     if not chain:
         return "the first op does not read the conv's output directly, as its only reader (fix what is between)"
     return chain
-
-
-def _with_slots(chain: list[tuple[int, onnx.NodeProto, str]]) -> list[tuple[int, onnx.NodeProto, int, str]]:
-    """Each op with the slot of its constant operand (0: `c − y`, 1: `y − c`)."""
-    return [(position, node, 0 if node.input[0] == const else 1, const) for position, node, const in chain]
-
-
-def _guard(ctx: FixContext, conv: onnx.NodeProto) -> str | None:
-    edit = ctx.edit
-    if conv.domain not in ("", "ai.onnx"):
-        return f"{label(conv)} is not an ONNX-domain op"
-    if len(conv.input) < 2 or not conv.input[1]:
-        return f"{label(conv)} has no weight input"
-    return weights_problem(edit, conv)
-
-
-def _fold(
-    conv: onnx.NodeProto,
-    weights: dict[str, np.ndarray],
-    ops: list[tuple[onnx.NodeProto, int]],
-    constants: list[np.ndarray],
-) -> tuple[np.ndarray, np.ndarray, bool] | str:
-    attrs = {a.name: helper.get_attribute_value(a) for a in conv.attribute}
-    w = np.asarray(weights[conv.input[1]])
-    if not np.issubdtype(w.dtype, np.floating):
-        return "the weights are not floating point (quantized weights are not folded)"
-    group = int(attrs.get("group", 1))
-    if conv.op_type == "Gemm":
-        if w.ndim != 2:
-            return "the Gemm's B is not a matrix"
-        channels, rank = (w.shape[0] if attrs.get("transB", 0) else w.shape[1]), 2
-    elif conv.op_type == "Conv":
-        channels, rank = w.shape[0], w.ndim
-    else:
-        channels, rank = w.shape[1] * group, w.ndim
-    affine = _compose(ops, constants, channels, rank)
-    if isinstance(affine, str):
-        return affine
-    scale, shift = affine
-    wf = w.astype(np.float64)
-    bias_name = conv.input[2] if len(conv.input) > 2 and conv.input[2] else None
-    if conv.op_type == "Gemm":
-        trans_b = attrs.get("transB", 0)
-        c = np.asarray(weights[bias_name], np.float64) * float(attrs.get("beta", 1.0)) if bias_name else 0.0
-        if np.ndim(c) and np.shape(c)[-1] not in (1, channels):
-            return "the Gemm's bias does not match its output features"
-        new_bias = c * scale + shift  # alpha scales A·B, with which the per-column scale commutes
-        new_bias = np.broadcast_to(new_bias, np.broadcast_shapes(np.shape(new_bias), (channels,)))
-        factor = scale.reshape((channels, 1) if trans_b else (1, channels))
-        return (wf * factor).astype(w.dtype), new_bias.astype(w.dtype), True
-    if conv.op_type == "Conv":
-        factor = scale.reshape((channels,) + (1,) * (w.ndim - 1))
-    else:  # ConvTranspose: W is (C_in, C_out / group, k...), output channel = group index * (C_out / group) + j
-        if w.shape[0] % group:
-            return "the ConvTranspose's weights do not match its groups"
-        rows = scale.reshape(group, w.shape[1])[np.arange(w.shape[0]) // (w.shape[0] // group)]
-        factor = rows.reshape(w.shape[:2] + (1,) * (w.ndim - 2))
-    b = np.asarray(weights[bias_name], np.float64).reshape(-1) if bias_name else np.zeros(channels)
-    if b.size != channels:
-        return "the conv's bias does not match its output channels"
-    return (wf * factor).astype(w.dtype), (b * scale + shift).astype(w.dtype), False
-
-
-def _compose(
-    ops: list[tuple[onnx.NodeProto, int]], constants: list[np.ndarray], channels: int, rank: int
-) -> tuple[np.ndarray, np.ndarray] | str:
-    """The chain as y ↦ scale·y + shift per output channel (float64 vectors of `channels`), or why it is not one."""
-    scale, shift = np.ones(channels), np.zeros(channels)
-    for (node, slot), value in zip(ops, constants, strict=True):
-        vector = _per_channel(np.asarray(value), channels, rank)
-        if vector is None:
-            return f"the constant of {label(node)} does not broadcast as a scalar or per output channel"
-        if node.op_type == "Div" and np.any(vector == 0):
-            return f"{label(node)} divides by a constant with a zero"
-        scale, shift = affine_step(node.op_type, slot, vector, scale, shift)
-    return scale, shift
-
-
-def affine_step(
-    op: str, slot: int, vector: np.ndarray, scale: np.ndarray, shift: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """y ↦ scale·y + shift followed by `op` (Mul, Div, Add or Sub, any case) with the constant `vector` in input
-    `slot`, as a new (scale, shift): shared by the ONNX and TFLite folds. A Div's vector must have no zero."""
-    kind = op.capitalize()
-    if kind == "Mul":
-        return scale * vector, shift * vector
-    if kind == "Div":
-        return scale / vector, shift / vector
-    if kind == "Add":
-        return scale, shift + vector
-    if slot == 1:  # y − c
-        return scale, shift - vector
-    return -scale, vector - shift  # c − y
-
-
-def _per_channel(value: np.ndarray, channels: int, rank: int) -> np.ndarray | None:
-    """`value` as a float64 vector over the output channels (axis 1 of a rank-`rank` output), if it broadcasts as a
-    scalar or per channel without widening the output; else None."""
-    if not np.issubdtype(value.dtype, np.floating) or value.ndim > rank:
-        return None
-    if value.size == 1:
-        return np.full(channels, float(value.reshape(-1)[0]))
-    padded = (1,) * (rank - value.ndim) + value.shape
-    if padded[1] != channels or any(dim != 1 for axis, dim in enumerate(padded) if axis != 1):
-        return None
-    return value.astype(np.float64).reshape(-1)

@@ -1,153 +1,98 @@
-"""fold-batchnorm (FU006, safe): fold an inference BatchNormalization into the Conv, ConvTranspose or Gemm before it.
+"""fold-batchnorm (FU006, safe): fold an inference batch norm into the Conv, ConvTranspose or Gemm before it (on
+TFLite: a Select-TF FusedBatchNorm after a CONV_2D, DEPTHWISE_CONV_2D or FULLY_CONNECTED).
 
 What it rewrites: `Y = BN(conv(X, W, B))` becomes `Y = conv(X, W', B')` with, per output channel o,
-s = γ/√(σ²+ε), W'[o] = W[o]·s, B' = (B − μ)·s + β (a zero bias is added when the conv had none). The conv takes
-over the BN's output name, so consumers and graph outputs are untouched; the BN and the constants only it read are
-removed. For ConvTranspose the output channels are the second weight axis (per group); for Gemm they are the
-columns of op(B), and the bias becomes (β_gemm·C − μ)·s + β with the Gemm's beta set to 1.
+s = γ/√(σ²+ε), W'[o] = W[o]·s, B' = (B − μ)·s + β (a zero bias is added when the conv had none). The conv writes the
+batch norm's output, so readers, graph outputs and signatures are untouched; the batch norm and the constants only
+it read are removed. For ConvTranspose the output channels are the second weight axis (per group); for Gemm the
+columns of op(B), and the bias becomes (β_gemm·C − μ)·s + β with the Gemm's beta set to 1. A TFLite Flex batch
+norm's ε, is_training and data_format come from its TensorFlow NodeDef (decoded by the loader: netlint.io.tflite_flex);
+after the fold the model no longer needs the Flex delegate for it.
 
-Why it is exact: BN in inference mode is a per-channel affine map, and the conv is linear in W and B, so the two
-compose into one conv; only float rounding differs (computed in float64, stored in the weights' dtype).
+Why it is exact: a batch norm in inference mode is a per-channel affine map, and the conv is linear in W and B, so
+the two compose into one conv; only float rounding differs (computed in float64, stored in the weights' dtype).
 
-Guards (the finding is skipped, with the reason): the BN is not directly after the conv (an Identity, Cast or Q/DQ
-between them), the conv's output has another reader or is a graph output, the conv's weights or bias are read by
-another node (shared), the BN runs in training mode or its statistics outputs are used, a value is not constant or
-its external data file is missing, parameter shapes that do not match the output channels, non-float weights.
+Guards (the finding's fix says why it does not apply): the batch norm does not directly read the conv (an Identity,
+Cast or Q/DQ between them: GR001 removes an Identity first), the conv's output has another reader or is a graph
+output, the conv has a fused activation, its weights or bias are shared, graph inputs, not constant, unreadable
+(missing external data) or quantized (an integer kernel rounds after the conv: re-export the float model with the BN
+folded), the batch norm runs in training mode, its statistics outputs are used, its Flex options are unreadable or
+not NHWC, or its parameters do not match the output channels.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
-import onnx
-from onnx import helper
 
-from netlint.fixes.edit import Uniform
-from netlint.fixes.registry import (
-    FixContext,
-    FixPass,
-    Plan,
-    label,
-    node_names,
-    register_fix,
-    uniform_constant,
-    weights_problem,
+from netlint.fixes._common import (
+    captured,
+    const_loader,
+    const_problem,
+    const_shape,
+    fold,
+    fold_problem,
+    lone_reader,
+    names,
 )
-from netlint.ir import ConstantUnavailable
-
-FOLDABLE = ("Conv", "ConvTranspose", "Gemm")
+from netlint.fixes.registry import FixPass, Plan, register_fix
+from netlint.io.tflite_flex import UNREADABLE
+from netlint.ir import Graph
+from netlint.rule import Finding
 
 
 @register_fix
 class FoldBatchnorm(FixPass):
     name = "fold-batchnorm"
 
-    def plan(self, ctx: FixContext) -> Plan | str:
-        bn = ctx.proto(ctx.nodes[0])
-        if bn is None or bn.op_type != "BatchNormalization":
-            return "the BatchNormalization is gone"
-        edit = ctx.edit
-        conv_index = edit.producer.get(bn.input[0])
-        conv = edit.nodes[conv_index] if conv_index is not None else None
-        if conv is None or conv.op_type not in FOLDABLE or conv.domain not in ("", "ai.onnx"):
-            return "the BatchNormalization does not directly follow a Conv/ConvTranspose/Gemm (fix what is between)"
-        reason = _guard(ctx, bn, conv)
-        if reason:
-            return reason
-        conv_inputs = conv.input[:]  # read once: protobuf fields cost more than a list's items
-        weight = conv_inputs[1]
-        uniform = uniform_constant(ctx.graph, weight)  # a light model's weights: never materialised
-        try:
-            values = {name: ctx.graph.const(name) for name in [*conv_inputs[2:], *bn.input[1:5]] if name}
-            values[weight] = uniform.compact() if uniform is not None else ctx.graph.const(weight)
-        except ConstantUnavailable as exc:
-            return f"needs weight values: {exc}"
-        if any(value is None for value in values.values()):
-            return "a weight or BatchNormalization parameter is not a constant"
-        shape = uniform.dims if uniform is not None else np.shape(values[weight])
-        folded = _fold(conv, bn, values, shape)
-        if isinstance(folded, str):
-            return folded
-        weights, bias, beta_one = folded
-        if uniform is not None:  # the folded weights: uniform again when the scale is, as in the light models
-            flat = weights.reshape(-1)
-            if flat.size and np.all(flat == flat[0]):
-                weights = Uniform(flat[0], uniform.dims)
-            else:
-                weights = np.ascontiguousarray(np.broadcast_to(weights, uniform.dims))
+    def plan(self, graph: Graph, finding: Finding, options: dict[str, dict[str, Any]]) -> Plan | str:
+        bn = graph.node(finding.nodes[0]) if finding.nodes else None
+        if bn is None or bn.op != "BatchNormalization" or len(bn.inputs) < 5 or not bn.outputs:
+            return "the batch norm is gone"
+        if UNREADABLE in bn.attrs:
+            return str(bn.attrs[UNREADABLE])
+        if bn.attrs.get("training_mode", 0) or bn.attrs.get("is_training", False):
+            return "the batch norm runs in training mode"
+        if bn.attrs.get("data_format", "NHWC" if graph.format == "tflite" else "") not in ("", "NHWC", "NDHWC"):
+            return f"the batch norm's data_format is {bn.attrs['data_format']}, not NHWC"
+        if any(out and (graph.consumers(out) or graph.is_graph_output(out)) for out in bn.outputs[1:]):
+            return "the batch norm's statistics outputs are used"
+        conv = graph.producer(bn.inputs[0])
+        if conv is None or conv.op not in ("Conv", "ConvTranspose", "Gemm"):
+            return "the batch norm does not directly follow a Conv/ConvTranspose/Gemm (fix what is between)"
+        if lone_reader(graph, bn.inputs[0]) is not bn or captured(graph, bn.inputs[0]) or bn.inputs[0] in bn.inputs[1:]:
+            return f"{conv.label()} has other readers of its output, or it is a graph output"
+        problem = fold_problem(graph, conv)
+        if problem:
+            return problem
+        params = bn.inputs[1:5]
+        if not all(name and graph.is_const(name) for name in params):
+            return "a batch norm parameter is not a constant"
+        problem = next((p for name in params if (p := const_problem(graph, name)) is not None), None)
+        if problem:
+            return problem
+        sizes = {math.prod(const_shape(graph, name)) for name in params}
+        if len(sizes) != 1:
+            return "the batch norm's parameters do not have one value per channel each"
+        epsilon = float(bn.attrs.get("epsilon", 1e-5))
 
-        def apply() -> None:
-            old = edit.set_conv_parameters(conv, weights, bias, "bnfolded", beta_one, position=conv_index)
-            conv.output[0] = bn.output[0]
-            edit.remove_node(ctx.nodes[0])
-            edit.prune([*old, *bn.input[1:]])
+        loaders = [const_loader(graph, name) for name in params]  # the values as they are now, read when written
 
-        # The conv's data input is only read, so two folds into convs that share it do not overlap.
-        touched = node_names(bn) | set(conv_inputs[1:]) | set(conv.output)
-        return Plan(touched, f"folded {label(bn)} into {label(conv)}", apply)
+        def factors() -> tuple[np.ndarray, np.ndarray]:
+            gamma, beta, mean, var = (np.asarray(load(), np.float64).reshape(-1) for load in loaders)
+            scale = gamma / np.sqrt(var + epsilon)
+            return scale, beta - mean * scale
 
+        apply = fold(graph, conv, factors, sizes.pop(), "bnfolded", bn.outputs[0])
+        if isinstance(apply, str):
+            return apply
 
-def _guard(ctx: FixContext, bn: onnx.NodeProto, conv: onnx.NodeProto) -> str | None:
-    edit = ctx.edit
-    attrs = _attributes(bn, ("training_mode", "is_test"))
-    if attrs.get("training_mode", 0) or attrs.get("is_test", 1) == 0:
-        return "the BatchNormalization runs in training mode"
-    if len(bn.input) < 5 or any(out and (edit.uses(out) or out in edit.outputs) for out in bn.output[1:]):
-        return "the BatchNormalization's statistics outputs are used"
-    out = conv.output[0]
-    if len(edit.uses(out)) != 1 or out in edit.outputs or out in edit.captured:
-        return f"{label(conv)} has other readers of its output"
-    if len(conv.input) < 2:
-        return f"{label(conv)} has no weight input"
-    return weights_problem(edit, conv)
+        def fold_and_drop(edit: Any) -> None:
+            apply(edit)
+            edit.remove(bn.id)
 
-
-def _attributes(node: onnx.NodeProto, names: tuple[str, ...]) -> dict[str, Any]:
-    """The node's attributes of these names, decoded (a conv's kernel_shape, pads, strides and dilations are not
-    needed: decoding them was a tenth of planning a fold)."""
-    return {a.name: helper.get_attribute_value(a) for a in node.attribute if a.name in names}
-
-
-def _fold(
-    conv: onnx.NodeProto, bn: onnx.NodeProto, values: dict[str, np.ndarray], w_shape: tuple[int, ...]
-) -> tuple[np.ndarray, np.ndarray, bool] | str:
-    """The folded weights and bias, and whether a Gemm's beta becomes 1. `w_shape` is the weights' shape; their
-    array may be smaller where it broadcasts to it (a uniform weight's one value): the result broadcasts alike."""
-    attrs = _attributes(conv, ("group", "transB", "beta"))
-    eps = next((helper.get_attribute_value(a) for a in bn.attribute if a.name == "epsilon"), 1e-5)
-    w = np.asarray(values[conv.input[1]])
-    if not np.issubdtype(w.dtype, np.floating):
-        return "the weights are not floating point (quantized weights are not folded)"
-    gamma, beta, mean, var = (np.asarray(values[n], np.float64).reshape(-1) for n in bn.input[1:5])
-    scale = gamma / np.sqrt(var + eps)
-    wf = w.astype(np.float64)
-    group = int(attrs.get("group", 1))
-    bias_name = conv.input[2] if len(conv.input) > 2 and conv.input[2] else None
-    if conv.op_type == "Gemm":
-        if len(w_shape) != 2:
-            return "the Gemm's B is not a matrix"
-        channels = w_shape[0] if attrs.get("transB", 0) else w_shape[1]
-        shape = (channels, 1) if attrs.get("transB", 0) else (1, channels)
-        c = np.asarray(values[bias_name], np.float64) * float(attrs.get("beta", 1.0)) if bias_name else 0.0
-        if scale.size != channels or (np.ndim(c) and np.shape(c)[-1] not in (1, channels)):
-            return "the BatchNormalization's parameters do not match the Gemm's output features"
-        new_bias = (c - mean) * scale + beta  # alpha scales A·B, with which the per-column scale commutes
-        new_bias = np.broadcast_to(new_bias, np.broadcast_shapes(np.shape(new_bias), (channels,)))
-        return (wf * scale.reshape(shape)).astype(w.dtype), new_bias.astype(w.dtype), True
-    if conv.op_type == "Conv":
-        channels = w_shape[0]
-        factor = scale.reshape((channels,) + (1,) * (len(w_shape) - 1)) if scale.size == channels else None
-    else:  # ConvTranspose: W is (C_in, C_out / group, k...), output channel = group index * (C_out / group) + j
-        channels = w_shape[1] * group
-        if scale.size != channels or w_shape[0] % group:
-            return "the BatchNormalization's parameters do not match the ConvTranspose's output channels"
-        per_group = scale.reshape(group, w_shape[1])
-        rows = per_group[np.arange(w_shape[0]) // (w_shape[0] // group)]
-        factor = rows.reshape(tuple(w_shape[:2]) + (1,) * (len(w_shape) - 2))
-    if factor is None or scale.size != channels:
-        return "the BatchNormalization's parameters do not match the conv's output channels"
-    b = np.asarray(values[bias_name], np.float64).reshape(-1) if bias_name else np.zeros(channels)
-    if b.size != channels:
-        return "the conv's bias does not match its output channels"
-    return (wf * factor).astype(w.dtype), ((b - mean) * scale + beta).astype(w.dtype), False
+        # the conv's data input is only read: two folds into convs that share it do not overlap
+        touched = (names(bn) | names(conv)) - {conv.inputs[0]}
+        return Plan(touched, f"folded {bn.label()} into {conv.label()}", fold_and_drop)

@@ -1,73 +1,65 @@
 """prelu-to-relu (FU004): replace a PRelu by the cheaper activation its slopes make it, or by Relu.
 
 What it rewrites: slopes all ≈ 0 → Relu; all ≈ 1 → the PRelu is removed (its readers read its input); all equal →
-LeakyRelu(alpha = the slope); varying slopes → Relu, which changes the function (an unsafe fix: only with
---unsafe-fixes, and the verifier reports the deviation of every output). The node keeps its name and output, and
-the slope constant is removed when nothing else reads it.
+LeakyRelu(alpha = their mean); varying slopes → Relu, which changes the function (an unsafe fix: only with
+--unsafe-fixes, and the verifier reports the deviation of every output). The node keeps its name and output (TFLite:
+its output tensor, index, name and quantization, so a quantized RELU / LEAKY_RELU requantizes to the same scale),
+and the slope constant is removed when nothing else reads it.
 
 Why it is exact (the safe cases): PRelu(x) = x for x ≥ 0 and a·x otherwise, so a = 0 is Relu, a = 1 the identity and
-one shared a is LeakyRelu(a). "≈" is FU004's `atol` option (default 1e-6), the same test the rule applied.
+one shared a is LeakyRelu(a). "≈" is FU004's judgement (netlint.ir.ops.slope_kind, with its `atol` option), the one
+the rule applied, so what the rule calls LeakyRelu is written as LeakyRelu.
 
-Guards: the slope is not a constant or its values are unavailable (missing external data), the PRelu is no longer
-in the graph, and (for removal) the guards of remove-dead-code's bypass (graph outputs that cannot be renamed,
-values read inside subgraphs).
+Guards (the finding's fix says why it does not apply): the slope is not a constant or its values are unavailable
+(missing external data), the PRelu is gone, and, for removal, the guards of a bypass (a graph output that cannot be
+renamed, a value read inside a subgraph, an output whose type or quantization differs from the input's).
 """
 
 from __future__ import annotations
 
-import numpy as np
-from onnx import helper
+from typing import Any
 
-from netlint.fixes.registry import FixContext, FixPass, Plan, label, node_names, register_fix
-from netlint.fixes.remove_dead_code import bypass
-from netlint.ir import ConstantUnavailable
+import numpy as np
+
+from netlint.fixes._common import bypass, names, new_node, op_name
+from netlint.fixes.registry import FixPass, Plan, register_fix
+from netlint.ir import Graph
+from netlint.ir.edit import Edit
+from netlint.ir.ops import slope_kind
+from netlint.rule import Finding
 
 ATOL = 1e-6  # FU004's default `atol`; the configured value wins
-RTOL = 1e-5  # FU004's relative tolerance for "all equal"
 
 
 @register_fix
 class PreluToRelu(FixPass):
     name = "prelu-to-relu"
 
-    def plan(self, ctx: FixContext) -> Plan | str:
-        position = ctx.nodes[0]
-        node = ctx.proto(position)
-        if node is None or node.op_type != "PRelu" or len(node.input) < 2:
+    def plan(self, graph: Graph, finding: Finding, options: dict[str, dict[str, Any]]) -> Plan | str:
+        node = graph.node(finding.nodes[0]) if finding.nodes else None
+        if node is None or node.op != "PRelu" or len(node.inputs) < 2 or not node.outputs:
             return "the PRelu is gone"
-        try:
-            slopes = ctx.graph.const(node.input[1])
-        except ConstantUnavailable as exc:
-            return f"needs the slope values: {exc}"
+        slopes = graph.const(node.inputs[1])
         if slopes is None:
             return "the slope is not a constant"
         values = np.asarray(slopes, np.float64).reshape(-1)
-        atol = float(ctx.options.get("FU004", {}).get("atol", ATOL))
         if values.size == 0:
             return "no slope values"
-        if np.all(np.abs(values - 1.0) <= atol):
-            return bypass(ctx.edit, ctx.graph, position)
-        if np.all(np.abs(values) <= atol):
-            return self._replace(ctx, position, "Relu", {}, "exact")
-        if np.ptp(values) <= atol + RTOL * np.abs(values).max():
+        kind = slope_kind(values, float(options.get("FU004", {}).get("atol", ATOL)))
+        if kind == "Identity":
+            return bypass(graph, node, node.inputs[0], f"removed {node.label()} (slopes 1: the identity)")
+        if kind == "LeakyRelu":
             alpha = float(values.mean())
-            return self._replace(ctx, position, "LeakyRelu", {"alpha": alpha}, f"alpha={alpha:.6g}, exact")
-        if ctx.finding.fix is None or ctx.finding.fix.applicability != "unsafe":
-            return "the slopes vary: replacing the PRelu by Relu is unsafe and the finding did not say so"
-        return self._replace(
-            ctx, position, "Relu", {}, f"unsafe: slopes {values.min():.4g}..{values.max():.4g} dropped"
-        )
+            op, attrs, note, applicability = "LeakyRelu", {"alpha": alpha}, f"alpha={alpha:.6g}, exact", "safe"
+        elif kind == "Relu":
+            op, attrs, note, applicability = "Relu", {}, "exact", "safe"
+        else:
+            op, attrs, applicability = "Relu", {}, "unsafe"
+            note = f"unsafe: slopes {values.min():.4g}..{values.max():.4g} dropped"
+        replacement = new_node(graph, node.id, op, [node.inputs[0]], list(node.outputs), attrs, like=node)
 
-    @staticmethod
-    def _replace(ctx: FixContext, position: int, op: str, attrs: dict[str, float], note: str) -> Plan:
-        node = ctx.proto(position)
-        assert node is not None
-        replacement = helper.make_node(op, [node.input[0]], list(node.output), name=node.name, **attrs)
-        replacement.doc_string = node.doc_string
-        slope = node.input[1]
+        def apply(edit: Edit) -> None:
+            edit.replace(node, replacement)
 
-        def apply() -> None:
-            ctx.edit.replace_node(position, replacement)
-            ctx.edit.prune([slope])
-
-        return Plan(node_names(node), f"replaced {label(node)} by {op} ({note})", apply)
+        what = f"replaced {node.label()} by {op_name(graph, op, attrs)} ({note})"
+        return Plan(names(node), what, apply, applicability)  # type: ignore[arg-type]

@@ -1,130 +1,172 @@
-"""Fix passes and their registry: a pass is registered under the fix name rules declare (`FixRef.name`).
+"""Fix passes, their registry, and the precheck that makes every finding advertise what its fix will do.
 
-A pass plans one finding at a time against the *current* graph: it returns a `Plan` (the tensor names it touches,
-a one-line description, and a closure that edits the graph) or a string saying why it cannot fix this occurrence.
-Planning only reads; all writes happen in `Plan.apply`, so a pass that gives up leaves the graph unchanged.
+A pass is written once, against the IR, for ONNX and TFLite alike (one module per pass, named like it). Its `plan`
+reads the graph as it is and returns a `Plan` (what it will do, the values it reads or changes, and how to apply it
+to an Edit) or one line saying why it cannot fix this occurrence. The same plan serves three callers:
+- `check`: `advertise` runs it on every finding at lint time, so the finding's fix says safe / unsafe, or `none` and
+  why (netlint.engine);
+- `fix`: the fix loop applies the plans of non-overlapping findings to an Edit per graph and commits it
+  (netlint.fixes.engine);
+- the price: netlint.cost.impact applies the plan to an Edit it never commits and prices the neighbourhood before
+  and after.
+Planning never writes and never materialises weights: new constants are lazy (netlint.ir.edit).
 """
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar
 
-import numpy as np
-import onnx
+from netlint.ir import ConstantUnavailable, Graph
+from netlint.ir.edit import Edit
+from netlint.rule import Applicability, Finding, FixRef
 
-from netlint.fixes.edit import GraphEdit, Uniform
-from netlint.ir import Graph
-from netlint.rule import Finding
-
-# Every other module of this package is one pass (named like the pass, with underscores), found by listing the folder.
-P = TypeVar("P")
-INFRASTRUCTURE = frozenset({"command", "edit", "engine", "output", "registry", "verify", "tflite"})
-
-
-@dataclass
-class FixContext:
-    """What a pass sees for one finding: the edit of the current proto, the IR of the same proto (for constant
-    values, which it reads through ConstantOfShape, Identity and Dequantize), and the finding's node positions."""
-
-    edit: GraphEdit
-    graph: Graph
-    finding: Finding
-    nodes: list[int]  # positions of the finding's nodes in the main graph, in the finding's order
-    options: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    def proto(self, position: int) -> onnx.NodeProto | None:
-        return self.edit.node(position)
+# Modules of this package that are not passes (the others are found by listing the folder).
+INFRASTRUCTURE = frozenset({"command", "engine", "output", "registry", "verify", "litert"})
+SUBGRAPH = "the nodes are inside a subgraph (If/Loop/Scan body): not fixed yet"
 
 
 @dataclass
 class Plan:
+    """What a pass will do to one finding: `touched` holds every value name whose writer, readers or data it
+    changes or whose structure it relies on (two plans sharing one are not applied in the same round), `apply`
+    makes the change on an Edit, `applicability` is safe (exact) or unsafe (the function changes)."""
+
     touched: set[str]
     description: str
-    apply: Callable[[], None]
+    apply: Callable[[Edit], None]
+    applicability: Applicability = "safe"
 
 
 class FixPass:
     name: ClassVar[str]
+    # False for a pass that is not exact even when safe (keep-fp32): verified like an unsafe fix
+    exact: ClassVar[bool] = True
     # False for a pass applied for accuracy, not speed (keep-fp32): the cost model's "slower on the target" veto
-    # (netlint.fixes.engine.slower_on_the_target) does not apply to it.
+    # (netlint.fixes.engine) does not apply to it
     for_speed: ClassVar[bool] = True
 
-    def plan(self, ctx: FixContext) -> Plan | str:
+    def plan(self, graph: Graph, finding: Finding, options: dict[str, dict[str, Any]]) -> Plan | str:
         raise NotImplementedError
 
 
-class PassRegistry(Generic[P]):
-    """Passes of one model format by fix name; a package's passes are found by importing each of its modules but
-    its infrastructure (ONNX: this package; TFLite: netlint.fixes.tflite)."""
-
-    def __init__(self, package: str, infrastructure: frozenset[str], kind: str) -> None:
-        self.package, self.infrastructure, self.kind = package, infrastructure, kind
-        self.passes: dict[str, type[P]] = {}
-        self.loaded = False
-
-    def register(self, cls: type[P]) -> type[P]:
-        name = cls.name  # type: ignore[attr-defined]
-        if name in self.passes and self.passes[name] is not cls:
-            raise ValueError(f"{self.kind} {name!r} is registered twice")
-        self.passes[name] = cls
-        return cls
-
-    def all(self) -> dict[str, type[P]]:
-        if not self.loaded:
-            package = importlib.import_module(self.package)
-            for module in pkgutil.iter_modules(package.__path__):
-                if module.name not in self.infrastructure and not module.name.startswith("_"):
-                    importlib.import_module(f"{self.package}.{module.name}")
-            self.loaded = True
-        return dict(self.passes)
+_PASSES: dict[str, type[FixPass]] = {}
+_LOADED: list[bool] = []
 
 
-_REGISTRY: PassRegistry[FixPass] = PassRegistry("netlint.fixes", INFRASTRUCTURE, "fix pass")
-register_fix = _REGISTRY.register
+def register_fix(cls: type[FixPass]) -> type[FixPass]:
+    if cls.name in _PASSES and _PASSES[cls.name] is not cls:
+        raise ValueError(f"fix pass {cls.name!r} is registered twice")
+    _PASSES[cls.name] = cls
+    return cls
+
+
+def find_pass(name: str) -> type[FixPass] | None:
+    """The pass `name`, importing only its module (netlint.fixes.<name with underscores>) when it has one: `check`
+    prechecks the findings' fixes without importing every pass."""
+    if name not in _PASSES and not _LOADED:
+        module = f"{__package__ or 'netlint.fixes'}.{name.replace('-', '_')}"
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name != module:
+                raise
+        if name not in _PASSES:
+            all_passes()
+    return _PASSES.get(name)
 
 
 def all_passes() -> dict[str, type[FixPass]]:
-    return _REGISTRY.all()
+    if not _LOADED:
+        package = importlib.import_module(__package__ or "netlint.fixes")
+        for module in pkgutil.iter_modules(package.__path__):
+            if module.name not in INFRASTRUCTURE and not module.name.startswith("_"):
+                importlib.import_module(f"{package.__name__}.{module.name}")
+        _LOADED.append(True)
+    return dict(_PASSES)
 
 
-def node_names(node: onnx.NodeProto) -> set[str]:
-    """Every tensor a node reads or writes: what two fixes must not share to be applied in the same round."""
-    return {name for name in [*node.input[:], *node.output[:]] if name}
+@dataclass
+class Prechecked:
+    """A finding's plan (or why there is none), and what its fix declared before the precheck."""
+
+    graph: Graph
+    plan: Plan | str
+    declared: FixRef
+    slower: str | None = None  # the cost model's veto (see netlint.fixes.engine.veto)
 
 
-def label(node: onnx.NodeProto) -> str:
-    return f"{node.op_type} '{node.name}'" if node.name else f"{node.op_type} (output '{node.output[0]}')"
+@dataclass
+class Plans:
+    """Plans by finding (by identity: findings are not hashable by value), for the fix loop and the price."""
+
+    by_finding: dict[int, Prechecked] = field(default_factory=dict)
+
+    def get(self, finding: Finding) -> Prechecked | None:
+        return self.by_finding.get(id(finding))
 
 
-def weights_problem(edit: GraphEdit, conv: onnx.NodeProto) -> str | None:
-    """Why a conv's weights and bias may not be rewritten in place (they are shared, or graph inputs), or None."""
-    for name in conv.input[1:]:
-        if name and (len(edit.uses(name)) != 1 or name in edit.outputs or name in edit.captured):
-            return f"the weight '{name}' of {label(conv)} is shared with other nodes"
-        if name and name in edit.inputs and name not in edit.initializers:
-            return f"the weight '{name}' of {label(conv)} is a graph input, not a constant"
-    return None
+def advertise(
+    findings: Iterable[Finding],
+    graph_of: Callable[[Finding], Graph | None],
+    options: dict[str, dict[str, Any]],
+    plans: Plans | None = None,
+) -> Plans:
+    """Run each finding's pass precheck and make its fix say what `fix` will do: the plan's applicability, or
+    `none` with the reason. Findings whose fix is manual or names no pass are left as the rule made them. A pass
+    that crashes, or needs weight values that cannot be read, says so as its reason."""
+    plans = plans if plans is not None else Plans()
+    for finding in findings:
+        declared = finding.fix
+        if declared is None or declared.applicability not in ("safe", "unsafe"):
+            continue
+        fix_pass = find_pass(declared.name)  # imported at the first finding that names it: a clean model needs none
+        graph = graph_of(finding)
+        if fix_pass is None or graph is None:
+            continue
+        if graph.parent is not None:
+            plan: Plan | str = SUBGRAPH
+        else:
+            try:
+                plan = fix_pass().plan(graph, finding, options)
+            except ConstantUnavailable as exc:
+                plan = f"needs weight values: {exc}"
+            except Exception as exc:  # a bug in a pass costs its own finding's fix, never the report
+                reason = " ".join(str(exc).split())[:160]
+                plan = f"the {declared.name} pass failed ({type(exc).__name__}: {reason}; please report this)"
+        plans.by_finding[id(finding)] = Prechecked(graph, plan, declared)
+        finding.fix = fix_ref(declared.name, plan)
+    return plans
 
 
-def uniform_constant(graph: Graph, name: str) -> Uniform | None:
-    """The constant `name` when the model stores it as a ConstantOfShape (seen through Identity), which is how onnx's
-    light models store their weights: a pass computes on its one value instead of materialising the tensor (100 MB
-    for light_resnet50), and writes the result the same way when it stays uniform. None for anything else."""
-    node = graph.producer(name)
-    while node is not None and node.op == "Identity" and node.inputs:
-        node = graph.producer(node.inputs[0])  # None for an initializer
-    if node is None or node.op != "ConstantOfShape" or not node.inputs or node.subgraphs:
-        return None
-    shape = graph.const(node.inputs[0])
-    if shape is None:
-        return None
-    fill = node.attrs.get("value")
-    value = np.asarray(fill if fill is not None else np.zeros(1, np.float32)).reshape(-1)
-    dims = tuple(int(d) for d in np.asarray(shape).reshape(-1))
-    if value.size != 1 or any(d < 0 for d in dims):
-        return None
-    return Uniform(value[0], dims)
+_REFS: dict[tuple[str, str, str], FixRef] = {}  # shared: most findings of a rule advertise the same fix
+
+
+def fix_ref(name: str, plan: Plan | str) -> FixRef:
+    key = (name, "none", plan) if isinstance(plan, str) else (name, plan.applicability, "")
+    found = _REFS.get(key)
+    if found is None:
+        if len(_REFS) > 4096:
+            _REFS.clear()
+        found = _REFS[key] = FixRef(key[0], key[1], key[2])  # type: ignore[arg-type]
+    return found
+
+
+def veto_slower(findings: Iterable[Finding], plans: Plans) -> None:
+    """A fix the cost model predicts slows the target down is not applied (`fix --keep-slower-fixes` applies it
+    anyway), so its finding says so: applicability none with that reason. Passes applied for accuracy, not speed
+    (`for_speed = False`: keep-fp32 always costs time) are exempt."""
+    for finding in findings:
+        found = plans.get(finding)
+        impact = finding.impact
+        if found is None or isinstance(found.plan, str) or impact is None or impact.saving_ms >= -1e-9:
+            continue
+        if not _PASSES[found.declared.name].for_speed:
+            continue
+        found.slower = (
+            f"predicted {-impact.saving_ms:.3g} ms slower on {impact.target} (--keep-slower-fixes applies it anyway)"
+        )
+        finding.fix = fix_ref(found.declared.name, found.slower)

@@ -7,7 +7,6 @@ import math
 import mmap
 import os
 import sys
-from collections.abc import Sequence
 from functools import cache
 from itertools import chain
 from operator import attrgetter
@@ -432,7 +431,6 @@ def _convert_graph(
     prefix: str,
     reader: _ExternalData,
     facts: dict[Graph, GraphFacts],
-    reuse: Sequence[Node | None] | None = None,
     metadata: dict[Any, Any] | None = None,
 ) -> Graph:
     """The IR of one (sub)graph. The hot loop of loading: one pass over the protobuf, each field read once, no
@@ -441,9 +439,7 @@ def _convert_graph(
     are shared str objects (the values dict's keys), so each name is stored once however many nodes read it.
     Repeated protobuf fields are read as slices (`field[:]`, a list): iterating a upb container ends in an IndexError
     that upb formats, about a tenth of the conversion's instructions when every node's inputs were iterated.
-    `reuse` (netlint.fixes.resync): per position, an IR node already built from this very NodeProto, taken as it is
-    when the id the loader gives the node is its id. `metadata`: the repeated metadata values met so far in this
-    model, each kept once (see _metadata)."""
+    `metadata`: the repeated metadata values met so far in this model, each kept once (see _metadata)."""
     if metadata is None:
         metadata = {}
     values: dict[str, Value] = {}
@@ -473,7 +469,7 @@ def _convert_graph(
     add_initializer = initializers.add
     limits: dict[int, int | None] = {}
     dtype_names = _DTYPE_NAMES  # read here without the call (one per weight)
-    for tensor in graph.initializer:
+    for position, tensor in enumerate(graph.initializer):
         name = tensor.name
         add_initializer(name)
         data_type = tensor.data_type
@@ -498,9 +494,9 @@ def _convert_graph(
             dtype_name = _dtype_name(data_type)
         value = values.get(name)
         if value is None:
-            values[name] = Value(name, dtype_name, shape, NCHW, None, data)
+            values[name] = Value(name, dtype_name, shape, NCHW, None, data, position)
         else:
-            value.dtype, value.shape, value.data = dtype_name, shape, data
+            value.dtype, value.shape, value.data, value.origin = dtype_name, shape, data, position
     for sparse in graph.sparse_initializer:
         name = sparse.values.name
         initializers.add(name)
@@ -543,57 +539,52 @@ def _convert_graph(
         node_id = f"{prefix}{node_name}" if prefix else node_name
         if node_id in by_id:
             node_id = _unique_id(node_name, by_id, prefix)
-        if reuse is not None and (old := reuse[index]) is not None and old.id == node_id:
-            # unchanged since it was built (a fix round's commit)
-            node, outputs, node_inputs, subgraphs = old, old.outputs, old.inputs, old.subgraphs
-        else:
-            attributes = proto_node.attribute
-            attrs, subgraphs = no_attrs, no_subgraphs
-            if attributes:
-                attributes = attributes[:]  # a list: iterating the protobuf container ends in a costly IndexError
-                # Nodes with the same attributes (every 3x3 conv with the same pads) share one table: the serialized
-                # attributes are the key (serializing costs less than reading the fields). Subgraphs and tensors never
-                # are: a body is converted per node, and a tensor's bytes are no key to copy.
-                blobs: list[bytes] | None = []
-                for attr in attributes:
-                    if attr.type in uncached:
-                        blobs = None
-                        break
-                    blobs.append(attr.SerializeToString())  # type: ignore[union-attr]
-                if blobs is not None:
-                    key = tuple(blobs)
-                    attrs = tables.get(key)  # type: ignore[assignment]
-                    if attrs is None:
-                        attrs = tables[key] = _attributes(attributes)
-                else:
-                    attrs, subgraphs = {}, {}
-                    for attr in attributes:
-                        kind = attr.type
-                        if kind == graph_attr:
-                            subgraphs[attr.name] = _convert_graph(
-                                attr.g, ir_graph, f"{node_id}/{attr.name}/", reader, facts, metadata=metadata
-                            )
-                        elif kind == graphs_attr:
-                            for k, sub in enumerate(attr.graphs):
-                                slot = f"{attr.name}[{k}]"
-                                subgraphs[slot] = _convert_graph(
-                                    sub, ir_graph, f"{node_id}/{slot}/", reader, facts, metadata=metadata
-                                )
-                        else:
-                            attrs[attr.name] = _attribute_value(attr)
-            outputs = proto_node.output[:]
-            outputs = list(map(shared, outputs, outputs))  # names.setdefault(name, name) for each, without a listcomp
-            node_inputs = proto_node.input[:]
-            node_inputs = list(map(shared, node_inputs, node_inputs))
-            props = proto_node.metadata_props
-            if props:
-                markers, scopes, meta = _metadata(proto_node, props, metadata)
+        attributes = proto_node.attribute
+        attrs, subgraphs = no_attrs, no_subgraphs
+        if attributes:
+            attributes = attributes[:]  # a list: iterating the protobuf container ends in a costly IndexError
+            # Nodes with the same attributes (every 3x3 conv with the same pads) share one table: the serialized
+            # attributes are the key (serializing costs less than reading the fields). Subgraphs and tensors never
+            # are: a body is converted per node, and a tensor's bytes are no key to copy.
+            blobs: list[bytes] | None = []
+            for attr in attributes:
+                if attr.type in uncached:
+                    blobs = None
+                    break
+                blobs.append(attr.SerializeToString())  # type: ignore[union-attr]
+            if blobs is not None:
+                key = tuple(blobs)
+                attrs = tables.get(key)  # type: ignore[assignment]
+                if attrs is None:
+                    attrs = tables[key] = _attributes(attributes)
             else:
-                doc = proto_node.doc_string
-                markers, scopes, meta = _markers(proto_node) if doc and "netlint" in doc.lower() else (), None, None
-            node = Node(
-                node_id, op[0], node_inputs, outputs, attrs, op[1], domain, None, subgraphs, markers, scopes, meta
-            )
+                attrs, subgraphs = {}, {}
+                for attr in attributes:
+                    kind = attr.type
+                    if kind == graph_attr:
+                        subgraphs[attr.name] = _convert_graph(
+                            attr.g, ir_graph, f"{node_id}/{attr.name}/", reader, facts, metadata=metadata
+                        )
+                    elif kind == graphs_attr:
+                        for k, sub in enumerate(attr.graphs):
+                            slot = f"{attr.name}[{k}]"
+                            subgraphs[slot] = _convert_graph(
+                                sub, ir_graph, f"{node_id}/{slot}/", reader, facts, metadata=metadata
+                            )
+                    else:
+                        attrs[attr.name] = attribute_value(attr)
+        outputs = proto_node.output[:]
+        outputs = list(map(shared, outputs, outputs))  # names.setdefault(name, name) for each, without a listcomp
+        node_inputs = proto_node.input[:]
+        node_inputs = list(map(shared, node_inputs, node_inputs))
+        props = proto_node.metadata_props
+        if props:
+            markers, scopes, meta = _metadata(proto_node, props, metadata)
+        else:
+            doc = proto_node.doc_string
+            markers, scopes, meta = _markers(proto_node) if doc and "netlint" in doc.lower() else (), None, None
+        node = Node(node_id, op[0], node_inputs, outputs, attrs, op[1], domain, None, subgraphs, markers, index)
+        node.scopes, node.meta = scopes, meta
         append(node)
         by_id[node_id] = node
         # reads before writes: a node that reads its own output is a cycle, as Graph.reindex and Kahn see it
@@ -714,9 +705,9 @@ def _unique_id(candidate: str, used: dict[str, Node], prefix: str) -> str:
 
 def _attributes(attributes: Any) -> dict[str, Any]:
     """A node's attributes (none of them a subgraph) as the table the IR keeps. Nodes whose serialized attributes are
-    equal share the table and its lists: the IR is read-only (netlint.fixes edits the protobuf, and the cost model
-    copies a table before it changes one)."""
-    return {attr.name: _attribute_value(attr) for attr in attributes}
+    equal share the table and its lists: the IR is read-only (an edit, netlint.ir.edit, replaces a node by an edited
+    copy with a table of its own, and the cost model copies a table before it changes one)."""
+    return {attr.name: attribute_value(attr) for attr in attributes}
 
 
 _UNCACHED_ATTRS = frozenset(
@@ -733,7 +724,7 @@ _SCALAR_ATTRS = {AttributeProto.INT: "i", AttributeProto.FLOAT: "f"}
 _LIST_ATTRS = {AttributeProto.INTS: "ints", AttributeProto.FLOATS: "floats"}
 
 
-def _attribute_value(attr: AttributeProto) -> Any:
+def attribute_value(attr: AttributeProto) -> Any:
     """An attribute as a Python value; the common kinds are read directly (onnx.helper.get_attribute_value's chain of
     type tests costs more than the read itself)."""
     kind = attr.type

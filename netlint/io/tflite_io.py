@@ -19,6 +19,7 @@ import tflite
 
 from netlint.errors import ModelLoadError
 from netlint.io.structure import check_structure
+from netlint.io.tflite_flex import flex_batchnorm_attrs
 from netlint.io.tflite_ops import CUSTOM_MAP, OP_MAP
 from netlint.ir import NHWC, ConstData, Graph, Model, Node, QuantParams, Value
 from netlint.ir.ops import FUSED_ACTIVATIONS
@@ -115,7 +116,7 @@ class _Reader:
         for name in names:
             seen[name] = seen.get(name, 0) + 1
         names = [name if seen[name] == 1 else f"{name}#{t}" for t, name in enumerate(names)]
-        values = {names[t]: self._tensor(sg.Tensors(t), names[t]) for t in range(tensor_count)}
+        values = {names[t]: self._tensor(sg.Tensors(t), names[t], t) for t in range(tensor_count)}
 
         def tensor_name(position: int) -> str:
             if position < 0:
@@ -134,23 +135,29 @@ class _Reader:
             inputs = [tensor_name(int(i)) for i in _ints(op.InputsAsNumpy(), op.InputsLength())]
             outputs = [tensor_name(int(i)) for i in _ints(op.OutputsAsNumpy(), op.OutputsLength())]
             attrs = _options(op)
-            node = Node(f"sg{index}/op{j}", source_op, inputs, outputs, attrs, source_op=custom or source_op)
+            node = Node(f"sg{index}/op{j}", source_op, inputs, outputs, attrs, source_op=custom or source_op, origin=j)
             _canonical(node, custom, values)
+            if node.op == "BatchNormalization" and node.domain == "":
+                node.attrs.update(flex_batchnorm_attrs(op.CustomOptionsAsNumpy() if op.CustomOptionsLength() else None))
             nodes.append(node)
         inputs = [tensor_name(int(i)) for i in _ints(sg.InputsAsNumpy(), sg.InputsLength())]
         outputs = [tensor_name(int(i)) for i in _ints(sg.OutputsAsNumpy(), sg.OutputsLength())]
-        return Graph(_text(sg.Name()) or f"subgraph{index}", nodes, values, inputs, outputs)
+        graph = Graph(_text(sg.Name()) or f"subgraph{index}", nodes, values, inputs, outputs)
+        graph.format = "tflite"
+        return graph
 
-    def _tensor(self, tensor: Any, name: str) -> Value:
+    def _tensor(self, tensor: Any, name: str, index: int) -> Value:
         dtype = _DTYPES.get(_enum_names(tflite.TensorType).get(tensor.Type(), ""))
         shape: tuple[int | str | None, ...] = tuple(int(d) for d in _ints(tensor.ShapeAsNumpy(), tensor.ShapeLength()))
         signature = _ints(tensor.ShapeSignatureAsNumpy(), tensor.ShapeSignatureLength())
         if len(signature) == len(shape):
             shape = tuple(None if int(s) < 0 else d for s, d in zip(signature, shape, strict=True))
-        value = Value(name, dtype, shape, NHWC, _quant(tensor.Quantization()))
+        value = Value(name, dtype, shape, NHWC, _quant(tensor.Quantization()), origin=index)
         buffer_index = tensor.Buffer()
         if 0 < buffer_index < self.buffer_count and not tensor.IsVariable():
             value.data = self._buffer(buffer_index, dtype, shape)
+            if value.data is not None and tensor.Sparsity() is not None:  # its buffer holds the compressed form
+                value.data = ConstData(value.data.load, unavailable=f"sparse tensor '{name}' is not densified")
         elif buffer_index >= self.buffer_count and buffer_index != 0:
             raise ModelLoadError(f"corrupt TFLite flatbuffer: tensor '{name}' uses missing buffer {buffer_index}")
         return value

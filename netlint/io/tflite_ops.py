@@ -85,3 +85,43 @@ OP_MAP = {
 }
 # Select-TF ("Flex") custom ops that have a canonical meaning.
 CUSTOM_MAP = {"FlexFusedBatchNormV3": "BatchNormalization", "FlexFusedBatchNorm": "BatchNormalization"}
+
+# How the TFLite writer lowers an IR op a fix wrote (netlint.io.tflite_writer): the builtin, for ops with one.
+LOWERED = {
+    "Gemm": "FULLY_CONNECTED",
+    "Relu": "RELU",
+    "LeakyRelu": "LEAKY_RELU",
+    "PRelu": "PRELU",
+    "Sigmoid": "LOGISTIC",
+    "Tanh": "TANH",
+    "HardSwish": "HARD_SWISH",
+    "Add": "ADD",
+    "Sum": "ADD",
+    "Sub": "SUB",
+    "Mul": "MUL",
+    "Div": "DIV",
+    "Min": "MINIMUM",
+    "Max": "MAXIMUM",
+    "Concat": "CONCATENATION",
+    "Transpose": "TRANSPOSE",
+    "Reshape": "RESHAPE",
+    "DequantizeLinear": "DEQUANTIZE",
+    "QuantizeLinear": "QUANTIZE",
+    "Cast": "CAST",
+}
+# Builtins whose options carry a FusedActivationFunction (those a fix writes among them)
+FUSED_ACTIVATION_BUILTINS = frozenset(
+    {"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "ADD", "SUB", "MUL", "DIV", "CONCATENATION", "CONV_3D"}
+)
+# Clip bounds a builtin computes (TFLite has no Clip of other bounds)
+CLIP_BUILTINS = {(0.0, 6.0): "RELU6", (-1.0, 1.0): "RELU_N1_TO_1", (0.0, 1.0): "RELU_0_TO_1", (0.0, None): "RELU"}
+
+
+def builtin_for(op: str, attrs: dict) -> str | None:
+    """The builtin the TFLite writer writes for a new IR node, or None when TFLite has no operator for it."""
+    if op == "Conv":
+        return "DEPTHWISE_CONV_2D" if (attrs.get("group") or 1) > 1 else "CONV_2D"
+    if op == "Clip":
+        low, high = attrs.get("min"), attrs.get("max")
+        return CLIP_BUILTINS.get((None if low is None else float(low), None if high is None else float(high)))
+    return LOWERED.get(op)

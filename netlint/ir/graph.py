@@ -80,6 +80,10 @@ class Value:
     layout: str = NCHW
     quant: QuantParams | None = None
     data: ConstData | None = None
+    # where the value comes from in the file (ONNX: its initializer's position; TFLite: its tensor's index), -1 for
+    # none; `edited`: an edit (netlint.ir.edit) changed it since it was loaded, so a writer rewrites it
+    origin: int = -1
+    edited: bool = False
 
     @property
     def is_const(self) -> bool:
@@ -117,6 +121,11 @@ class Node:
     # (where, text) of the node's texts that mention `netlint` (ONNX doc_string, metadata_props): suppression
     # markers, parsed by netlint.suppression
     markers: tuple[tuple[str, str], ...] = ()
+    # the node of the file this one is (ONNX: the NodeProto's position in its graph; TFLite: the operator's index in
+    # its subgraph), -1 for a node an edit added; `edited`: an edit changed it (netlint.ir.edit never changes a node in
+    # place: it replaces it by an edited copy), so a writer rebuilds it from the original and the IR
+    origin: int = -1
+    edited: bool = False
     # What the export recorded about the node's origin in the model's code, unparsed (netlint.io.provenance reads it
     # for the nodes of findings only). PyTorch dynamo exports: `scopes` is the node's name_scopes metadata (or its
     # namespace when it has none), `meta` its (class_hierarchy, stack_trace), a tuple shared by the nodes with equal
@@ -147,6 +156,9 @@ class Graph:
     opsets: Mapping[str, int] = {}
     ir_version: int = 0  # the ONNX file's IR version (0: not an ONNX file)
     path: str = ""  # the file the main graph was loaded from (a toolchain backend compiles the file itself)
+    # the file format the graph was loaded from ("onnx" or "tflite"): what a fix may write into it
+    format: str = "onnx"
+    generation = -1  # how many times the indexes were set (see set_indexes)
 
     def __init__(
         self,
@@ -196,6 +208,7 @@ class Graph:
         """Install indexes equal to what `reindex` builds (the ONNX loader builds them while it converts the nodes,
         in the same pass) and forget everything derived from the old ones."""
         self._output_set = frozenset(self.outputs)
+        self.generation += 1  # caches kept outside the graph (netlint.cost) compare it: the graph was edited
         self._producer = producer
         self._consumers = consumers
         self._by_id = by_id

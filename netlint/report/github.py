@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from netlint.engine import ModelReport
 from netlint.report.sarif import relative_path
-from netlint.rule import Finding
+from netlint.rule import Finding, FixRef
 from netlint.terminal import safe
 
 COMMANDS = {"error": "error", "warning": "warning", "info": "notice"}
@@ -107,7 +107,8 @@ def _group(kind: str, path: str, code: str, findings: list[Finding]) -> _Annotat
     if first.help:
         message += f"\nhelp: {first.help}"
     if first.fix is not None:
-        message += f" (fix: {first.fix.name}, {first.fix.applicability})"
+        why = f": {first.fix.reason}" if first.fix.reason else ""
+        message += f" (fix: {first.fix.name}, {first.fix.applicability}{why})"
     return _Annotation(kind, path, title, message, len(findings), findings=findings)
 
 
@@ -175,7 +176,7 @@ def step_summary(reports: list[ModelReport], budget: int = SUMMARY_BYTES) -> str
             rows.extend(f"| {path} | - | - | skipped | {_cell(note)} | - |\n" for note in report.notes)
         for finding in report.findings:
             node = _cell(finding.nodes[0]) if finding.nodes else "-"
-            fix = _cell(f"{finding.fix.name} ({finding.fix.applicability})") if finding.fix else "-"
+            fix = _cell(fix_text(finding.fix)) if finding.fix else "-"
             message = _cell(finding.message + (f" (help: {finding.help})" if finding.help else ""))
             rows.append(f"| {path} | {node} | {finding.code} | {finding.severity} | {message} | {fix} |\n")
     if not rows:
@@ -190,3 +191,9 @@ def step_summary(reports: list[ModelReport], budget: int = SUMMARY_BYTES) -> str
             break
         parts.append(row)
     return "".join(parts)
+
+
+def fix_text(fix: FixRef) -> str:
+    """A finding's fix in one cell: `name (applicability)`, with the reason when it cannot apply."""
+    why = f": {fix.reason}" if fix.reason else ""
+    return f"{fix.name} ({fix.applicability}{why})"

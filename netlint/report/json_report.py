@@ -17,7 +17,8 @@ from netlint.rule import Finding, FixRef, Impact
 from netlint.source import Source
 
 # 1.1: model.precision and model.chip; 1.2: finding.impact and model.cost; 1.3: finding.source, finding.reference,
-# model.groups, impact.modelled, and the pricing (basis and error band) of cost and impact
+# model.groups, finding.fix.reason (applicability "none": the fix cannot apply to this occurrence, and why),
+# impact.modelled, and the pricing (basis and error band) of cost and impact
 SCHEMA_VERSION = "1.3"
 
 
@@ -29,12 +30,22 @@ def finding_json(finding: Finding) -> dict[str, Any]:
         "message": finding.message,
         "nodes": finding.nodes,
         "tensors": finding.tensors,
-        "fix": {"name": finding.fix.name, "applicability": finding.fix.applicability} if finding.fix else None,
+        "fix": fix_json(finding.fix),
         "help": finding.help,
         "impact": impact_json(finding.impact),
         "reference": finding.reference,
         "source": source_json(finding.source, finding.other_sources),
     }
+
+
+def fix_json(fix: FixRef | None) -> dict[str, Any] | None:
+    """The finding's fix: its pass and applicability, and why it cannot apply when that is "none"."""
+    if fix is None:
+        return None
+    found = {"name": fix.name, "applicability": fix.applicability}
+    if fix.reason:
+        found["reason"] = fix.reason
+    return found
 
 
 def source_json(
@@ -267,10 +278,11 @@ def _tail(fix: FixRef | None, help_: str | None, inner: str) -> str:
     """A finding's fix and help fields."""
     enc = encode_basestring
     deeper = inner + "  "
+    reason = f',{deeper}"reason": {enc(fix.reason)}' if fix is not None and fix.reason else ""
     fix_text = (
         "null"
         if fix is None
-        else f'{{{deeper}"name": {enc(fix.name)},{deeper}"applicability": {enc(fix.applicability)}{inner}}}'
+        else f'{{{deeper}"name": {enc(fix.name)},{deeper}"applicability": {enc(fix.applicability)}{reason}{inner}}}'
     )
     return f'{inner}"fix": {fix_text},{inner}"help": {"null" if help_ is None else enc(help_)},'
 

@@ -27,7 +27,7 @@ from netlint import HOMEPAGE, __version__
 from netlint.engine import ModelReport
 from netlint.repo import repository_root
 from netlint.report.baseline import fallback_key, keys_of
-from netlint.report.json_report import source_json
+from netlint.report.json_report import fix_json, source_json
 from netlint.rule import Rule, all_rules
 from netlint.source import Source
 
@@ -155,9 +155,7 @@ def to_sarif(reports: list[ModelReport], rules: Iterable[type[Rule]] = ()) -> st
                     "severity": finding.severity,
                     "nodes": finding.nodes,
                     "tensors": finding.tensors,
-                    "fix": {"name": finding.fix.name, "applicability": finding.fix.applicability}
-                    if finding.fix
-                    else None,
+                    "fix": fix_json(finding.fix) if finding.fix else None,
                     "reference": finding.reference,  # the citation of the fact this result rests on
                 },
             }

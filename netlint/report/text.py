@@ -127,8 +127,10 @@ def _printable_ascii(text: str) -> bool:
 def _hint_line(finding: Finding, paint: Callable[[str, str], str]) -> str:
     """The `  help: ...` line of a finding (its help and fix), or "" when it has neither."""
     hint = safe(finding.help) if finding.help else ""
-    if finding.fix is not None:
-        hint = f"{hint} (fix: {finding.fix.name}, {finding.fix.applicability})".strip()
+    fix = finding.fix
+    if fix is not None:
+        why = f": {safe(fix.reason)}" if fix.reason else ""
+        hint = f"{hint} (fix: {fix.name}, {fix.applicability}{why})".strip()
     return paint(f"  help: {hint}", "dim") if hint else ""
 
 

@@ -7,7 +7,8 @@
     assert codes(findings_of(b.build())) == ["FU001"]
 
 `GraphBuilder` writes real ONNX models (checked by onnx.checker); `TfliteBuilder` (netlint.testing.tflite_builder)
-writes real TFLite flatbuffers. `findings_of` lints either, in memory, with the same engine as `netlint check`.
+writes real TFLite flatbuffers. `findings_of` lints either, in memory, with the same engine as `netlint check`, and
+`fix` fixes either with the engine of `netlint fix`.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from netlint.testing.tflite_builder import TfliteBuilder
 
-__all__ = ["GraphBuilder", "TfliteBuilder", "codes", "findings_of", "lint", "load"]
+__all__ = ["GraphBuilder", "TfliteBuilder", "codes", "findings_of", "fix", "lint", "load"]
 
 
 class GraphBuilder:
@@ -218,6 +219,31 @@ def lint(
 
     overrides = Overrides(target=target, precision=precision, chip=chip, select=select)
     return lint_model(load(model), settings_for(FileConfig(), overrides))
+
+
+def fix(
+    model: onnx.ModelProto | bytes,
+    select: list[str] | None = None,
+    *,
+    unsafe: bool = False,
+    to_fp16: bool = False,
+    keep_slower_fixes: bool = False,
+    target: str | None = None,
+    precision: str | None = None,
+    chip: str | None = None,
+) -> Any:
+    """The FixResult `netlint fix` would produce for an in-memory ONNX model or TFLite flatbuffer (left as it is):
+    `result.fixed` is the fixed ModelProto or flatbuffer bytes (the input itself when nothing was fixed)."""
+    import copy
+
+    from netlint.config import FileConfig, Overrides, settings_for
+    from netlint.fixes.engine import fix_model
+
+    overrides = Overrides(target=target, precision=precision, chip=chip, select=select)
+    settings = settings_for(FileConfig(), overrides)
+    settings.keep_slower_fixes = keep_slower_fixes
+    original = bytes(model) if isinstance(model, bytes) else copy.deepcopy(model)
+    return fix_model(load(original), original, settings, unsafe=unsafe, to_fp16=to_fp16)
 
 
 def findings_of(

@@ -31,6 +31,8 @@ import flatbuffers
 import numpy as np
 import tflite
 
+from netlint.io.tflite_writer import op_version, options_table
+
 __all__ = ["TfliteBuilder"]
 
 SCHEMA_VERSION = 3
@@ -92,38 +94,8 @@ _BUILTIN_OPTIONS: dict[str, int] = {
     if not name.startswith("_") and isinstance(value, int) and name != "NONE"
 }
 
-# Operators whose options table is not simply "<CamelCaseOpName>Options".
-_OPTIONS_TABLE_OVERRIDES: dict[str, str] = {
-    "AVERAGE_POOL_2D": "Pool2DOptions",
-    "MAX_POOL_2D": "Pool2DOptions",
-    "L2_POOL_2D": "Pool2DOptions",
-    "L2_NORMALIZATION": "L2NormOptions",
-    "MAXIMUM": "MaximumMinimumOptions",
-    "MINIMUM": "MaximumMinimumOptions",
-    "MEAN": "ReducerOptions",
-    "SUM": "ReducerOptions",
-    "REDUCE_MAX": "ReducerOptions",
-    "REDUCE_MIN": "ReducerOptions",
-    "REDUCE_PROD": "ReducerOptions",
-    "REDUCE_ANY": "ReducerOptions",
-    "REDUCE_ALL": "ReducerOptions",
-    "UNIDIRECTIONAL_SEQUENCE_RNN": "SequenceRNNOptions",
-    "CONV_3D_TRANSPOSE": "Conv3DOptions",
-}
-
 # Largest builtin code that fits the old int8 ``deprecated_builtin_code`` field.
 _PLACEHOLDER_FOR_GREATER_OP_CODES = tflite.BuiltinOperator.PLACEHOLDER_FOR_GREATER_OP_CODES
-
-
-def _options_table_name(opcode: str) -> str | None:
-    """Name of the BuiltinOptions table an operator uses, if any."""
-    if opcode in _OPTIONS_TABLE_OVERRIDES:
-        return _OPTIONS_TABLE_OVERRIDES[opcode]
-    wanted = opcode.replace("_", "").lower() + "options"
-    for table in _BUILTIN_OPTIONS:
-        if table.lower() == wanted:
-            return table
-    return None
 
 
 def _camel(snake: str) -> str:
@@ -332,7 +304,7 @@ class TfliteBuilder:
         for index in outputs:
             self._check_index(index)
 
-        table = _options_table_name(opcode) if opcode != "CUSTOM" else None
+        table = options_table(opcode) if opcode != "CUSTOM" else None
         resolved = self._resolve_options(opcode, table, options or {})
         version = self._op_version(opcode, inputs, outputs, resolved)
 
@@ -374,68 +346,18 @@ class TfliteBuilder:
         return resolved
 
     def _op_version(self, opcode: str, inputs: list[int], outputs: list[int], options: dict[str, Any]) -> int:
-        """Operator version as TFLite's op_version.cc would pick it.
+        """Operator version as TFLite's op_version.cc would pick it (netlint.io.tflite_writer.op_version, which the
+        fix writer uses too)."""
 
-        Covers the cases the convenience methods can produce; everything else
-        is version 1, which every runtime kernel registers.
-        """
+        def types(indices: list[int]) -> list[tuple[str | None, bool]]:
+            found: list[tuple[str | None, bool]] = []
+            for index in indices:
+                tensor = self._sg.tensors[index] if index >= 0 else None
+                quant = tensor.quant if tensor is not None else None
+                found.append((tensor.dtype if tensor is not None else None, quant is not None and quant.per_axis))
+            return found
 
-        def dtype(indices: list[int], i: int) -> str | None:
-            if i >= len(indices) or indices[i] < 0:
-                return None
-            return self._sg.tensors[indices[i]].dtype
-
-        def per_axis(indices: list[int], i: int) -> bool:
-            if i >= len(indices) or indices[i] < 0:
-                return False
-            quant = self._sg.tensors[indices[i]].quant
-            return quant is not None and quant.per_axis
-
-        x, w, y = dtype(inputs, 0), dtype(inputs, 1), dtype(outputs, 0)
-        int8 = x == "int8" and w == "int8" and y == "int8"
-        hybrid = x == "float32" and w == "int8" and y == "float32"
-        if opcode == "CONV_2D":
-            if int8:
-                return 3
-            if hybrid:
-                return 5 if per_axis(inputs, 1) else 2
-        elif opcode == "DEPTHWISE_CONV_2D":
-            if x == "int16" and w == "int16":
-                return 5
-            if hybrid:
-                return 6 if per_axis(inputs, 1) else 4
-            if int8:
-                return 3
-            if options.get("dilation_w_factor", 1) != 1 or options.get("dilation_h_factor", 1) != 1:
-                return 2
-        elif opcode == "FULLY_CONNECTED":
-            if len(inputs) == 2:
-                return 6
-            if options.get("keep_num_dims"):
-                return 5
-            if int8:
-                return 4
-            if hybrid:
-                return 3
-        elif opcode in ("ADD", "MUL", "LOGISTIC", "TANH", "RELU", "RELU6"):
-            if x == "int16":
-                return 3
-            if x == "int8":
-                return 2
-        elif opcode == "LEAKY_RELU":
-            if x == "int16":
-                return 2
-        elif opcode == "QUANTIZE":
-            if per_axis(outputs, 0):
-                return 3
-            if y == "int16":
-                return 2
-        elif opcode == "DEQUANTIZE":
-            if x in ("int16", "float16"):
-                return 3
-            if x == "int8":
-                return 5 if per_axis(inputs, 0) else 2
-        return 1
+        return op_version(opcode, types(inputs), types(outputs), options)
 
     # ------------------------------------------------------------ convenience
 

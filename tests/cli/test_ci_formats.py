@@ -11,6 +11,7 @@ from collections import Counter
 from pathlib import Path
 
 import jsonschema
+import numpy as np
 import onnx
 import pytest
 
@@ -467,12 +468,21 @@ def test_statistics(monkeypatch, capsys, tmp_path):
     code, out, _ = run(monkeypatch, capsys, tmp_path, "m.onnx", "p.onnx", "--statistics")
     assert code == 1
     assert out.splitlines() == [
-        "    3  FU004  prelu-as-relu",
-        "    1  FU001  multi-consumer-conv",
-        "    1  FU006  batchnorm-after-conv",
+        "    3  FU004  prelu-as-relu  (3 fixable)",
+        "    1  FU001  multi-consumer-conv  (1 fixable)",
+        "    1  FU006  batchnorm-after-conv  (1 fixable)",
     ]
     _, out, _ = run(monkeypatch, capsys, tmp_path, "m.onnx", "p.onnx", "--statistics", "--format", "json")
-    assert json.loads(out)[0] == {"code": "FU004", "name": "prelu-as-relu", "count": 3}
+    assert json.loads(out)[0] == {"code": "FU004", "name": "prelu-as-relu", "count": 3, "fixable": 3}
+    # a fix that cannot apply is not counted: FU006's conv weights shared with another conv
+    b = GraphBuilder()
+    x = b.input("x", [1, 2, 4, 4])
+    weight = b.const("w", np.ones((2, 2, 1, 1), np.float32))
+    b.output(b.batchnorm(b.node("Conv", [x, weight], name="c1", shape=[1, 2, 4, 4]), name="bn"))
+    b.output(b.node("Conv", [x, weight], name="c2", shape=[1, 2, 4, 4]))
+    b.save(tmp_path / "shared.onnx")
+    _, out, _ = run(monkeypatch, capsys, tmp_path, "shared.onnx", "--statistics")
+    assert out.splitlines() == ["    1  FU006  batchnorm-after-conv"]
 
 
 def test_statistics_with_a_ci_format_is_a_usage_error(monkeypatch, capsys, tmp_path):

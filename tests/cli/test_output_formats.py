@@ -124,8 +124,13 @@ def assert_valid_document(document: dict) -> None:
             assert finding["help"] is None or isinstance(finding["help"], str)
             assert finding["reference"] is None or isinstance(finding["reference"], str)
             if finding["fix"] is not None:
-                assert set(finding["fix"]) == {"name", "applicability"}
-                assert finding["fix"]["applicability"] in ("safe", "unsafe", "manual")
+                fix = finding["fix"]
+                assert fix["applicability"] in ("safe", "unsafe", "manual", "none")
+                # why a fix does not apply is said, and only then
+                assert set(fix) == (
+                    {"name", "applicability", "reason"} if fix["applicability"] == "none" else {"name", "applicability"}
+                )
+                assert fix.get("reason", "x") != ""
             source = finding["source"]
             if source is not None:
                 assert set(source) == SOURCE_KEYS | {"frames", "related"}
@@ -172,7 +177,7 @@ def test_json_has_the_keys_of_the_readme_example(check, facenet):
     assert set(actual["models"][0]) == set(example["models"][0]) == MODEL_KEYS
     assert set(actual["models"][0]["findings"][0]) == set(example["models"][0]["findings"][0]) == FINDING_KEYS
     assert set(example["models"][0]["skipped"][0]) == SKIP_KEYS
-    assert set(example["models"][0]["findings"][0]["fix"]) == {"name", "applicability"}
+    assert set(example["models"][0]["findings"][0]["fix"]) <= {"name", "applicability", "reason"}
     assert example["schema_version"] == SCHEMA_VERSION
 
 
@@ -186,6 +191,10 @@ def test_json_notes_for_missing_external_data(check, tmp_path, data_dir):
     assert [f["code"] for f in model["findings"]] == ["FU006"] * 52
     assert {f["severity"] for f in model["findings"]} == {"warning"}
     assert {f["fix"]["name"] for f in model["findings"]} == {"fold-batchnorm"}
+    # the weights are in the missing file: the fix cannot apply, and says why
+    assert {(f["fix"]["applicability"], f["fix"]["reason"]) for f in model["findings"]} == {
+        ("none", f"needs weight values: external data file '{MOBILENET}.data' not found")
+    }
     assert len(model["notes"]) == 1
     assert f"'{MOBILENET}.data' not found" in model["notes"][0]
 

@@ -13,9 +13,10 @@ import pytest
 import netlint.cost.backends as backends_module
 from netlint.config import FileConfig, Overrides, settings_for
 from netlint.cost.impact import model_cost, price_findings, summarises
-from netlint.fixes.engine import fix_model
+from netlint.engine import lint_model
+from netlint.fixes.registry import Plans
 from netlint.targets import load_target
-from netlint.testing import GraphBuilder, lint, load
+from netlint.testing import GraphBuilder, fix, lint, load
 
 pytestmark = pytest.mark.usefixtures("static_cost")  # the static model's prices
 
@@ -101,11 +102,12 @@ def priced(model: onnx.ModelProto, code: str, target: str, **kw: str) -> float:
 def priced_on(model: onnx.ModelProto, code: str, found_on: dict, target: str, **kw: str) -> float:
     """The saving on `target` (with precision/chip `kw`) of the finding that `found_on` (a target selection)
     reports."""
-    graph = load(model).graph
-    [finding] = lint(model, select=[code], **found_on).findings
+    ir = load(model)
+    plans = Plans()
+    [finding] = lint_model(ir, settings_for(FileConfig(), Overrides(select=[code], **found_on)), plans=plans).findings
     finding.impact = None
     chosen = load_target(target, **kw)
-    price_findings(graph, [finding], chosen, model_cost(graph, chosen))
+    price_findings(ir.graph, [finding], chosen, model_cost(ir.graph, chosen), plans)
     assert finding.impact is not None
     return finding.impact.saving_ms
 
@@ -294,16 +296,18 @@ def test_min_impact_drops_small_savings_and_keeps_unpriced(run_cli, saved) -> No
 
 def test_fix_skips_a_fix_predicted_to_slow_the_target() -> None:
     model = heavy_shared_conv("Relu")
-    settings = settings_for(FileConfig(), Overrides(target="ort-cpu", select=["FU001"]))
-    result = fix_model(model, "<memory>.onnx", Path("."), settings)
+    result = fix(model, ["FU001"], target="ort-cpu")
     assert result.applied == []
     [skipped] = result.skipped
     assert skipped.fix == "duplicate-conv" and skipped.node == "conv0"
     assert skipped.reason.startswith("predicted ") and " ms slower on ort-cpu" in skipped.reason
-    settings.keep_slower_fixes = True
-    assert [a.fix for a in fix_model(model, "<memory>.onnx", Path("."), settings).applied] == ["duplicate-conv"]
-    htp = settings_for(FileConfig(), Overrides(target="qualcomm-htp", chip="8550", select=["FU001"]))
-    assert [a.fix for a in fix_model(shared_conv(), "<memory>.onnx", Path("."), htp).applied] == ["duplicate-conv"]
+    # `check` says so: the finding's fix does not apply, for that reason
+    [finding] = lint(model, select=["FU001"], target="ort-cpu").findings
+    assert (finding.fix.applicability, finding.fix.reason) == ("none", skipped.reason)
+    kept = fix(model, ["FU001"], target="ort-cpu", keep_slower_fixes=True)
+    assert [a.fix for a in kept.applied] == ["duplicate-conv"]
+    htp = fix(shared_conv(), ["FU001"], target="qualcomm-htp", chip="8550")
+    assert [a.fix for a in htp.applied] == ["duplicate-conv"]
 
 
 def test_fix_command_says_why_it_skipped(run_cli, saved) -> None:

@@ -7,8 +7,11 @@ import numpy as np
 import onnx
 import pytest
 
+from netlint.config import FileConfig, Overrides, settings_for
 from netlint.cost.advice import dynamic_region, padded_values
 from netlint.cost.impact import model_cost, price_findings
+from netlint.engine import lint_model
+from netlint.fixes.registry import Plans
 from netlint.report.json_report import impact_json
 from netlint.rule import Impact
 from netlint.targets import load_target
@@ -19,14 +22,17 @@ pytestmark = pytest.mark.usefixtures("static_cost")  # the static model's prices
 
 def repriced(model: onnx.ModelProto | bytes, code: str, found_on: dict, target: str, **kw: str) -> Impact:
     """The impact on `target` (precision/chip `kw`) of the first finding of rule `code` that `found_on` reports."""
-    graph = load(model).graph
-    [finding, *_] = [f for f in lint(model, select=[code], **found_on).findings if f.code == code]
+    ir = load(model)
+    plans = Plans()
+    settings = settings_for(FileConfig(), Overrides(select=[code], **found_on))
+    [finding, *_] = [f for f in lint_model(ir, settings, plans=plans).findings if f.code == code]
     finding.impact = None
     chosen = load_target(target, **kw)
-    price_findings(graph, [finding], chosen, model_cost(graph, chosen))
+    price_findings(ir.graph, [finding], chosen, model_cost(ir.graph, chosen), plans)
     assert finding.impact is not None, (code, target)
     assert finding.impact.target == chosen.label
-    assert finding.impact.basis, "a manual rule's impact says how it was priced"
+    if plans.get(finding) is None:  # a manual rule's advice (a fix is priced by applying its pass)
+        assert finding.impact.basis, "a manual rule's impact says how it was priced"
     return finding.impact
 
 
@@ -198,25 +204,12 @@ def tflite_conv_relu6() -> bytes:
     return b.build()
 
 
-def tflite_int8_conv_relu6() -> bytes:
-    """The same conv in int8 (what Ethos-U runs: a float TFLite model runs on its CPU)."""
-    b = TfliteBuilder()
-    act = {"scale": [0.05], "zero_point": [0]}
-    weights = np.random.default_rng(0).integers(-127, 127, (40, 3, 3, 40)).astype(np.int8)
-    x = b.input("x", [1, 28, 28, 40], "int8", quant=act)
-    out = b.conv_2d(
-        x, weights, None, activation="RELU6", out_quant=act, weight_quant={"scale": [0.1], "zero_point": [0]}
-    )
-    b.output(out)
-    return b.build()
-
-
 def test_tflite_fused_relu6_and_nhwc_padding_are_priced() -> None:
     model = tflite_conv_relu6()
     assert saving_us(model, "QT001", TDA4VM, "ti-tda4vm") == pytest.approx(0.0, abs=1e-9)  # ReLU8 either way
-    # Vela applies RELU6, not a clip at 8, in the conv
-    assert saving_us(tflite_int8_conv_relu6(), "QT001", TDA4VM, "ethos-u55") < 0
-    assert saving_us(model, "QT001", TDA4VM, "ethos-u55") == 0.0  # the float model runs on the CPU: no fusion there
+    # a float TFLite model runs on Ethos-U's CPU (an int8 one's fix cannot apply: quantized ReLU6): the pass writes
+    # the clip at 8 as an operator of its own after the conv, one more CPU operator
+    assert saving_us(model, "QT001", TDA4VM, "ethos-u55") < 0
     assert saving_us(model, "HW002", TDA4VM, "qualcomm-htp") > 0  # NHWC: the last axis is padded
     assert saving_us(model, "HW002", TDA4VM, "ethos-u55") == 0.0
 
@@ -269,14 +262,9 @@ def test_a_float16_model_is_priced_at_the_targets_fp16_rates_and_bigger_tensors_
 
 
 def test_keep_fp32_is_not_skipped_as_slower_by_netlint_fix() -> None:
-    from netlint.config import FileConfig, Overrides, settings_for
-    from netlint.fixes.engine import slower_on_the_target
-    from netlint.fixes.registry import all_passes
-
-    [finding] = lint(conv_softmax(), select=["QT005"], **FP16_HTP).findings
+    [finding] = lint(fp16_softmax(), select=["QT005"], **FP16_HTP).findings
     assert finding.impact is not None and finding.impact.saving_ms < 0
-    settings = settings_for(FileConfig(), Overrides(target="qualcomm-htp", precision="fp16"))
-    assert slower_on_the_target(finding, settings, all_passes()["keep-fp32"]) is None
+    assert finding.fix is not None and finding.fix.applicability == "safe"  # for accuracy: no "slower" veto
 
 
 # --- HW001: the partition summary -------------------------------------------------------------------------------------
@@ -351,3 +339,31 @@ def test_the_casts_of_an_op_on_the_fallback_run_beside_it_and_add_no_border() ->
     assert rates is not None and rates.transfer_overhead_us is not None
     assert impact.saving_ms < 0
     assert -impact.saving_ms * 1000 < rates.transfer_overhead_us  # Casts on the accelerator would add two borders
+
+
+# --- FU006 / FU007 / FU008 whose fix is manual: the advised fold, done by hand --------------------------------------
+def concat_bn() -> onnx.ModelProto:
+    """A BN after a channel Concat of two convs: FU006 with a manual fix (the pass folds a BN after one conv only)."""
+    b = GraphBuilder(seed=1)
+    x = b.input("x", [1, 16, 56, 56])
+    y = b.node("Concat", [b.conv(x, 16, name="c1"), b.conv(x, 16, name="c2")], axis=1, shape=[1, 32, 56, 56])
+    b.output(b.relu(b.batchnorm(y, name="bn"), name="relu"))
+    return b.build()
+
+
+@pytest.mark.parametrize("target", ["ort-cpu", "ti-tda4vm"])
+def test_a_manual_fold_is_priced_as_the_batch_norm_gone(target: str) -> None:
+    """The runtimes that fold a BN on load fold only a direct conv -> BN: the BN after the Concat stays a pass there,
+    and the price is what removing it saves (the advised change, applied as a plan, never a hand-kept simulation)."""
+    [finding] = lint(concat_bn(), select=["FU006"], target=target).findings
+    assert finding.fix is not None and finding.fix.applicability == "manual"
+    impact = finding.impact
+    assert impact is not None and impact.saving_ms > 0 and "done by hand" in (impact.basis or "")
+    b = GraphBuilder(seed=1)  # the same model with the BN folded away by hand
+    x = b.input("x", [1, 16, 56, 56])
+    y = b.node("Concat", [b.conv(x, 16, name="c1"), b.conv(x, 16, name="c2")], axis=1, shape=[1, 32, 56, 56])
+    b.output(b.relu(y, name="relu"))
+    chosen = load_target(target)
+    before = model_cost(load(concat_bn()).graph, chosen).latency_us
+    after = model_cost(load(b.build()).graph, chosen).latency_us
+    assert impact.saving_ms == pytest.approx((before - after) / 1000, rel=0.01)

@@ -21,8 +21,9 @@ from netlint.config import FileConfig, Overrides, settings_for
 from netlint.cost import cost_model
 from netlint.cost.layout import Borders
 from netlint.engine import lint_model
-from netlint.fixes.edit import GraphEdit
-from netlint.fixes.registry import FixContext, all_passes
+from netlint.fixes.registry import Plans
+from netlint.io.onnx_writer import write_onnx
+from netlint.ir.edit import Edit
 from netlint.testing import GraphBuilder, load
 
 pytestmark = pytest.mark.usefixtures("static_cost")  # the static model's layout borders
@@ -32,26 +33,26 @@ RELATIVE, ABSOLUTE_US = 1e-3, 0.01
 
 def priced_and_whole(proto: onnx.ModelProto) -> list[tuple[str, str, float, float]]:
     """(rule, first node, priced saving, whole-model delta) in microseconds for every finding on ort-cpu whose fix
-    pass applies, each fix applied alone to a copy of the model."""
+    applies, each fix applied alone to a fresh copy of the model, written and loaded again."""
     settings = settings_for(FileConfig(), Overrides(target="ort-cpu"))
     model = load(copy.deepcopy(proto))
-    report = lint_model(model, settings)
+    plans = Plans()
+    report = lint_model(model, settings, plans=plans)
     before = cost_model(model, "ort-cpu").latency_us
     assert before is not None and before > 0
-    passes = all_passes()
-    positions = {node.id: index for index, node in enumerate(model.graph.nodes)}
     rows = []
-    for finding in report.findings:
-        if finding.fix is None or finding.fix.name not in passes or finding.impact is None:
-            continue
-        fixed = copy.deepcopy(proto)
-        edit = GraphEdit(fixed, model.graph)
-        nodes = [positions[node_id] for node_id in finding.nodes]
-        plan = passes[finding.fix.name]().plan(FixContext(edit, model.graph, finding, nodes, settings.rule_options))
-        if isinstance(plan, str):
+    for index, finding in enumerate(report.findings):
+        found = plans.get(finding)
+        if found is None or isinstance(found.plan, str) or finding.impact is None:
             continue  # the pass skips this occurrence: nothing to compare
-        plan.apply()
-        edit.commit(restart=False)
+        fresh = load(copy.deepcopy(proto))
+        again = Plans()
+        mine = lint_model(fresh, settings, plans=again).findings[index]
+        edit = Edit(fresh.graph)
+        again.get(mine).plan.apply(edit)  # type: ignore[union-attr]
+        edit.commit()
+        fixed = copy.deepcopy(proto)
+        write_onnx(fixed, fresh)
         after = cost_model(load(fixed), "ort-cpu").latency_us
         assert after is not None
         rows.append((finding.code, finding.nodes[0], finding.impact.saving_ms * 1000, before - after))

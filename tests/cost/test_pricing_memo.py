@@ -10,9 +10,12 @@ import numpy as np
 import onnx
 import pytest
 
+from netlint.config import FileConfig, Overrides, settings_for
 from netlint.cost import model as model_module
 from netlint.cost.impact import model_cost, price_findings
 from netlint.cost.model import cost_model
+from netlint.engine import lint_model
+from netlint.fixes.registry import Plans
 from netlint.targets import load_target
 from netlint.testing import GraphBuilder, lint, load
 
@@ -40,15 +43,16 @@ def test_findings_priced_together_get_the_impact_each_gets_alone(target: str) ->
     model = load(repeated_blocks())
     chosen = load_target(target)
     cost = model_cost(model.graph, chosen)
-    findings = [f for f in lint(repeated_blocks(), target=target).findings]
+    plans = Plans()
+    findings = lint_model(model, settings_for(FileConfig(), Overrides(target=target)), plans=plans).findings
     for finding in findings:
         finding.impact = None
-    price_findings(model.graph, findings, chosen, cost)  # one memo for all
+    price_findings(model.graph, findings, chosen, cost, plans)  # one memo for all
     together = [(f.code, f.nodes, f.impact) for f in findings]
     alone = []
     for finding in findings:
         finding.impact = None
-        price_findings(model.graph, [finding], chosen, cost)  # a fresh memo per finding
+        price_findings(model.graph, [finding], chosen, cost, plans)  # a fresh memo per finding
         alone.append((finding.code, finding.nodes, finding.impact))
     assert together == alone
     assert sum(f.impact is not None for f in findings) >= 10  # the blocks' findings are priced at all

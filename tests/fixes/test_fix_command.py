@@ -68,13 +68,16 @@ def test_select_and_ignore_limit_what_is_fixed(run_cli, tmp_path):
 def test_a_failing_verification_writes_nothing(tmp_path, monkeypatch, capsys):
     from netlint.fixes import fold_batchnorm
 
-    real = fold_batchnorm._fold
+    real = fold_batchnorm.fold
 
-    def wrong(conv, bn, values, w_shape):
-        weights, bias, beta_one = real(conv, bn, values, w_shape)
-        return weights, bias + np.float32(0.01), beta_one
+    def wrong(graph, conv, factors, *args, **kwargs):
+        def off():
+            scale, shift = factors()
+            return scale, shift + 0.01  # a wrong "exact" fold
 
-    monkeypatch.setattr(fold_batchnorm, "_fold", wrong)
+        return real(graph, conv, off, *args, **kwargs)
+
+    monkeypatch.setattr(fold_batchnorm, "fold", wrong)
     model = conv_bn_model(tmp_path / "m.onnx")
     before = digest(model)
     code = main(["fix", str(model), "-o", str(tmp_path / "out.onnx")])

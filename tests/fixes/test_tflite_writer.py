@@ -6,7 +6,7 @@ import mmap
 
 import numpy as np
 import pytest
-from tflite_helpers import outputs
+from conftest import outputs
 
 from netlint.io.tflite_io import model_from_buffer
 from netlint.io.tflite_writer import Table, load_tree, read_tree, tree_differences, write_tree

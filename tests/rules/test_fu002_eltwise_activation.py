@@ -53,7 +53,9 @@ def test_add_of_two_tensors_then_prelu_on_htp_8550_has_the_full_shape() -> None:
     assert f.severity == priced_severity(f)  # issue 21, item 10: the Concat + conv may cost more than it saves
     assert f.nodes == ["add", "prelu"]
     assert f.tensors == ["add_out"]
-    assert (f.fix.name, f.fix.applicability) == ("eltwise-as-conv", "safe")
+    # the rewrite applies, but the Concat + 1x1 conv is predicted a little slower on this chip: the fix says so
+    assert (f.fix.name, f.fix.applicability) == ("eltwise-as-conv", "none")
+    assert f.fix.reason.startswith("predicted ") and "slower on qualcomm-htp (a8, chip 8550)" in f.fix.reason
     assert "Add 'add' feeds PRelu 'prelu' (its only use)" in f.message
     assert "qualcomm-htp (a8, chip 8550) fuses PRelu into a convolution but not after an Add" in f.message
     assert "1x1 Conv over the concatenated inputs with identity weights" in f.message
@@ -341,7 +343,10 @@ def test_tflite_int8_add_then_prelu_with_quantized_slopes() -> None:
     alpha = np.array([17, 27, 37, 47], np.int8).reshape(1, 1, 4)
     tb.output(tb.prelu(tb.add(x, y), alpha, alpha_quant={"scale": [0.01], "zero_point": [7]}))
     [f] = fu002(tb.build(), "qualcomm-htp", "a16", "8550")
-    assert "PRelu" in f.message and f.severity == priced_severity(f)
+    # eltwise-as-conv rewrites float data only: the fix says why it does not apply, and what it does not do is not
+    # priced (issue 19), so the severity stays the rule's
+    assert "PRelu" in f.message and f.severity == "warning" and f.impact is None
+    assert f.fix.applicability == "none" and "not float" in f.fix.reason
     tb0 = TfliteBuilder()
     x0 = tb0.input("x", [1, 8, 8, 4], "int8", quant=act)
     y0 = tb0.input("y", [1, 8, 8, 4], "int8", quant=act)

@@ -73,7 +73,9 @@ def test_fp32_model_checked_for_fp16_reports_the_never_fp16_ops() -> None:
     assert "TVM never-fp16 list: nn.softmax" in softmax.message
     assert "nn.global_avg_pool2d" in gap.message
     assert "TensorFlow auto-mixed-precision deny list: Exp" in exp.message and "65504" in exp.message
-    assert (softmax.fix.name, softmax.fix.applicability) == ("keep-fp32", "safe")
+    # the model computes in float32: keep-fp32 has nothing to move back (the finding says so; --to-fp16 converts)
+    assert (softmax.fix.name, softmax.fix.applicability) == ("keep-fp32", "none")
+    assert "--to-fp16" in softmax.fix.reason
     assert "float32" in softmax.help
 
 
@@ -265,13 +267,12 @@ def test_tflite_model_converted_by_to_fp16_is_not_reported_again_for_its_kept_co
     """After `netlint fix --to-fp16` (float16 weights + DEQUANTIZE, 1e5 kept in float32), checking the output for fp16
     reports only the unsafe op: the model is already converted, its float32 constants were kept on purpose."""
     pytest.importorskip("tflite")
-    from netlint.config import FileConfig, Overrides, settings_for
-    from netlint.fixes.tflite.engine import fix_tflite
+    from netlint.testing import fix
 
     data = _tflite_big_constant()
     before = qt005(data, precision="fp16")
     assert any("big" in f.tensors for f in before) and any(f.message.startswith("MEAN") for f in before)
-    fixed = fix_tflite(data, "m.tflite", settings_for(FileConfig(), Overrides()), to_fp16=True).fixed
+    fixed = fix(data, to_fp16=True).fixed
     assert fixed != data
     after = qt005(fixed, precision="fp16")
     assert [f.message.split(" runs")[0] for f in after] == ["MEAN 'sg0/op3'"]

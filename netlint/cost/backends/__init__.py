@@ -8,11 +8,12 @@
 
 The target file names its backend and options in [cost.backend] (`name`, and e.g. `optimization_level` for ORT,
 `system_config` / `memory_mode` for Vela). `cost(graph, target)` prices a whole model and `price(before, after, ...)`
-the change between two graphs (a finding's neighbourhood before and after its fix); both return what any backend
-returns (a ModelCost; a saving in microseconds) with a Pricing (netlint.cost.basis) that says which basis priced it
-and how far to trust it, so impact, `netlint cost`, gates and reports never ask which backend ran. A backend that
-cannot price a graph (its package is missing, the graph cannot be exported, the toolchain fails) falls back to the
-static model, and the Pricing says so.
+the change between two graphs (a finding's neighbourhood before and after its fix's pass, as netlint.cost.impact
+builds them: `pricer(target)` is that module's Pricer); both return what any backend returns (a ModelCost; a saving
+in microseconds) with a Pricing (netlint.cost.basis) that says which basis priced it and how far to trust it, so
+impact, `netlint cost`, gates and reports never ask which backend ran. A backend that cannot price a graph (its
+package is missing, the graph cannot be exported, the toolchain fails) falls back to the static model, and the
+Pricing says so.
 """
 
 from __future__ import annotations
@@ -110,8 +111,8 @@ def usable(backend: Backend | None, graph: Graph) -> bool:
         return False
     if backend.name == ONNXRUNTIME:
         return graph.ir_version > 0 and not any(node.subgraphs for node in graph.nodes)
-    if backend.name == VELA:
-        return graph.ir_version == 0 and bool(graph.path) and Path(graph.path).is_file()  # not a model read from bytes
+    if backend.name == VELA:  # a TFLite file, or a window of one (its neighbourhoods are written into it)
+        return graph.format == "tflite" and bool(graph.path) and Path(graph.path).is_file()  # not bytes alone
     return False
 
 
@@ -136,8 +137,6 @@ def cost(graph: Graph, target: Target, *, totals_only: bool = False) -> ModelCos
 def price(before: Graph, after: Graph, target: Target, borders: Borders | None = None) -> tuple[float | None, Pricing]:
     """The saving (microseconds) of turning `before` into `after` on `target`, and what priced it."""
     backend, why = backend_for(target)
-    if backend is not None and not getattr(backend, "prices_graphs", True):  # it prices findings on the file instead
-        backend, why = None, f"{backend.name} prices a finding on the model file; this one was not"
     if usable(backend, before) and usable(backend, after):
         assert backend is not None
         try:
@@ -160,16 +159,22 @@ def warm(target: Target) -> None:
             return
 
 
-def price_findings(graph: Graph, findings: list[Any], target: Target) -> tuple[dict[int, float | None], Pricing]:
-    """Savings of the findings a backend prices on the model file itself (Vela: each fix applied to the TFLite tree
-    and compiled), by id(finding); {} for backends that price neighbourhood graphs (`price`)."""
-    backend, _ = backend_for(target)
-    if backend is None or not hasattr(backend, "price_findings") or not usable(backend, graph) or not graph.path:
-        return {}, static_pricing(target)
-    try:
-        return backend.price_findings(graph, findings), backend.pricing  # type: ignore[attr-defined]
-    except Exception:
-        return {}, static_pricing(target)
+class BackendPricer:
+    """netlint.cost.impact's Pricer on the target's backend: `price` on each pair, what priced the last one in
+    `last` (the impact's pricing), and `prefetches` when the backend does its work for many graphs at once."""
+
+    def __init__(self, target: Target) -> None:
+        backend, _ = backend_for(target)
+        self.prefetches = backend is not None
+        self.last: Pricing | None = None
+
+    def __call__(self, before: Graph, after: Graph, target: Target, borders: Borders | None) -> float | None:
+        saving, self.last = price(before, after, target, borders)
+        return saving
+
+
+def pricer(target: Target) -> BackendPricer:
+    return BackendPricer(target)
 
 
 def start(graph: Graph, target: Target) -> None:
@@ -207,7 +212,7 @@ __all__ = [
     "cost",
     "prefetch",
     "price",
-    "price_findings",
+    "pricer",
     "reset",
     "start",
     "warm",

@@ -8,12 +8,13 @@ inference time. An operator Vela leaves on the CPU (a float model: all of them) 
 cost (`fallback_intercept_us + fallback_us_per_mb x MB`), each NPU command stream (Vela's ethos-u custom operators in
 the compiled model) pays `transfer_overhead_us` once, and the ModelCost says where each node runs.
 
-Per finding: the finding's fix is applied to the model's TFLite tree with netlint's TFLite fix pass, the operators
-around the change are cut out of the model before and after (the same window: the finding's operators, their
-producers and readers), both windows are compiled, and the saving is the difference of their times. Windows are
-compiled with canonical tensor names and kept by content (netlint.cost.backends.store), so a repeated block is
-compiled once; every compile of a run happens in one Vela process, within the target's `budget_s` (default 60 s):
-findings beyond it are priced by the static model, and say so.
+Per finding: netlint.cost.impact applies the finding's fix pass (its plan) to an uncommitted edit of the IR and
+builds the block it rewrites before and after as two small graphs; each is written into the model's own TFLite file
+as a window of it (netlint.cost.backends.tflite_windows: the file's operators and tensors where untouched, the pass's
+new ones lowered as `netlint fix` writes them), both windows are compiled, and the saving is the difference of their
+times. Windows are compiled with canonical tensor names and kept by content (netlint.cost.backends.store), so a
+repeated block is compiled once; every compile of a run happens in one Vela process (`prefetch`), within the
+target's `budget_s` (default 60 s): findings beyond it are priced by the static model, and say so.
 """
 
 from __future__ import annotations
@@ -200,7 +201,6 @@ def _command_streams(path: Path) -> int:
 
 class VelaBackend:
     name = "vela"
-    prices_graphs = False  # findings are priced on the TFLite file (price_findings), not on neighbourhood graphs
 
     def __init__(self, target: Target, options: dict[str, Any]) -> None:
         self.target = target
@@ -301,35 +301,31 @@ class VelaBackend:
             return 0.0
         return (rates.fallback_intercept_us or 0.0) + rates.fallback_us_per_mb * entry.cost.bytes / MB
 
-    # --- per finding (netlint.cost.backends.price_findings) --------------------------------------------------------
+    # --- per finding: a neighbourhood before and after its fix (netlint.cost.impact's Pricer) -------------------
     def price(self, before: Graph, after: Graph) -> float | None:
-        return None  # never asked (prices_graphs is False)
+        """The saving of turning the window `before` into `after`, both compiled by Vela; raises when either could
+        not be compiled (the static model then prices the pair, and says why)."""
+        from netlint.cost.backends.tflite_windows import window
+
+        old, new = self.compiled([window(before), window(after)])
+        for outcome in (old, new):
+            if isinstance(outcome, str):
+                raise RuntimeError(outcome.removeprefix("vela failed: "))
+        return self._window_time(old) - self._window_time(new)  # type: ignore[arg-type]
 
     def prefetch(self, graphs: Any, wait: bool = True) -> None:
-        return None
+        """Compile every window at once (one Vela process, within the budget; a window past it is compiled alone
+        when asked, or priced by the static model)."""
+        from netlint.cost.backends.tflite_windows import window
 
-    def price_findings(self, graph: Graph, findings: list[Any]) -> dict[int, float | None]:
-        """id(finding) -> saving in us, for the findings whose fix netlint's TFLite pass can apply; compiled in one
-        Vela run within the budget (a finding past it is missing from the result)."""
-        from netlint.cost.backends import tflite_windows
-
-        data = Path(graph.path).read_bytes()
-        pairs: dict[int, tuple[bytes, bytes]] = {}
-        for finding in findings:
+        datas: list[bytes] = []
+        for graph in graphs:
             try:
-                windows = tflite_windows.before_after(data, graph, finding)
-            except Exception:  # a pass that cannot plan, a window Vela cannot take: the static model prices it
-                windows = None
-            if windows is not None:
-                pairs[id(finding)] = windows
-        datas = [window for pair in pairs.values() for window in pair]
-        outcomes = dict(zip(datas, self.compiled(datas), strict=True)) if datas else {}
-        savings: dict[int, float | None] = {}
-        for key, (before, after) in pairs.items():
-            old, new = outcomes.get(before), outcomes.get(after)
-            if isinstance(old, Compiled) and isinstance(new, Compiled):
-                savings[key] = self._window_time(old) - self._window_time(new)
-        return savings
+                datas.append(window(graph))
+            except Exception:  # a window the writer cannot write: `price` says why
+                continue
+        if datas:
+            self.compiled(list(dict.fromkeys(datas)))
 
     def _window_time(self, compiled: Compiled) -> float:
         """A window's NPU time plus its CPU operators at the fallback cost (counted by operator, at the intercept:
