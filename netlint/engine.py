@@ -177,6 +177,7 @@ def lint_model(model: Model, settings: Settings, *, cores: int = 1, plans: Plans
     ]
     report.skipped = ctx.skipped
     plans = advertise(report.findings, lambda finding: graph_of.get(id(finding)), settings.rule_options, plans)
+    _start_pricing(model.graph, report.findings, target, plans, settings.rule_options)
     _add_sources(model, report, rules)
     _add_cost(model, report, target, plans, settings.rules)
     veto_slower(report.findings, plans)
@@ -249,6 +250,8 @@ def _lint_graph(
 ) -> list[Finding]:
     """The pattern rules over `nodes` (the graph's, or the second half of them), then the whole-graph rules."""
     found = _run_patterns(graph, nodes, by_anchor, ctx, report)
+    if graph.parent is None and len(nodes) == len(graph.nodes):
+        _start_pricing(graph, found, ctx.target, None, ctx.options)
     found.extend(_run_scanners(graph, scanners, ctx, report))
     return found
 
@@ -332,6 +335,20 @@ def _start_cost(graph: Graph, target: Target) -> None:
 
     with contextlib.suppress(Exception):  # reported by _add_cost, which asks again
         start(graph, target)
+
+
+def _start_pricing(
+    graph: Graph, findings: list[Finding], target: Target, plans: Plans | None, options: dict[str, dict[str, Any]]
+) -> None:
+    """With a toolchain pricing the target (onnxruntime, Vela), start it on the findings' neighbourhoods now: ORT's
+    second worker optimizes them while the first may still optimize the whole model (netlint.cost.impact). Called
+    after the pattern rules (`plans` None: made there) and again once every finding's plan is advertised."""
+    if not findings or not _priced_by_toolchain(target):
+        return
+    from netlint.cost.impact import start_pricing
+
+    with contextlib.suppress(Exception):  # priced again, and reported, by _add_cost
+        start_pricing(graph, findings, target, plans, options)
 
 
 def _add_cost(

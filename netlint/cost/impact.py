@@ -120,7 +120,8 @@ def price_findings(
     findings = list(findings)
     if price is None:
         price = backends.pricer(target)
-        _prefetch(graph, findings, target, cost, plans, price)
+        if target.label not in _PREFETCHED.get(graph, ()):  # `start_pricing` did not start it
+            _prefetch(graph, findings, target, cost.layout_facts, plans, price, wait=True)
     total = cost.latency_us
     label = target.label
     memo: dict[Any, Any] = {}
@@ -168,11 +169,64 @@ def _plan_of(graph: Graph, finding: Finding, plans: Plans | None) -> tuple[Any, 
     return plan, None
 
 
+_PREFETCHED: weakref.WeakKeyDictionary[Graph, set[str]] = weakref.WeakKeyDictionary()  # target labels
+_STARTED: weakref.WeakKeyDictionary[Graph, dict[str, set[int]]] = weakref.WeakKeyDictionary()  # findings, by id
+
+
+def start_pricing(
+    graph: Graph,
+    findings: Iterable[Finding],
+    target: Target,
+    plans: Plans | None = None,
+    options: dict[str, dict[str, Any]] | None = None,
+) -> None:
+    """Start the target's toolchain backend on the neighbourhoods `price_findings` will price (ORT's second worker
+    optimizes them while the first still optimizes the whole model). The engine calls it twice: after the pattern
+    rules, with their findings' plans made here (`plans` None: prechecked as netlint.fixes.registry.advertise does,
+    the findings left unchanged), so that ORT starts before the whole-graph rules wait for the model's cost; then
+    with every finding's advertised plans (the backend adds only the graphs it has not started), after which
+    `price_findings` collects nothing again. The blocks do not depend on the whole model's layout facts (only their
+    memo keys and the static model's borders do), so they are built without them."""
+    price = backends.pricer(target)
+    if not getattr(price, "prefetches", False):
+        return
+    started = _STARTED.setdefault(graph, {}).setdefault(target.label, set())
+    findings = [finding for finding in findings if id(finding) not in started]  # the second call: the new ones
+    started.update(id(finding) for finding in findings)
+    _prefetch(graph, findings, target, None, plans or _prechecked(graph, findings, options or {}), price, wait=False)
+    if plans is not None:
+        _PREFETCHED.setdefault(graph, set()).add(target.label)
+
+
+def _prechecked(graph: Graph, findings: list[Finding], options: dict[str, dict[str, Any]]) -> Plans:
+    """The plans of the findings' fix passes, as `advertise` makes them, without touching the findings."""
+    from netlint.fixes.registry import Prechecked, find_pass
+
+    plans = Plans()
+    for finding in findings:
+        declared = finding.fix
+        fix_pass = find_pass(declared.name) if declared is not None else None
+        if fix_pass is None or declared is None or declared.applicability not in ("safe", "unsafe"):
+            continue
+        try:
+            plans.by_finding[id(finding)] = Prechecked(graph, fix_pass().plan(graph, finding, options), declared)
+        except Exception:  # advertise says why, later
+            continue
+    return plans
+
+
 def _prefetch(
-    graph: Graph, findings: list[Finding], target: Target, cost: ModelCost, plans: Plans | None, price: Pricer
+    graph: Graph,
+    findings: list[Finding],
+    target: Target,
+    facts: Facts | None,
+    plans: Plans | None,
+    price: Pricer,
+    wait: bool,
 ) -> None:
     """Let a toolchain backend work on every neighbourhood the findings will be priced with, in one go (one ORT
-    session, one Vela process): the blocks are built and the plans applied as pricing does, and collected."""
+    session, one Vela process): the blocks are built and the plans applied as pricing does, and collected. `wait`
+    False only starts it."""
     if not getattr(price, "prefetches", False):
         return
     collected: list[Graph] = []
@@ -185,9 +239,9 @@ def _prefetch(
     for finding in findings:
         if not _advised(finding) and finding.code != UNSUPPORTED_OP_RULE:
             plan, _ = _plan_of(graph, finding, plans)
-            _saving_us(graph, finding, plan, target, memo, cost.layout_facts, collect)
+            _saving_us(graph, finding, plan, target, memo, facts, collect)
     if collected:
-        backends.prefetch(collected, target)
+        backends.prefetch(collected, target, wait=wait)
 
 
 RELU8_BY_RUNTIME = (
