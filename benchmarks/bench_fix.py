@@ -166,7 +166,7 @@ def phases_child(model: str) -> None:
 
     import netlint.fixes.command as command
     import netlint.fixes.engine as engine
-    import netlint.fixes.output as output
+    import netlint.io.save as output
     import netlint.ir.edit as edit_module
     from netlint.cli import main as cli_main
 

@@ -14,11 +14,8 @@ how. netlint.cost.impact calls `price_advice` for findings of these rules; docs/
   (the [cost.precision.<p>] and [throughput] tables, 16-bit tensors of the model retyped to 8 bits).
 - DM001 (data movers): the predicted time of the listed movers' kernels, all of which the advice removes: an upper
   bound.
-- QT005 (fp16-unsafe, fix keep-fp32): on a target with a float16 precision, the flagged op in float16 against in
-  float32 with a Cast at each run-time float input and output (float32 bytes at the fp16 selection's compute rates:
-  no target states a float32 rate of its fp16 engine; Casts of an op on the CPU fallback run there too). The saving
-  is negative or zero: the price of accuracy.
-  Targets without a float16 precision: saving 0 with that basis.
+- QT005 (fp16-unsafe, fix keep-fp32) is priced by its pass like every fix (netlint.cost.impact), at the target's
+  float16 precision (`fp16_selection`, with the basis); targets without one: saving 0 with that basis.
 - HW001's partition summary (no `unsupported_op` in its data; the per-op findings are priced in
   netlint.cost.impact): the whole model now against the same model with every op on the accelerator (no fallback,
   no partition borders), re-costed once per model.
@@ -30,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -383,106 +380,32 @@ def _data_movers(graph: Graph, finding: Finding, target: Target, cost: ModelCost
     )
 
 
-# --- QT005: keep-fp32 -----------------------------------------------------------------------------------------------
-FLOAT16, FLOAT32 = "float16", "float32"
-FLOAT_DTYPES = frozenset({FLOAT16, FLOAT32})
+# --- QT005: keep-fp32, priced by its pass (netlint.cost.impact) at the target's float16 precision ---------------------
+KEEP_FP32_BASIS = (
+    "keep-fp32's rewrite applied to a copy of the neighbourhood on {label}: the float32 island (its tensors at 32 "
+    "bits) and the Casts at its borders, against the same ops in float16 ({name} states no float32 rate, so its fp16 "
+    "compute rates are used): accuracy, not speed, is why keep-fp32 is advised"
+)
+NO_FLOAT16 = (
+    "{name} has no float16 precision, so running the op in float16 is not modelled there: no latency change "
+    "(keep-fp32 is advised for accuracy, not speed)"
+)
 
 
-class _Float32Bytes(Target):
-    """The target's fp16 selection (its rates and fusion table) moving float32 tensors at their full width: the cost
-    model scales float tensors to the selected precision's bits, which an op kept in float32 does not get."""
-
-    def numeric(self, precision: str | None = None) -> tuple[str, int] | None:
-        return ("float", 32) if precision is None else super().numeric(precision)
-
-
-def _fp16_precision(target: Target) -> str | None:
-    """The target's float16 precision (fp16; bf16 has float32's range, so QT005's overflow is not its problem)."""
+def fp16_selection(target: Target) -> tuple[Target | None, str]:
+    """Where QT005's keep-fp32 is priced, with the basis: the target at its float16 precision (fp16; bf16 has
+    float32's range, so QT005's overflow is not its problem), or None (saving 0) on a target without one."""
     if target.numeric() == ("float", 16) and not (target.precision or "").startswith("bf"):
-        return target.precision
-    return next(
-        (name for name in target.precisions if target.numeric(name) == ("float", 16) and not name.startswith("bf")),
-        None,
-    )
-
-
-def _retyped(graph: Graph, node: Node, dtype: str) -> dict[str, Value]:
-    """The node's run-time float tensors as `dtype` (constants keep theirs: a few bytes, the same on both sides)."""
-    found: dict[str, Value] = {}
-    for name in (*node.inputs, *node.outputs):
-        value = graph.value(name) if name else None
-        if value is not None and not value.is_const and value.dtype in FLOAT_DTYPES:
-            found[name] = replace(value, dtype=dtype)
-    return found
-
-
-def _in_float32(graph: Graph, node: Node) -> tuple[Graph, int] | None:
-    """A graph of `node` computing in float32 between Casts: each run-time float input is cast from float16, each
-    float output cast back (what keep-fp32 writes around an island); with the number of Casts."""
-    from netlint.cost.impact import _small_graph, _with
-
-    half = _retyped(graph, node, FLOAT16)
-    new_values = dict(half)
-    casts: list[Node] = []
-    widened: dict[str, str] = {}
-    outputs = list(node.outputs)
-    for name in dict.fromkeys(node.inputs):  # an input read twice (Mul(x, x)) is cast once
-        if name in half and name not in node.outputs:
-            wide = widened[name] = f"{name}/netlint_fp32"
-            new_values[wide] = replace(half[name], name=wide, dtype=FLOAT32)
-            casts.append(Node(f"{node.id}/cast_in{len(casts)}", "Cast", [name], [wide], {"to": 1}))
-    inputs = [widened.get(name, name) for name in node.inputs]
-    after: list[Node] = []
-    for index, name in enumerate(node.outputs):
-        if name in half:
-            wide = f"{name}/netlint_fp32"
-            new_values[wide] = replace(half[name], name=wide, dtype=FLOAT32)
-            after.append(Node(f"{node.id}/cast_out{index}", "Cast", [wide], [name], {"to": 10}))
-            outputs[index] = wide
-    if not casts and not after:
-        return None  # nothing float at run time: nothing to keep in float32
-    kept = _with(node, inputs=inputs, outputs=outputs)
-    nodes = [*casts, kept, *after]
-    return _small_graph(graph, nodes, {out for out in node.outputs if out}, new_values), len(casts) + len(after)
-
-
-def _keep_fp32(graph: Graph, finding: Finding, target: Target, cost: ModelCost, memo: dict[Any, Any]) -> Priced | None:
-    fp16 = _fp16_precision(target)
-    if fp16 is None:
-        return Priced(
-            0.0,
-            f"{target.name} has no float16 precision, so running the op in float16 is not modelled there: no "
-            "latency change (keep-fp32 is advised for accuracy, not speed)",
-            modelled=False,
+        fp16: str | None = target.precision
+    else:
+        fp16 = next(
+            (name for name in target.precisions if target.numeric(name) == ("float", 16) and not name.startswith("bf")),
+            None,
         )
-    node = graph.node(finding.nodes[0]) if finding.nodes else None
-    if node is None:
-        return None
-    at_fp16 = target.select(fp16, target.chip) if target.precision != fp16 else target
-    key = ("QT005", at_fp16.label, node.op, _shapes(graph, node), _attrs(node))
-    if key not in memo:
-        widened = _in_float32(graph, node)
-        if widened is None:
-            memo[key] = None
-        else:
-            small, count = widened
-            wide_target = _Float32Bytes(**{f.name: getattr(at_fp16, f.name) for f in fields(Target) if f.init})
-            ops = at_fp16.section("ops")
-            if ops is not None and at_fp16.supports_op(node.op) is False:  # the Casts run beside it, on the fallback:
-                supported = [op for op in ops["supported"] if op != "Cast"]  # the border moves, none is added
-                wide_target = replace(wide_target, data={**at_fp16.data, "ops": {**ops, "supported": supported}})
-            before = _latency(_alone(graph, node, _retyped(graph, node, FLOAT16)), at_fp16)
-            after = _latency(small, wide_target)
-            memo[key] = None if before is None or after is None else (before - after, count)
-    if memo[key] is None:
-        return None
-    saving, count = memo[key]
-    return Priced(
-        saving,
-        f"keeping {node.op} in float32 costs {max(-saving, 0.0) / 1000:.3g} ms on {at_fp16.label} (the op at float32 "
-        f"width plus {count} Cast{'s' if count != 1 else ''} against the op in float16; {at_fp16.name} states no "
-        "float32 rate, so its fp16 compute rates are used): accuracy, not speed, is why keep-fp32 is advised",
-    )
+    if fp16 is None:
+        return None, NO_FLOAT16.format(name=target.name)
+    at_fp16 = target if target.precision == fp16 else target.select(fp16, target.chip)
+    return at_fp16, KEEP_FP32_BASIS.format(label=at_fp16.label, name=at_fp16.name)
 
 
 # --- HW001: the partition summary ------------------------------------------------------------------------------------
@@ -539,7 +462,6 @@ def _quantized_onto_the_accelerator(
 
 
 HANDLERS: dict[str, Handler] = {
-    "QT005": _keep_fp32,
     "HW001": _all_on_the_accelerator,
     "HW002": _unaligned_channels,
     "HW003": _dynamic_shape,

@@ -13,9 +13,10 @@ the number of findings and never re-costs the whole model.
 A fix the target's runtime applies by itself when it loads the model saves nothing there; a finding whose fix
 cannot apply (applicability none) has no price. HW001's advised change (an op the accelerator cannot run) is priced
 as the same op running on the accelerator; the other manual rules' advised changes (HW001's partition summary,
-HW002's channel padding, HW003, QT006's precision, DM001, and the accuracy rules QT002-QT004 at 0) and QT005's
-keep-fp32 (a precision change: negative, the price of accuracy) are priced by netlint.cost.advice, with a `basis`
-saying how.
+HW002's channel padding, HW003, QT006's precision, DM001, and the accuracy rules QT002-QT004 at 0) are priced by
+netlint.cost.advice, with a `basis` saying how. QT005's keep-fp32 changes the precision its island computes in: its
+plan is priced like any fix's, at the target's float16 precision (netlint.cost.advice.fp16_selection: negative, the
+price of accuracy; saving 0 on a target without one).
 """
 
 from __future__ import annotations
@@ -35,14 +36,14 @@ from netlint.cost.model import ModelCost, cost_model
 from netlint.engine import CostSummary
 from netlint.fixes.registry import Plans
 from netlint.ir import Graph, Node
-from netlint.ir.edit import Edit, copy_node
+from netlint.ir.edit import Edit
 from netlint.ir.graph import ConstData, Value
 from netlint.rule import Finding, Impact
 from netlint.targets import Target
 
 _COSTS: weakref.WeakKeyDictionary[Graph, dict[tuple[str, int], ModelCost]] = weakref.WeakKeyDictionary()
 UNSUPPORTED_OP_RULE = "HW001"  # a manual rule whose advised change is priced by changing the target, not the graph
-ADVISED_FIXES = frozenset({"QT005"})  # rules with a fix that netlint.cost.advice prices (keep-fp32: a precision change)
+FP16_RULE = "QT005"  # its fix (keep-fp32) is priced at the target's float16 precision, wherever that is selected
 
 
 def model_cost(graph: Graph, target: Target) -> ModelCost:
@@ -146,8 +147,15 @@ def price_findings(
             saving = _saving_on_the_accelerator(graph, finding, target, memo, cost.layout_facts)
         else:
             plan, basis = _plan_of(graph, finding, plans)
-            saving = _saving_us(graph, finding, plan, target, memo, cost.layout_facts, price)
+            on, facts = target, cost.layout_facts
+            if finding.code == FP16_RULE:
+                from netlint.cost.advice import fp16_selection
+
+                on, basis = fp16_selection(target)
+                facts = facts if on is target else None  # the layout of the selected precision's costing
+            saving = _saving_us(graph, finding, plan, on, memo, facts, price) if on is not None else 0.0
             pricing = memo.pop(PRICED_BY, None) or static
+            modelled = on is not None
             if saving is not None and abs(saving) < 1e-9 and _relu8_by_runtime(finding, plan, target):
                 basis = RELU8_BY_RUNTIME
         if saving is not None:
@@ -237,7 +245,7 @@ def _prefetch(
 
     memo: dict[Any, Any] = {}
     for finding in findings:
-        if not _advised(finding) and finding.code != UNSUPPORTED_OP_RULE:
+        if not _advised(finding) and finding.code not in (UNSUPPORTED_OP_RULE, FP16_RULE):  # QT005: another selection
             plan, _ = _plan_of(graph, finding, plans)
             _saving_us(graph, finding, plan, target, memo, facts, collect)
     if collected:
@@ -265,11 +273,10 @@ def summarises(finding: Finding) -> bool:
 
 
 def _advised(finding: Finding) -> bool:
-    """Whether netlint.cost.advice prices the finding: manual rules (but HW001's per-op findings, priced here), and
-    QT005, whose keep-fp32 changes the precision the op computes in rather than the graph's ops."""
+    """Whether netlint.cost.advice prices the finding: manual rules (but HW001's per-op findings, priced here)."""
     if finding.code == UNSUPPORTED_OP_RULE:
         return summarises(finding)
-    return finding.fix is None or finding.code in ADVISED_FIXES
+    return finding.fix is None
 
 
 def _saving_us(
@@ -647,6 +654,3 @@ def _attrs_key(attrs: dict[str, Any]) -> tuple:
             value = repr(value)[:64]
         items.append((key, value))
     return tuple(items)
-
-
-_with = copy_node  # netlint.cost.advice copies nodes with it

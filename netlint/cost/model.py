@@ -862,7 +862,7 @@ def _latency(result: ModelCost, rates: Rates, target: Target, ctx: CostContext) 
         result.notes.append(
             "the target has no fallback_us_per_mb: nodes on the CPU are costed at the accelerator's rates"
         )
-    numeric = _numeric(target)  # once: hashing the Target per kernel cost a tenth of this loop
+    numeric = _costed_numeric(target, ctx.graph)  # once: hashing the Target per kernel cost a tenth of this loop
     times: dict[tuple, tuple[float, float]] = {}  # repeated kernels (same member costs, scale, ...) are timed once
     by_dtype = _rates_by_dtype(target, rates)
     base_rates = rates
@@ -934,10 +934,11 @@ def _transfer_time(names: list[str], rates: Rates, target: Target, ctx: CostCont
         result.notes.append("the target has no transfer_gb_per_s: partition borders are not costed")
         return 0.0
     total = 0.0
+    numeric = _costed_numeric(target, ctx.graph)
     for name in names:
         producer = ctx.graph.producer(name)
         try:
-            size = ctx.nbytes(name) * (_byte_scale(target, ctx, producer) if producer is not None else 1.0)
+            size = ctx.nbytes(name) * (_byte_scale(target, ctx, producer, numeric) if producer is not None else 1.0)
         except UnknownCost:
             size = 0.0
             result.notes.append(f"tensor '{name}' crosses a partition border but its size is unknown")
@@ -950,7 +951,7 @@ def _byte_scale(target: Target, ctx: CostContext, node: Node, numeric: tuple[str
     bytes: the ratio of the precision's bits to the float tensor's bits, else 1. `numeric`: the target's, when the
     caller has it (False: look it up)."""
     if numeric is False:
-        numeric = _numeric(target)
+        numeric = _costed_numeric(target, ctx.graph)
     if numeric is None or not node.outputs:
         return 1.0
     try:
@@ -977,6 +978,20 @@ def _bits(dtype: str) -> int:
 @lru_cache(maxsize=64)
 def _numeric(target: Target) -> tuple[str, int] | None:
     return target.numeric()
+
+
+def _costed_numeric(target: Target, graph: Graph) -> tuple[str, int] | None:
+    """The precision `_byte_scale` scales float tensors to: the target's, but a graph that computes in float16
+    already (a float16 run-time tensor) on a float precision runs in the types it has: its float32 tensors were kept
+    in float32 on purpose (keep-fp32's islands, the inputs and outputs `--to-fp16` keeps) and move their 32 bits. No
+    target states a float32 rate of its fp16 engine, so only their bytes change, not the compute rates."""
+    numeric = _numeric(target)
+    if numeric is None or numeric[0] != "float" or numeric[1] >= 32:
+        return numeric
+    for name, value in graph.values.items():
+        if value.dtype == "float16" and value.data is None and not graph.is_const(name):
+            return ("float", 32)
+    return numeric
 
 
 def _kernel_key(head: NodeCost, members: list[NodeCost], scale: float) -> tuple | None:

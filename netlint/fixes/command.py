@@ -53,7 +53,7 @@ def _run_fix(args: argparse.Namespace) -> int:
         flag = "-o" if args.output else "--report"
         raise UsageError(f"{flag} takes one model; fix several with --in-place (or show the changes with --diff)")
     if args.in_place:
-        from netlint.fixes.output import finish_interrupted
+        from netlint.io.save import finish_interrupted
 
         for path in paths:  # an in-place save killed while switching its weights files is completed first
             finish_interrupted(path)
@@ -74,7 +74,7 @@ def _fix_one(args: argparse.Namespace, path: Path, settings: Any) -> int:
         raise UsageError(f"--report {report}: is the input")
     to_fp16 = bool(getattr(args, "to_fp16", False))
     from netlint.fixes.engine import fix_model
-    from netlint.fixes.output import external_layout, save_bytes, save_onnx
+    from netlint.io.save import external_layout, save_bytes, save_onnx
 
     # of the input: with keep_original=False the proto is edited
     layout = None if tflite_input else external_layout(original, path)

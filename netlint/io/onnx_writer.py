@@ -5,7 +5,7 @@ not even copied (the proto's node list is edited in place, as a fix round of 15k
 otherwise copy every node). An edited node is its file NodeProto with the IR's inputs, outputs and changed
 attributes written over it; a new node is built from the IR. Initializers the graph no longer has are removed (and
 from the graph inputs that list them, before IR 4), new constants are computed (lazy until now) and added inline (the
-save layer, netlint.fixes.output, moves large ones to the external data file when the input had one); external
+save layer, netlint.io.save, moves large ones to the external data file when the input had one); external
 references of the others stay as they are. value_info follows: entries of values that no longer exist are dropped,
 retyped or reshaped values get their new type, and new run-time values with a known type are declared (when the
 file declares its values at all). Lowerings: a Clip with `min`/`max` attributes is written with bound initializers

@@ -3,6 +3,8 @@ of each advised change's saving on two targets where they disagree, and the `bas
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import onnx
 import pytest
@@ -214,7 +216,22 @@ def test_tflite_fused_relu6_and_nhwc_padding_are_priced() -> None:
     assert saving_us(model, "HW002", TDA4VM, "ethos-u55") == 0.0
 
 
-# --- QT005: keep-fp32, the price of accuracy --------------------------------------------------------------------------
+# --- QT005: keep-fp32, the price of accuracy (its pass, priced at the target's float16 precision) ------------------
+def in_float16(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` with every float op in float16 (inputs and outputs kept float32, Casts at each): a float16 model."""
+    from netlint.fixes.keep_fp32 import to_fp16
+    from netlint.io.onnx_writer import write_onnx
+    from netlint.ir.edit import Edit
+
+    converted = copy.deepcopy(model)
+    ir = load(converted)
+    edit = Edit(ir.graph)
+    to_fp16(edit, ir.graph, set())
+    edit.commit()
+    write_onnx(converted, ir)
+    return converted
+
+
 def conv_softmax() -> onnx.ModelProto:
     b = GraphBuilder(seed=1)
     y = b.conv(b.input("x", [1, 32, 28, 28]), 32, name="conv")
@@ -241,13 +258,24 @@ FP16_HTP = {"target": "qualcomm-htp", "precision": "fp16"}
 
 
 def test_keeping_an_unsafe_op_in_fp32_costs_time_on_an_fp16_target_and_nothing_elsewhere() -> None:
-    model = conv_softmax()
+    model = in_float16(conv_softmax())
     htp = repriced(model, "QT005", FP16_HTP, "qualcomm-htp", precision="fp16")
     assert htp.saving_ms < 0  # two Casts and float32 bytes: slower, never faster
-    assert "accuracy, not speed" in (htp.basis or "") and "2 Casts" in (htp.basis or "")
+    assert "accuracy, not speed" in (htp.basis or "") and "Casts" in (htp.basis or "")
     for target in ("ort-cpu", "ti-tda4vm"):  # no float16 precision: not modelled
         other = repriced(model, "QT005", FP16_HTP, target)
-        assert other.saving_ms == 0.0 and "no float16 precision" in (other.basis or "")
+        assert other.saving_ms == 0.0 and "no float16 precision" in (other.basis or "") and not other.modelled
+
+
+def test_keep_fp32_on_a_float32_model_has_no_price_where_it_cannot_apply() -> None:
+    """Linted for fp16, a float32 model's unsafe op has nothing to move back (the fix says: use --to-fp16), so like
+    every fix that cannot apply it has no price on an fp16 target."""
+    ir = load(conv_softmax())
+    plans = Plans()
+    settings = settings_for(FileConfig(), Overrides(select=["QT005"], **FP16_HTP))
+    [finding] = lint_model(ir, settings, plans=plans).findings
+    assert finding.fix is not None and finding.fix.applicability == "none" and "--to-fp16" in finding.fix.reason
+    assert finding.impact is None
 
 
 def test_a_float16_model_is_priced_at_the_targets_fp16_rates_and_bigger_tensors_cost_more() -> None:
@@ -259,6 +287,42 @@ def test_a_float16_model_is_priced_at_the_targets_fp16_rates_and_bigger_tensors_
     # the float32 island reads and writes twice the bytes of the float16 op: the price grows with the tensor
     assert -small.saving_ms * 1000 > 2 * 5.0  # more than the two Casts' launch overheads alone
     assert finding.nodes == ["softmax"] and graph.value("x").dtype == "float16"
+
+
+def relu_then(to: int) -> onnx.ModelProto:
+    """x (float32) -> Relu -> Cast(to) -> y: a float32 model (to float32) or one that computes in float16."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("Relu", ["x"], ["r"], name="relu"),
+            helper.make_node("Cast", ["r"], ["y"], name="cast", to=to),
+        ],
+        "relu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 128, 128])],
+        [helper.make_tensor_value_info("y", to, [1, 64, 128, 128])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("precision", ["fp16", "a8"])
+def test_float32_tensors_of_a_float16_model_move_their_32_bits_on_an_fp16_target(precision: str) -> None:
+    """The cost model scales a float model's tensors to the selected precision (a float32 model on HTP fp16 moves
+    16-bit tensors), but a model that computes in float16 runs in its own types there: the float32 tensors it keeps
+    (keep-fp32's islands) move their 32 bits. An integer precision quantizes every float tensor alike."""
+    from onnx import TensorProto
+
+    target = load_target("qualcomm-htp", precision=precision)
+
+    def relu_us(model: onnx.ModelProto) -> float:
+        [relu] = [entry for entry in model_cost(load(model).graph, target).nodes if entry.id == "relu"]
+        return relu.latency_us
+
+    float32, float16 = relu_us(relu_then(TensorProto.FLOAT)), relu_us(relu_then(TensorProto.FLOAT16))
+    if precision == "fp16":
+        assert float16 > 1.5 * float32  # the same Relu moves twice the bytes (plus the same launch overhead)
+    else:
+        assert float16 == pytest.approx(float32)
 
 
 def test_keep_fp32_is_not_skipped_as_slower_by_netlint_fix() -> None:
@@ -328,12 +392,13 @@ def test_the_html_rule_total_does_not_count_the_summary_twice() -> None:
 
 
 def test_the_casts_of_an_op_on_the_fallback_run_beside_it_and_add_no_border() -> None:
-    # ReduceLogSumExp: QT005 (exp and a sum) and not lowered by the QNN EP (falls back to the CPU)
+    # ReduceLogSumExp: QT005 (exp and a sum) and not lowered by the QNN EP (falls back to the CPU): keep-fp32's Casts
+    # join the accelerator partitions on either side, whose borders stay two
     b = GraphBuilder(seed=1)
     y = b.conv(b.input("x", [1, 8, 32, 32]), 8, name="c1")
     z = b.node("ReduceLogSumExp", [y], name="lse", axes=[1], keepdims=1, shape=[1, 1, 32, 32])
     b.output(b.conv(z, 8, name="c2"))
-    model = b.build()
+    model = in_float16(b.build())
     impact = repriced(model, "QT005", FP16_HTP, "qualcomm-htp", precision="fp16")
     rates = model_cost(load(model).graph, load_target("qualcomm-htp", precision="fp16")).rates
     assert rates is not None and rates.transfer_overhead_us is not None

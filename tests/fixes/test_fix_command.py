@@ -157,7 +157,7 @@ def test_an_interrupted_write_leaves_no_output_and_no_temporary_file(tmp_path, m
     """The process is interrupted in the middle of writing (simulated: the write stops after half the bytes and
     raises KeyboardInterrupt), with anonymous temporary files and with the named ones used where O_TMPFILE is not
     available."""
-    import netlint.fixes.output as output
+    import netlint.io.save as output
 
     model = conv_bn_model(tmp_path / "m.onnx")
     before = digest(model)
@@ -308,7 +308,7 @@ def test_writing_external_data_streams_it_and_leaves_the_model_as_it_was(tmp_pat
     at offsets in one file, here another folder) and moves the large inline initializers a fix wrote out too; the
     in-memory model keeps its references (the report still reads it after the write), and the written model has the
     same values."""
-    from netlint.fixes.output import external_layout, save_onnx
+    from netlint.io.save import external_layout, save_onnx
 
     source_dir, out_dir = tmp_path / "in", tmp_path / "out"
     source_dir.mkdir()

@@ -235,7 +235,7 @@ def test_after_fix_no_finding_still_advertises_a_safe_fix(name: str, target: str
         out = tmp_path / name
         out.write_bytes(result.fixed)
     else:
-        from netlint.fixes.output import external_layout, save_onnx
+        from netlint.io.save import external_layout, save_onnx
 
         out = path.parent / f".{name}.fixed-{target}.onnx"  # beside the input: its external data stays valid
         save_onnx(result.fixed, out, external_layout(original, path))

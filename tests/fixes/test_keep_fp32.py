@@ -13,7 +13,17 @@ import numpy as np
 import onnx
 import pytest
 import tflite
-from conftest import FORMATS, advertised, check_pass_model, fixed, ops, outputs, pass_models, randomized
+from conftest import (
+    FORMATS,
+    advertised,
+    assert_priced_as_written,
+    check_pass_model,
+    fixed,
+    ops,
+    outputs,
+    pass_models,
+    randomized,
+)
 from onnx import TensorProto
 
 from netlint.cli import main
@@ -306,6 +316,39 @@ def test_NEG_keep_fp32_advertises_none_with_the_reason(fmt: str) -> None:
     assert fixes and all(fix.applicability == "none" for fix in fixes)
     words = "--to-fp16" if fmt == "onnx" else "no per-operator precision"
     assert all(words in fix.reason for fix in fixes)
+
+
+# --- pricing runs the pass --------------------------------------------------------------------------------------------
+def two_islands() -> onnx.ModelProto:
+    """A float16 model with two independent unsafe ops: conv -> Softmax -> conv and conv -> Exp -> conv."""
+    b = GraphBuilder(seed=5)
+    x = b.input("x", [1, 16, 32, 32])
+    soft = b.node("Softmax", [b.conv(x, 16, name="c1")], name="softmax", axis=1)
+    exp = b.node("Exp", [b.conv(x, 16, name="c2")], name="exp")
+    b.output(b.conv(soft, 16, name="c3"))
+    b.output(b.conv(exp, 16, name="c4"))
+    return naive_fp16(b.build())
+
+
+def test_keep_fp32_is_priced_as_written() -> None:
+    """Each island priced alone by the pass's own rewrite of its neighbourhood, at float32 width: the two savings
+    (negative: accuracy costs time) add up to what the written model costs more on HTP fp16."""
+    model = two_islands()
+    assert {f.nodes[0] for f in findings_of(model, select=["QT005"])} == {"softmax", "exp"}
+    assert_priced_as_written(model, "QT005", "qualcomm-htp", precision="fp16")
+    [impact] = {f.impact for f in findings_of(model, select=["QT005"], target="qualcomm-htp", precision="fp16")}
+    assert impact is not None and impact.saving_ms < 0 and "accuracy, not speed" in (impact.basis or "")
+
+
+def test_keep_fp32_on_tflite_is_unpriced_where_float16_is_priced_and_zero_elsewhere() -> None:
+    """keep-fp32 never applies on TFLite: on a target with a float16 precision its finding has no price (like any
+    fix that cannot apply); on one without, the saving-0 basis as before (float16 is not modelled there)."""
+    data = tflite_model(fp16_weights=True)
+    on_htp = findings_of(data, select=["QT005"], target="qualcomm-htp", precision="fp16")
+    assert on_htp and all(f.fix.applicability == "none" and f.impact is None for f in on_htp)
+    on_ethos = findings_of(data, select=["QT005"], target="ethos-u55")
+    assert on_ethos and all(f.impact is not None and f.impact.saving_ms == 0.0 for f in on_ethos)
+    assert all("no float16 precision" in (f.impact.basis or "") and not f.impact.modelled for f in on_ethos)
 
 
 @pytest.mark.parametrize("name", pass_models("keep-fp32"))

@@ -1,5 +1,5 @@
 """Weights are never lost: `netlint fix --in-place` and `-o` write the weights under the input's own external-data
-file names, atomically, model and data together (netlint.fixes.output), and refuse, writing nothing, where that
+file names, atomically, model and data together (netlint.io.save), and refuse, writing nothing, where that
 layout cannot be kept. A save killed (SIGKILL) at random points leaves the model loadable with its own weights and no
 orphaned or half-written file."""
 
@@ -24,7 +24,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from netlint.cli import main
-from netlint.fixes.output import NEW, _Writer, external_layout, finish_interrupted, save_onnx
+from netlint.io.save import NEW, _Writer, external_layout, finish_interrupted, save_onnx
 from netlint.testing import GraphBuilder
 
 ort = pytest.importorskip("onnxruntime", reason="the saved models are loaded by onnxruntime (pip install '.[test]')")
@@ -167,7 +167,7 @@ DRIVER = textwrap.dedent(
     import onnx
     from onnx import numpy_helper
 
-    from netlint.fixes.output import external_layout, save_onnx
+    from netlint.io.save import external_layout, save_onnx
 
     path = Path(sys.argv[1])
     model = onnx.load(str(path), load_external_data=False)
@@ -264,8 +264,8 @@ def test_a_save_killed_at_random_points_never_loses_the_model(tmp_path):
 
 
 def test_the_enum_values_the_save_layer_spells_out_are_onnxs():
-    """netlint.fixes.output names five onnx enum values as numbers (a clean folder's check imports no onnx)."""
-    import netlint.fixes.output as output
+    """netlint.io.save names five onnx enum values as numbers (a clean folder's check imports no onnx)."""
+    import netlint.io.save as output
 
     assert (output._TENSOR, output._TENSORS, output._GRAPH, output._GRAPHS) == (
         onnx.AttributeProto.TENSOR,
