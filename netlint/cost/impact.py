@@ -121,7 +121,7 @@ def price_findings(
     findings = list(findings)
     if price is None:
         price = backends.pricer(target)
-        if target.label not in _PREFETCHED.get(graph, ()):  # `start_pricing` did not start it
+        if (target.label, graph.generation) not in _PREFETCHED.get(graph, ()):  # `start_pricing` did not start it
             _prefetch(graph, findings, target, cost.layout_facts, plans, price, wait=True)
     total = cost.latency_us
     label = target.label
@@ -177,8 +177,9 @@ def _plan_of(graph: Graph, finding: Finding, plans: Plans | None) -> tuple[Any, 
     return plan, None
 
 
-_PREFETCHED: weakref.WeakKeyDictionary[Graph, set[str]] = weakref.WeakKeyDictionary()  # target labels
-_STARTED: weakref.WeakKeyDictionary[Graph, dict[str, set[int]]] = weakref.WeakKeyDictionary()  # findings, by id
+# per graph, by (target label, graph generation: a fix round edits the graph): started, and the findings started
+_PREFETCHED: weakref.WeakKeyDictionary[Graph, set[tuple[str, int]]] = weakref.WeakKeyDictionary()
+_STARTED: weakref.WeakKeyDictionary[Graph, dict[tuple[str, int], set[int]]] = weakref.WeakKeyDictionary()
 
 
 def start_pricing(
@@ -198,12 +199,13 @@ def start_pricing(
     price = backends.pricer(target)
     if not getattr(price, "prefetches", False):
         return
-    started = _STARTED.setdefault(graph, {}).setdefault(target.label, set())
+    round_key = (target.label, graph.generation)
+    started = _STARTED.setdefault(graph, {}).setdefault(round_key, set())
     findings = [finding for finding in findings if id(finding) not in started]  # the second call: the new ones
     started.update(id(finding) for finding in findings)
     _prefetch(graph, findings, target, None, plans or _prechecked(graph, findings, options or {}), price, wait=False)
     if plans is not None:
-        _PREFETCHED.setdefault(graph, set()).add(target.label)
+        _PREFETCHED.setdefault(graph, set()).add(round_key)
 
 
 def _prechecked(graph: Graph, findings: list[Finding], options: dict[str, dict[str, Any]]) -> Plans:
