@@ -275,7 +275,11 @@ def _workers_can_start() -> bool:
 def _lint_one(
     path: Path, settings: Settings, key: str | None, folder: str | None, cache: Cache | None = None, cores: int = 1
 ) -> tuple[ModelReport, str | None]:
-    """Lint one model and store it in the cache; a crash is the model's error, never a traceback."""
+    """Lint one model and store it in the cache; a crash is the model's error, never a traceback. What a runtime
+    toolchain made of the model's graphs (ORT's optimized graph, Vela's compile) is kept in the same cache folder."""
+    from netlint.cost.backends import store
+
+    store.use(folder)
     try:
         report = lint_file(path, settings, cores)
     except (KeyboardInterrupt, SystemExit):

@@ -389,8 +389,11 @@ def _cache_dir(args: argparse.Namespace, fixed_config: FileConfig | None) -> Pat
 COST_HELP = """Print the cost model's breakdown of one model on a target: the predicted latency (and its range where
 ops are data dependent), MACs, bytes, how many nodes the model covers, the numbers nobody sourced, the slowest kernels
 with the nodes fused into them, the cost per op type, the data movers' share and the CPU fallback partitions. A
-target without a [cost] section (generic) gets the counts only. Exit codes: 0 printed, 2 an error (a model that
-cannot be read, an unknown target)."""
+target without a [cost] section (generic) gets the counts only. The output names the graph that was priced (on
+ort-cpu: onnxruntime's own optimized graph, or netlint's emulation of it without onnxruntime), the basis of the price
+and the target's measured error band. --measure (onnxruntime targets) also runs the model with ORT's profiler and
+prints predicted against measured time per kernel and in total. Exit codes: 0 printed, 2 an error (a model that
+cannot be read, an unknown target, --measure without onnxruntime)."""
 
 
 def _add_cost_parser(commands: argparse._SubParsersAction) -> None:
@@ -404,6 +407,14 @@ def _add_cost_parser(commands: argparse._SubParsersAction) -> None:
     add_target_options(cost, target="hardware target name or .toml file (default: generic, which has no latency)")
     cost.add_argument("--top", type=_positive, default=10, metavar="N", help="list the N slowest kernels (default 10)")
     cost.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
+    cost.add_argument(
+        "--measure",
+        action="store_true",
+        help="run the model with onnxruntime's profiler (one pinned thread) and print predicted vs measured per kernel",
+    )
+    cost.add_argument(
+        "--runs", type=_positive, default=20, metavar="N", help="--measure: timed runs, medians kept (default 20)"
+    )
 
 
 def _positive(text: str) -> int:

@@ -26,6 +26,7 @@ from netlint.io.provenance import may_have_sources, sources_for
 from netlint.ir import ConstantUnavailable, Graph, Model, Node
 from netlint.pattern import Match
 from netlint.portable import summarise
+from netlint.pricing import Pricing
 from netlint.rule import PORTABLE, Context, Finding, Rule, Skip
 from netlint.suppression import suppress
 from netlint.targets import Target
@@ -55,6 +56,7 @@ class CostSummary:
     fallback_ops: int = 0  # nodes the target cannot run on its accelerator
     partitions: int = 0  # accelerator partitions (runs of supported nodes), 0 when nothing is known
     assumed: list[str] = field(default_factory=list)  # cost numbers nobody sourced
+    pricing: Pricing | None = None  # what priced the latency and its error band (netlint.cost.basis)
 
 
 @dataclass
@@ -102,6 +104,7 @@ def lint_file(path: Path, settings: Settings, *, cores: int = 1) -> ModelReport:
 
 
 def _lint_file(path: Path, settings: Settings, cores: int) -> ModelReport:
+    _warm_cost_backend(path, settings.target)
     try:
         model = load_model(path)
     except LfsPointerError as exc:
@@ -148,6 +151,7 @@ def lint_model(model: Model, settings: Settings, *, cores: int = 1, plans: Plans
                 by_anchor[op].append(rule)
         else:
             scanners.append(rule)
+    _start_cost(model.graph, target)
     graph_of: dict[int, Graph] = {}  # finding (by identity) -> the graph it was found in, for its fix's precheck
     for graph in model.graphs():
         if cores > 1 and len(graph.nodes) >= SPLIT_MIN_NODES and _can_fork():
@@ -173,6 +177,7 @@ def lint_model(model: Model, settings: Settings, *, cores: int = 1, plans: Plans
     ]
     report.skipped = ctx.skipped
     plans = advertise(report.findings, lambda finding: graph_of.get(id(finding)), settings.rule_options, plans)
+    _start_pricing(model.graph, report.findings, target, plans, settings.rule_options)
     _add_sources(model, report, rules)
     _add_cost(model, report, target, plans, settings.rules)
     veto_slower(report.findings, plans)
@@ -245,6 +250,8 @@ def _lint_graph(
 ) -> list[Finding]:
     """The pattern rules over `nodes` (the graph's, or the second half of them), then the whole-graph rules."""
     found = _run_patterns(graph, nodes, by_anchor, ctx, report)
+    if graph.parent is None and len(nodes) == len(graph.nodes):
+        _start_pricing(graph, found, ctx.target, None, ctx.options)
     found.extend(_run_scanners(graph, scanners, ctx, report))
     return found
 
@@ -303,6 +310,45 @@ def _warm_cost(graph: Graph, target: Target) -> None:
 
     with contextlib.suppress(Exception):  # reported by _add_cost, which asks again
         model_cost(graph, target)
+
+
+def _priced_by_toolchain(target: Target) -> bool:
+    cost = target.section("cost") or {}
+    return isinstance(cost.get("backend"), dict) and cost["backend"].get("name") not in (None, "static")
+
+
+def _warm_cost_backend(path: Path, target: Target) -> None:
+    """A target priced by a toolchain (netlint.cost.backends) starts it while the model loads."""
+    if not _priced_by_toolchain(target):
+        return
+    from netlint.cost.backends import warm
+
+    with contextlib.suppress(Exception):
+        warm(target)
+
+
+def _start_cost(graph: Graph, target: Target) -> None:
+    """Let the target's cost backend start on the model (onnxruntime optimizes it while the rules run)."""
+    if target.section("cost") is None:
+        return
+    from netlint.cost.backends import start
+
+    with contextlib.suppress(Exception):  # reported by _add_cost, which asks again
+        start(graph, target)
+
+
+def _start_pricing(
+    graph: Graph, findings: list[Finding], target: Target, plans: Plans | None, options: dict[str, dict[str, Any]]
+) -> None:
+    """With a toolchain pricing the target (onnxruntime, Vela), start it on the findings' neighbourhoods now: ORT's
+    second worker optimizes them while the first may still optimize the whole model (netlint.cost.impact). Called
+    after the pattern rules (`plans` None: made there) and again once every finding's plan is advertised."""
+    if not findings or not _priced_by_toolchain(target):
+        return
+    from netlint.cost.impact import start_pricing
+
+    with contextlib.suppress(Exception):  # priced again, and reported, by _add_cost
+        start_pricing(graph, findings, target, plans, options)
 
 
 def _add_cost(

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal
 
 from netlint.ir import Graph, Node
 from netlint.pattern import E, Match, Op
+from netlint.pricing import Pricing
 from netlint.source import Source
 
 if TYPE_CHECKING:
@@ -68,6 +69,9 @@ class Impact:
     # False when the saving is a placeholder, not a prediction (the change's latency effect is not modelled there, or
     # the finding is about accuracy): the engine then never derives the severity from it
     modelled: bool = True
+    # what priced it and how far to trust it: the basis (runtime graph, vendor estimator, static model) and the
+    # target's measured error band for a finding's saving (netlint.cost.basis)
+    pricing: Pricing | None = None
 
     @property
     def saving_ms(self) -> float:

@@ -21,7 +21,7 @@ TRIVIAL = frozenset({"Relu", "Relu6", "ReluN1To1", "Relu0To1", "ReluPow2", "Clip
 # a conv gains nothing. Not (yet) a fact of the target schema, hence a constant here: Arm Vela's
 # fuse_activation_function_with_prev moves a standalone activation onto any preceding NPU operation whose block type
 # is not Default (ElementWise included), and SUPPORTED_OPS lists the fused activation constraint for every operator.
-FUSES_AFTER_ELTWISE = frozenset({"ethos-u55"})
+FUSES_AFTER_ELTWISE = frozenset({"ethos-u55", "ethos-u65"})  # both compiled by Vela
 # netlint's own measurement of the rewrite on ONNX Runtime's CPU provider (slower in every case measured).
 CPU_MEASUREMENT = "0.40-0.94x on ONNX Runtime CPU"
 # FU004's tolerance on PRelu slopes (its `atol` option), so both rules agree on what a PRelu really is.
@@ -84,8 +84,8 @@ class EltwiseActivation(Rule[Unfused]):
     - qualcomm-htp, ti-tda4vm and other accelerator targets: warning when the target fuses the activation into a
       conv in the selected precision on the selected chip (qualcomm-htp: PRelu, LeakyRelu, HardSwish on chips 8550
       and 8650). ti-tda4vm fuses only Relu into convs, so nothing non-trivial is reported there.
-    - ethos-u55: nothing; Vela fuses the activations it fuses into convs (Relu family, Tanh, Sigmoid) into elementwise
-      operations too, and the others (PRelu, LeakyRelu, HardSwish) into neither.
+    - ethos-u55, ethos-u65: nothing; Vela fuses the activations it fuses into convs (Relu family, Tanh, Sigmoid)
+      into elementwise operations too, and the others (PRelu, LeakyRelu, HardSwish) into neither.
     - ort-cpu, onednn-cpu (target kind cpu): info when the activation fuses into a conv there, saying the rewrite is
       not expected to pay on a CPU; nothing when it would not fuse into a conv either, or when the target fuses
       Conv → Add → activation as a residual block.

@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from netlint.cost import backends
+from netlint.cost.basis import static_pricing
 from netlint.cost.layout import Borders, Facts
 from netlint.cost.model import ModelCost, cost_model
 from netlint.engine import CostSummary
@@ -51,7 +53,7 @@ def model_cost(graph: Graph, target: Target) -> ModelCost:
     per_graph = _COSTS.setdefault(graph, {})
     key = (target.label, id(target), graph.generation)  # an edit (netlint.fixes) makes a new generation
     if key not in per_graph:
-        per_graph[key] = cost_model(graph, target, totals_only=True)
+        per_graph[key] = backends.cost(graph, target, totals_only=True)  # the target's backend (netlint.cost.backends)
     return per_graph[key]
 
 
@@ -82,6 +84,7 @@ def summary(cost: ModelCost, target: Target) -> CostSummary:
         fallback_ops=len(cost.fallback_nodes),
         partitions=cost.partitions,
         assumed=list(cost.rates.assumed) if cost.rates is not None else [],
+        pricing=cost.pricing if cost.latency_us is not None else None,  # no latency (generic): nothing priced
     )
 
 
@@ -106,18 +109,28 @@ def price_findings(
     target: Target,
     cost: ModelCost,
     plans: Plans | None = None,
-    price: Pricer = static_price,
+    price: Pricer | None = None,
 ) -> None:
     """Set `impact` on every finding of `graph` whose change is priced (others keep None): a fix by its prechecked
-    plan (`plans`, from netlint.fixes.registry.advertise), a manual rule's advice by netlint.cost.advice."""
+    plan (`plans`, from netlint.fixes.registry.advertise), a manual rule's advice by netlint.cost.advice. `price`: the
+    Pricer of the fixes' neighbourhoods; by default the target's backend (netlint.cost.backends.pricer: ORT's own
+    graph, Vela, else the static model), which first does its work for every neighbourhood at once. Each impact says
+    what priced it (`Impact.pricing`)."""
     if cost.latency_us is None:
         return
+    findings = list(findings)
+    if price is None:
+        price = backends.pricer(target)
+        if (target.label, graph.generation) not in _PREFETCHED.get(graph, ()):  # `start_pricing` did not start it
+            _prefetch(graph, findings, target, cost.layout_facts, plans, price, wait=True)
     total = cost.latency_us
     label = target.label
-    memo: dict[Any, float | None] = {}
+    memo: dict[Any, Any] = {}
+    static = static_pricing(target)
     for finding in findings:
         basis: str | None = None
         modelled = True
+        pricing = static  # netlint.cost.advice and HW001's per-op price use the static model
         if _advised(finding):
             from netlint.cost.advice import price_advice  # manual rules' advised changes (imported when needed)
 
@@ -126,18 +139,14 @@ def price_findings(
             modelled = priced.modelled if priced is not None else True
             if priced is not None and priced.before_us is not None:
                 start = priced.before_us
-                finding.impact = Impact(label, start / 1000, (start - priced.saving_us) / 1000, basis, modelled)
+                finding.impact = Impact(
+                    label, start / 1000, (start - priced.saving_us) / 1000, basis, modelled, pricing
+                )
                 continue
         elif finding.code == UNSUPPORTED_OP_RULE:
             saving = _saving_on_the_accelerator(graph, finding, target, memo, cost.layout_facts)
         else:
-            found = plans.get(finding) if plans is not None else None
-            plan = found.plan if found is not None and found.graph is graph else None
-            if plan is None and finding.fix is not None and finding.fix.applicability == "manual":
-                from netlint.cost.advice import hand_fold  # a fold the pass does not rewrite, advised by hand
-
-                by_hand = hand_fold(graph, finding)
-                plan, basis = by_hand if by_hand is not None else (None, None)
+            plan, basis = _plan_of(graph, finding, plans)
             on, facts = target, cost.layout_facts
             if finding.code == FP16_RULE:
                 from netlint.cost.advice import fp16_selection
@@ -145,11 +154,104 @@ def price_findings(
                 on, basis = fp16_selection(target)
                 facts = facts if on is target else None  # the layout of the selected precision's costing
             saving = _saving_us(graph, finding, plan, on, memo, facts, price) if on is not None else 0.0
+            pricing = memo.pop(PRICED_BY, None) or static
             modelled = on is not None
             if saving is not None and abs(saving) < 1e-9 and _relu8_by_runtime(finding, plan, target):
                 basis = RELU8_BY_RUNTIME
         if saving is not None:
-            finding.impact = Impact(label, total / 1000, (total - saving) / 1000, basis, modelled)
+            finding.impact = Impact(label, total / 1000, (total - saving) / 1000, basis, modelled, pricing)
+
+
+PRICED_BY = "priced by"  # memo key: what priced the last finding `_saving_us` priced (its Pricer's `last`)
+
+
+def _plan_of(graph: Graph, finding: Finding, plans: Plans | None) -> tuple[Any, str | None]:
+    """The finding's prechecked plan, or for a manual fold its advised change as a plan (and its basis)."""
+    found = plans.get(finding) if plans is not None else None
+    plan = found.plan if found is not None and found.graph is graph else None
+    if plan is None and finding.fix is not None and finding.fix.applicability == "manual":
+        from netlint.cost.advice import hand_fold  # a fold the pass does not rewrite, advised by hand
+
+        by_hand = hand_fold(graph, finding)
+        return by_hand if by_hand is not None else (None, None)
+    return plan, None
+
+
+# per graph, by (target label, graph generation: a fix round edits the graph): started, and the findings started
+_PREFETCHED: weakref.WeakKeyDictionary[Graph, set[tuple[str, int]]] = weakref.WeakKeyDictionary()
+_STARTED: weakref.WeakKeyDictionary[Graph, dict[tuple[str, int], set[int]]] = weakref.WeakKeyDictionary()
+
+
+def start_pricing(
+    graph: Graph,
+    findings: Iterable[Finding],
+    target: Target,
+    plans: Plans | None = None,
+    options: dict[str, dict[str, Any]] | None = None,
+) -> None:
+    """Start the target's toolchain backend on the neighbourhoods `price_findings` will price (ORT's second worker
+    optimizes them while the first still optimizes the whole model). The engine calls it twice: after the pattern
+    rules, with their findings' plans made here (`plans` None: prechecked as netlint.fixes.registry.advertise does,
+    the findings left unchanged), so that ORT starts before the whole-graph rules wait for the model's cost; then
+    with every finding's advertised plans (the backend adds only the graphs it has not started), after which
+    `price_findings` collects nothing again. The blocks do not depend on the whole model's layout facts (only their
+    memo keys and the static model's borders do), so they are built without them."""
+    price = backends.pricer(target)
+    if not getattr(price, "prefetches", False):
+        return
+    round_key = (target.label, graph.generation)
+    started = _STARTED.setdefault(graph, {}).setdefault(round_key, set())
+    findings = [finding for finding in findings if id(finding) not in started]  # the second call: the new ones
+    started.update(id(finding) for finding in findings)
+    _prefetch(graph, findings, target, None, plans or _prechecked(graph, findings, options or {}), price, wait=False)
+    if plans is not None:
+        _PREFETCHED.setdefault(graph, set()).add(round_key)
+
+
+def _prechecked(graph: Graph, findings: list[Finding], options: dict[str, dict[str, Any]]) -> Plans:
+    """The plans of the findings' fix passes, as `advertise` makes them, without touching the findings."""
+    from netlint.fixes.registry import Prechecked, find_pass
+
+    plans = Plans()
+    for finding in findings:
+        declared = finding.fix
+        fix_pass = find_pass(declared.name) if declared is not None else None
+        if fix_pass is None or declared is None or declared.applicability not in ("safe", "unsafe"):
+            continue
+        try:
+            plans.by_finding[id(finding)] = Prechecked(graph, fix_pass().plan(graph, finding, options), declared)
+        except Exception:  # advertise says why, later
+            continue
+    return plans
+
+
+def _prefetch(
+    graph: Graph,
+    findings: list[Finding],
+    target: Target,
+    facts: Facts | None,
+    plans: Plans | None,
+    price: Pricer,
+    wait: bool,
+) -> None:
+    """Let a toolchain backend work on every neighbourhood the findings will be priced with, in one go (one ORT
+    session, one Vela process): the blocks are built and the plans applied as pricing does, and collected. `wait`
+    False only starts it."""
+    if not getattr(price, "prefetches", False):
+        return
+    collected: list[Graph] = []
+
+    def collect(before: Graph, after: Graph, target: Target, borders: Borders | None) -> float | None:
+        collected.extend((before, after))
+        return None
+
+    memo: dict[Any, Any] = {}
+    for finding in findings:
+        if not _advised(finding) and finding.code not in (UNSUPPORTED_OP_RULE, FP16_RULE):  # QT005: another selection
+            plan, _ = _plan_of(graph, finding, plans)
+            _saving_us(graph, finding, plan, target, memo, facts, collect)
+    if collected:
+        backends.prefetch(collected, target, wait=wait)
 
 
 RELU8_BY_RUNTIME = (
@@ -212,6 +314,7 @@ def _saving_us(
     around, outside, borders, codes, before = _block(graph, declared, kinds, facts)
     quick: tuple | None = (fix, _NAMES.sub("", plan.description), before)
     if quick in memo:
+        memo[PRICED_BY] = memo.get((PRICED_BY, quick))
         return memo[quick]
     edit = Edit(graph)
     try:
@@ -236,8 +339,11 @@ def _saving_us(
             )
         except Exception:
             memo[key] = None
+        memo[(PRICED_BY, key)] = getattr(price, "last", None)  # what priced it (a backend's Pricer says)
     if quick is not None:
         memo[quick] = memo[key]
+        memo[(PRICED_BY, quick)] = memo.get((PRICED_BY, key))
+    memo[PRICED_BY] = memo.get((PRICED_BY, key))
     return memo[key]
 
 
@@ -272,16 +378,21 @@ def _block(
 def _saving_on_the_accelerator(
     graph: Graph, finding: Finding, target: Target, memo: dict[Any, float | None], facts: Facts | None = None
 ) -> float | None:
-    """HW001's advised change, replacing the op by one the accelerator runs, priced as the same op running there:
-    its CPU fallback cost and the transfers at the partition borders around it go away."""
+    """HW001's advised change, replacing the op by one the accelerator runs (or one of a type it runs), priced as the
+    same op running there: its CPU fallback cost and the transfers at the partition borders around it go away."""
     node = graph.node(finding.nodes[0]) if finding.nodes else None
     ops = target.section("ops")
-    if node is None or ops is None or target.supports_op(node.op) is not False:
+    if node is None or ops is None:
         return None
+    dtype = next((graph.value(out).dtype for out in node.outputs if out and graph.value(out) is not None), None)
+    if target.supports_op(node.op) is not False:
+        if target.runs_type(dtype) or graph.format != "tflite":  # the cost model places it on the accelerator
+            return None
+        ops = {**ops, "data_types": [*ops["data_types"], dtype]}  # it falls back for its type: of a type it runs
     around = _neighbourhood(graph, [node])
     outside = _read_outside(graph, around)
     borders, codes = _borders(graph, around, outside, facts)
-    key = (UNSUPPORTED_OP_RULE, node.op, _signature(around, outside, {}, _kinds_of(graph, memo), codes))
+    key = (UNSUPPORTED_OP_RULE, node.op, dtype, _signature(around, outside, {}, _kinds_of(graph, memo), codes))
     if key not in memo:
         runs_it = replace(target, data={**target.data, "ops": {**ops, "supported": [*ops["supported"], node.op]}})
         small = _small_graph(graph, around, outside, {})
@@ -408,7 +519,11 @@ def _small_graph(graph: Graph, nodes: list[Node], outside: set[str], new_values:
             if name not in produced and not value.is_const:
                 inputs.append(name)
     outputs = [out for node in nodes for out in node.outputs if out in outside]
-    return Graph(graph.name, nodes, values, inputs, outputs)
+    small = Graph(graph.name, nodes, values, inputs, outputs)
+    # what a backend writes it back with: ONNX opsets and IR version, TFLite: the file it is a window of
+    small.opsets, small.ir_version, small.path, small.format = graph.opsets, graph.ir_version, graph.path, graph.format
+    small.input_initializers = graph.input_initializers & values.keys()
+    return small
 
 
 def _const_loader(graph: Graph, name: str) -> Callable[[], np.ndarray]:

@@ -151,6 +151,11 @@ class Graph:
 
     # ONNX initializers also listed as graph inputs (overridable defaults; `inputs` leaves them out).
     input_initializers: frozenset[str] = frozenset()
+    # The ONNX file's opset imports (domain -> version; "" is the default domain), set by the loader on the main
+    # graph: what netlint.cost.backends needs to write a part of the graph back for onnxruntime. Empty for TFLite.
+    opsets: Mapping[str, int] = {}
+    ir_version: int = 0  # the ONNX file's IR version (0: not an ONNX file)
+    path: str = ""  # the file the main graph was loaded from (a toolchain backend compiles the file itself)
     # the file format the graph was loaded from ("onnx" or "tflite"): what a fix may write into it
     format: str = "onnx"
     generation = -1  # how many times the indexes were set (see set_indexes)

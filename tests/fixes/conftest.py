@@ -112,12 +112,20 @@ def planned(model: onnx.ModelProto | bytes, finding: Any, fix_pass: Any) -> tupl
 def assert_priced_as_written(model: onnx.ModelProto | bytes, code: str, target: str, **options: Any) -> None:
     """Pricing runs the pass: the findings' predicted savings (each priced alone, by applying its own plan to the
     neighbourhood) add up to what the written fixed model saves on the whole, within 1%. The findings must all be
-    fixed in one round (independent: no two touch the same value), which is checked."""
-    from netlint.cost import cost_model
+    fixed in one round (independent: no two touch the same value), which is checked. Priced by the static model
+    (the whole model's too): a toolchain backend (onnxruntime's graph) prices the same pairs with other numbers."""
+    from netlint.cost import backends, cost_model
     from netlint.targets import load_target
     from netlint.testing import load
 
-    result = fixed(model, [code], target=target, keep_slower_fixes=True, **options)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("NETLINT_ORT", "0")
+        patch.setenv("NETLINT_VELA", "0")
+        backends.reset()
+        try:
+            result = fixed(model, [code], target=target, keep_slower_fixes=True, **options)
+        finally:
+            backends.reset()
     # independent: one round fixes them all (then one round finds nothing; an unsafe run, or an inexact pass's such as
     # keep-fp32, has an exact safe stage first)
     staged = bool(options.get("unsafe")) or any(not applied.exact for applied in result.applied)
