@@ -443,7 +443,9 @@ def _run_patterns(
                     match = match_of(graph, node)
                     if match is None:
                         continue
-                if check(graph, match, ctx) is None:
+                evidence = check(graph, match, ctx)
+                if type(evidence) is not str:  # a string is the reason not to report; anything else, the evidence
+                    match.evidence = evidence
                     add(finding(graph, match, ctx))
             except ConstantUnavailable as exc:
                 ctx.skip(rule, node, f"needs weight values: {exc}")
