@@ -122,6 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
     rule = commands.add_parser("rule", help="print the documentation of one rule")
     rule.add_argument("rule", metavar="CODE|NAME")
     commands.add_parser("targets", help="list the built-in hardware targets and their sources")
+    from netlint.scaffold import add_arguments as _add_new_rule_arguments
+
+    _add_new_rule_arguments(commands.add_parser("new-rule", help="scaffold a new rule (and its fix pass) to fill in"))
     return parser
 
 
@@ -463,6 +466,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _rules(args.format)
         if args.command == "rule":
             return _rule(args.rule)
+        if args.command == "new-rule":
+            from netlint.scaffold import run as run_new_rule
+
+            return run_new_rule(args)
         return _targets()
     except NetlintError as exc:
         print(f"netlint: error: {safe(str(exc))}", file=sys.stderr)
