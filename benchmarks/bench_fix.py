@@ -164,7 +164,7 @@ def phases_child(model: str) -> None:
     sys.path.insert(0, str(REPO))
     import onnx
 
-    import netlint.fixes.command as command
+    import netlint.commands.fix as command
     import netlint.fixes.engine as engine
     import netlint.io.save as output
     import netlint.ir.edit as edit_module

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from netlint.collector import paused
+from netlint.commands.common import cache_dir, model_settings, overrides_from, select_models, write_atomically
 from netlint.errors import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, ModelLoadError, NetlintError, UsageError
 from netlint.terminal import safe
 
@@ -37,7 +38,6 @@ def run_fix(args: argparse.Namespace) -> int:
 
 
 def _run_fix(args: argparse.Namespace) -> int:
-    from netlint.cli import model_settings, overrides_from, select_models
     from netlint.config import FileConfig, read_config_file
 
     if args.diff and (args.output or args.in_place):
@@ -119,11 +119,10 @@ def _fix_many(args: argparse.Namespace, work: list[tuple[Path, Any]], fixed_conf
     the run; the exit status is the worst of the models'."""
     from netlint.batch import default_jobs, lint_many
     from netlint.cache import Cache
-    from netlint.cli import _cache_dir
     from netlint.engine import ModelReport
 
     jobs = getattr(args, "jobs", None) or default_jobs()
-    cache = None if getattr(args, "no_cache", False) else Cache(_cache_dir(args, fixed_config))
+    cache = None if getattr(args, "no_cache", False) else Cache(cache_dir(args, fixed_config))
     reports = lint_many(work, jobs=jobs, cache=cache)
     done_keys = [_nothing_key(cache, path, settings, args) if cache else None for path, settings in work]
     to_fp16 = bool(getattr(args, "to_fp16", False))
@@ -261,7 +260,6 @@ def _write_report(
     records: list[dict[str, Any]],
 ) -> None:
     """`--report FILE`: the HTML page of the fixes (netlint.report.html.render_fix_report), written atomically."""
-    from netlint.cli import write_atomically
     from netlint.report.html import render_fix_report
 
     original = _model_of(result.original, result.format, path)
