@@ -40,7 +40,7 @@ if TYPE_CHECKING:  # the engine is imported on first use: `start_early` runs bef
 
     from netlint.cache import Cache
     from netlint.config import Settings
-    from netlint.engine import ModelReport
+    from netlint.results import ModelReport
 
 START_METHOD: str | None = None  # None: `start_method()` chooses per pool; a name forces one (benchmarks, tests)
 # Libraries whose native thread pools have no fork handlers: a child forked while they run threads can deadlock.
@@ -299,7 +299,7 @@ def _lint_one(
 
 
 def _failed(path: Path, settings: Settings, reason: str) -> ModelReport:
-    from netlint.engine import ModelReport
+    from netlint.results import ModelReport
 
     target = settings.target
     return ModelReport(str(path), None, target.name, target.precision, target.chip, errors=[reason])

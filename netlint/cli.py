@@ -484,9 +484,9 @@ def _check(args: argparse.Namespace) -> int:
     start_early(args.paths, args.jobs or default_jobs(), args.no_cache, args.cache_dir)
     from netlint.cache import Cache
     from netlint.config import FileConfig, Settings, read_config_file
-    from netlint.engine import ModelReport
     from netlint.report import render_text, to_json
     from netlint.report.baseline import apply_baseline, read_baseline
+    from netlint.results import ModelReport
     from netlint.sources import resolve_sources
 
     overrides = overrides_from(args)
@@ -617,7 +617,7 @@ def _encodable(text: str) -> str:
 
 def _render_failed(report: Any, fmt: str, exc: Exception) -> Any:
     """The report of a model whose findings could not be rendered: its error line only, its path made printable."""
-    from netlint.engine import ModelReport
+    from netlint.results import ModelReport
 
     path = printable_path(report.path) if isinstance(report.path, str) else "?"
     reason = f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"

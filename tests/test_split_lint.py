@@ -17,8 +17,9 @@ import pytest
 import netlint.batch
 from netlint import engine
 from netlint.config import FileConfig, Overrides, settings_for
-from netlint.engine import ModelReport, lint_file
+from netlint.engine import lint_file
 from netlint.forked import Forked, can_fork
+from netlint.results import ModelReport
 from netlint.testing import load
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="a graph is split only where workers fork (Linux)")

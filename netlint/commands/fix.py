@@ -119,7 +119,7 @@ def _fix_many(args: argparse.Namespace, work: list[tuple[Path, Any]], fixed_conf
     the run; the exit status is the worst of the models'."""
     from netlint.batch import default_jobs, lint_many
     from netlint.cache import Cache
-    from netlint.engine import ModelReport
+    from netlint.results import ModelReport
 
     jobs = getattr(args, "jobs", None) or default_jobs()
     cache = None if getattr(args, "no_cache", False) else Cache(cache_dir(args, fixed_config))

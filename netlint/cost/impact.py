@@ -33,11 +33,11 @@ from netlint.cost import backends
 from netlint.cost.basis import static_pricing
 from netlint.cost.layout import Borders, Facts
 from netlint.cost.model import ModelCost, cost_model
-from netlint.engine import CostSummary
 from netlint.fixes.registry import Plans
 from netlint.ir import Graph, Node
 from netlint.ir.edit import Edit
 from netlint.ir.graph import ConstData, Value
+from netlint.results import CostSummary
 from netlint.rule import Finding, Impact
 from netlint.targets import Target
 

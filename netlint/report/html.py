@@ -23,13 +23,13 @@ from netlint.cost import ModelCost, backends
 from netlint.cost.impact import summarises
 from netlint.cost.ops import MOVER, VIEW
 from netlint.docs import render_rule_doc, templates_dir
-from netlint.engine import ModelReport
 from netlint.errors import NetlintError
 from netlint.io import load_model
 from netlint.ir import Graph, Model, Node
 from netlint.report.grouping import group_findings, location
 from netlint.report.svg import bar_chart, format_amount, graph_svg
 from netlint.report.text import pricing_text
+from netlint.results import ModelReport
 from netlint.rule import SEVERITIES, Finding, Rule, all_rules
 from netlint.targets import Target, load_target
 

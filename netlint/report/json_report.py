@@ -10,9 +10,9 @@ from json.encoder import encode_basestring
 from typing import Any, NamedTuple
 
 from netlint import __version__
-from netlint.engine import CostSummary, ModelReport
 from netlint.pricing import Pricing
 from netlint.report.grouping import group_findings
+from netlint.results import CostSummary, ModelReport
 from netlint.rule import Finding, FixRef, Impact
 from netlint.source import Frame, Source
 
