@@ -15,6 +15,7 @@ import onnx
 import pytest
 
 import netlint.batch
+import netlint.processes
 from netlint import engine
 from netlint.config import FileConfig, Overrides, settings_for
 from netlint.engine import lint_file
@@ -29,7 +30,7 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="a graph is spli
 def forks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Graphs of 10 nodes or more split; the list counts the forks made (in this process only). Forking is allowed
     even if another test loaded onnxruntime in this process (as tests/cli/test_parallel.py does for the pool)."""
-    monkeypatch.setattr(netlint.batch, "START_METHOD", "fork")
+    monkeypatch.setattr(netlint.processes, "START_METHOD", "fork")
     assert can_fork()
     monkeypatch.setattr(engine, "SPLIT_MIN_NODES", 10)
     made: list[int] = []
@@ -113,7 +114,7 @@ def test_small_graphs_one_core_and_other_threads_do_not_split(
     lint_file(path, settings, cores=2)
     assert forks == []
     monkeypatch.setattr(engine, "SPLIT_MIN_NODES", 10)
-    monkeypatch.setattr(netlint.batch, "START_METHOD", None)  # chosen per run: no fork while another thread runs
+    monkeypatch.setattr(netlint.processes, "START_METHOD", None)  # chosen per run: no fork while another thread runs
     stop = threading.Event()
     other = threading.Thread(target=stop.wait)
     other.start()

@@ -235,7 +235,7 @@ def _fix_in_pool(
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    from netlint.batch import start_method
+    from netlint.processes import start_method
 
     context = multiprocessing.get_context(start_method())
     with ProcessPoolExecutor(workers, mp_context=context) as pool:
