@@ -165,7 +165,7 @@ def phases_child(model: str) -> None:
     import onnx
 
     import netlint.commands.fix as command
-    import netlint.fixes.engine as engine
+    import netlint.fix_loop as engine
     import netlint.io.save as output
     import netlint.ir.edit as edit_module
     from netlint.cli import main as cli_main

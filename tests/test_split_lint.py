@@ -164,7 +164,7 @@ def test_the_copy_ignores_ctrl_c() -> None:
 
 @pytest.mark.parametrize("name", ["light_resnet50", "light_shufflenet"])
 def test_fix_rounds_lint_on_two_cores_and_write_the_same_model(light_dir: Path, forks: list[int], name: str) -> None:
-    from netlint.fixes.engine import fix_model
+    from netlint.fix_loop import fix_model
     from netlint.io.onnx_io import model_from_proto
 
     path = light_dir / f"{name}.onnx"

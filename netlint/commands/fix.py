@@ -24,7 +24,7 @@ from netlint.terminal import safe
 if TYPE_CHECKING:  # onnx and the fix engine are imported where a model is fixed: a run whose models have nothing
     import onnx  # to fix (a pre-commit hook's second run) spends no time importing them
 
-    from netlint.fixes.engine import FixResult
+    from netlint.fix_loop import FixResult
     from netlint.ir import Model
 
 
@@ -73,7 +73,7 @@ def _fix_one(args: argparse.Namespace, path: Path, settings: Any) -> int:
     if report is not None and report.resolve() == path.resolve():
         raise UsageError(f"--report {report}: is the input")
     to_fp16 = bool(getattr(args, "to_fp16", False))
-    from netlint.fixes.engine import fix_model
+    from netlint.fix_loop import fix_model
     from netlint.io.save import external_layout, save_bytes, save_onnx
 
     # of the input: with keep_original=False the proto is edited
@@ -373,7 +373,7 @@ def verification_lines(
     beyond tolerance. Fixes that are not exact (unsafe ones, and keep-fp32 / --to-fp16, whose float16 is never bit
     for bit) are measured: max abs error and cosine similarity per output. `required` (--in-place): a rewrite that
     cannot be verified because the runtime is missing is refused unless verification was turned off (--no-verify)."""
-    from netlint.fixes.engine import FixError
+    from netlint.fix_loop import FixError
     from netlint.fixes.verify import ATOL, RTOL, VerifyUnavailable
 
     records = records if records is not None else []

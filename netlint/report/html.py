@@ -34,7 +34,7 @@ from netlint.rule import SEVERITIES, Finding, Rule, all_rules
 from netlint.targets import Target, load_target
 
 if TYPE_CHECKING:  # netlint.fixes imports onnx: only `netlint fix --report` needs it
-    from netlint.fixes.engine import AppliedFix, FixResult, SkippedFix
+    from netlint.fix_loop import AppliedFix, FixResult, SkippedFix
 
 TEMPLATE = "report.html.j2"
 CHART_ROWS = 12  # op types shown in the breakdown; the rest are summed into "other"
