@@ -20,10 +20,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from netlint import __version__
 from netlint.commands.common import cache_dir, model_settings, overrides_from, select_models, write_atomically
 from netlint.errors import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, NetlintError, UsageError
 from netlint.terminal import safe  # messages may quote models or configuration files: no raw control characters
+from netlint.version import __version__
 
 if TYPE_CHECKING:
     pass

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 import jinja2
 from markupsafe import Markup
 
-from netlint import __version__
 from netlint.cost import ModelCost, backends
 from netlint.cost.impact import summarises
 from netlint.cost.ops import MOVER, VIEW
@@ -32,6 +31,7 @@ from netlint.report.text import pricing_text
 from netlint.results import ModelReport
 from netlint.rule import SEVERITIES, Finding, Rule, all_rules
 from netlint.targets import Target, load_target
+from netlint.version import __version__
 
 if TYPE_CHECKING:  # netlint.fixes imports onnx: only `netlint fix --report` needs it
     from netlint.fix_loop import AppliedFix, FixResult, SkippedFix
