@@ -1,2 +1,2 @@
-"""The `netlint` subcommands that are more than a few lines, one module each (fix, cost, calibrate), and what they
-share (common.py). netlint.cli parses the command line and dispatches here; these modules never import the cli."""
+"""The `netlint` subcommands, one module each (check, fix, cost, calibrate; catalog: rules, rule, targets), and what
+they share (common.py). netlint.cli builds the parser and dispatches here; these modules never import the cli."""
