@@ -20,6 +20,7 @@ import pytest
 import netlint.batch
 import netlint.engine
 import netlint.processes
+import netlint.results
 from netlint.batch import lint_many
 from netlint.cli import main
 from netlint.config import FileConfig, Overrides, find_config, settings_for
@@ -177,7 +178,7 @@ def test_the_collector_pause_stays_in_this_process(monkeypatch, folder):
     monkeypatch.setattr(  # inherited by the forked workers: each report says whether its worker collects garbage
         netlint.batch,
         "lint_file",
-        lambda path, settings, cores=1: netlint.engine.ModelReport(
+        lambda path, settings, cores=1: netlint.results.ModelReport(
             str(path), None, "generic", notes=[f"gc {gc.isenabled()}"]
         ),
     )
