@@ -40,12 +40,12 @@ from itertools import chain, compress, repeat
 from pathlib import Path
 from typing import Any, Literal, Union
 
-from netlint import __version__
-from netlint.engine import CostSummary, ModelReport, Suppressed
+from netlint.ir.fingerprint import FindingKey
 from netlint.pricing import Pricing
-from netlint.report.baseline import FindingKey
+from netlint.results import CostSummary, ModelReport, Suppressed
 from netlint.rule import Finding, FixRef, Impact, Skip
 from netlint.source import Frame, Source
+from netlint.version import __version__
 
 if typing.TYPE_CHECKING:
     from netlint.config import Settings

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,9 +23,10 @@ from netlint.fixes.registry import Plans, advertise, veto_slower
 from netlint.io import LFS_SKIPPED, LfsPointerError, load_model
 from netlint.io.provenance import may_have_sources, sources_for
 from netlint.ir import ConstantUnavailable, Graph, Model, Node
+from netlint.ir.fingerprint import finding_keys
 from netlint.pattern import Match
 from netlint.portable import summarise
-from netlint.pricing import Pricing
+from netlint.results import ModelReport, Suppressed
 from netlint.rule import PORTABLE, Context, Finding, Rule, Skip
 from netlint.suppression import suppress
 from netlint.targets import Target
@@ -34,59 +34,10 @@ from netlint.targets import Target
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from netlint.report.baseline import FindingKey
-
 # A graph this large is linted on two cores when the caller allows it: below, the rules take less time than what
 # sharing them costs (a fork, and pickling the second half's findings back). docs/performance.md has the figures.
 SPLIT_MIN_NODES = 50_000
 RELATED_NODES = 64  # a finding's nodes whose sources are read besides its advice node's
-
-
-@dataclass
-class CostSummary:
-    """The model's predicted cost on the target (netlint.cost), as reporters and gates see it."""
-
-    target: str  # the target's label
-    precision: str | None
-    latency_ms: float | None  # None when the target has no [cost] numbers (generic)
-    macs: int
-    bytes: int
-    coverage: float  # share of nodes the cost model covers
-    by_op_type: dict[str, dict[str, float]] = field(default_factory=dict)  # op -> count, macs, bytes, latency_ms
-    fallback_ops: int = 0  # nodes the target cannot run on its accelerator
-    partitions: int = 0  # accelerator partitions (runs of supported nodes), 0 when nothing is known
-    assumed: list[str] = field(default_factory=list)  # cost numbers nobody sourced
-    pricing: Pricing | None = None  # what priced the latency and its error band (netlint.cost.basis)
-
-
-@dataclass
-class Suppressed:
-    """A finding a suppression or the baseline took out of the report: SARIF still lists it, with `suppressions`
-    (code scanning shows it as suppressed, not as fixed)."""
-
-    finding: Finding
-    kind: str  # SARIF's suppression kind: "inSource" (a marker in the model) or "external" (configuration, baseline)
-    justification: str  # which marker, configuration entry or baseline
-    key: FindingKey | None = None  # its fingerprint, when the run computes them
-
-
-@dataclass
-class ModelReport:
-    """What linting one model file produced; reporters see only this, never the graph."""
-
-    path: str
-    format: str | None
-    target: str
-    precision: str | None = None
-    chip: str | None = None
-    findings: list[Finding] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-    skipped: list[Skip] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    keys: list[FindingKey] = field(default_factory=list)  # one per finding: its graph and structural fingerprint
-    cost: CostSummary | None = None
-    seconds: float = field(default=0.0, compare=False)  # loading and linting it in this run (0: served by the cache)
-    suppressed: list[Suppressed] = field(default_factory=list)  # findings suppressions or the baseline took out
 
 
 def lint_file(path: Path, settings: Settings, *, cores: int = 1) -> ModelReport:
@@ -183,8 +134,6 @@ def lint_model(model: Model, settings: Settings, *, cores: int = 1, plans: Plans
     veto_slower(report.findings, plans)
     report.findings = [_with_severity(finding, settings) for finding in report.findings]
     if settings.fingerprints:  # fingerprints need the graph, which reporters never see
-        from netlint.report.baseline import finding_keys  # not at the top: the reporters import this module
-
         report.keys = finding_keys(model, report.findings)
         for entry, key in zip(
             report.suppressed, finding_keys(model, [e.finding for e in report.suppressed]), strict=True

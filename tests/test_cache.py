@@ -19,9 +19,10 @@ import pytest
 import netlint.cache
 from netlint.cache import CACHEDIR_TAG, Cache, FileDigests, cache_key, report_from_json, report_to_json
 from netlint.config import FileConfig, Overrides, settings_for
-from netlint.engine import CostSummary, ModelReport, Suppressed, lint_file
+from netlint.engine import lint_file
+from netlint.ir.fingerprint import FindingKey
 from netlint.pricing import Pricing
-from netlint.report.baseline import FindingKey
+from netlint.results import CostSummary, ModelReport, Suppressed
 from netlint.rule import Finding, FixRef, Impact, Skip
 from netlint.source import Frame, Source
 from netlint.testing import GraphBuilder

@@ -89,7 +89,7 @@ class Calibration:
     # activation op type -> ops per element in Relu-equivalents (per-element time relative to a Relu's)
     activation_ops_per_element: dict[str, float] = field(default_factory=dict)
     reorder_samples: list[Sample] = field(default_factory=list)  # per-reorder times, by tensor size
-    kernels: Any = None  # onnxruntime: the per-kernel-class fit (netlint.calibrate.command.KernelRun)
+    kernels: Any = None  # onnxruntime: the per-kernel-class fit (netlint.commands.calibrate.KernelRun)
     # LiteRT: precision (int8, int16x8) -> the rates of its quantized kernels (int16x8 runs on reference kernels)
     precisions: dict[str, Fitted] = field(default_factory=dict)
 

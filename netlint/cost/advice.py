@@ -34,6 +34,7 @@ import numpy as np
 
 from netlint.cost.model import ModelCost, cost_model
 from netlint.cost.ops import CONV_LIKE, MATMUL_LIKE
+from netlint.cost.windows import kinds_of, read_outside, small_graph
 from netlint.fixes.registry import Plan
 from netlint.ir import Graph, Node
 from netlint.ir.edit import Edit, copy_node
@@ -95,9 +96,7 @@ def _latency(graph: Graph, target: Target) -> float | None:
 
 def _alone(graph: Graph, node: Node, new_values: dict[str, Value]) -> Graph:
     """A graph of `node` alone (its outputs are the graph's outputs), reading `new_values` where given."""
-    from netlint.cost.impact import _small_graph  # impact imports this module lazily: no cycle
-
-    return _small_graph(graph, [node], {out for out in node.outputs if out}, new_values)
+    return small_graph(graph, [node], {out for out in node.outputs if out}, new_values)
 
 
 # --- HW002: channel padding ------------------------------------------------------------------------------------------
@@ -235,10 +234,8 @@ def _shapes(graph: Graph, node: Node) -> tuple:
 
 def _described(graph: Graph, node: Node, memo: dict[Any, Any]) -> tuple:
     """Like `_shapes` (a finer key: a missing value and an omitted input differ), from the per-value descriptions
-    netlint.cost.impact keeps for pricing (every value described in one sweep)."""
-    from netlint.cost.impact import _kinds_of  # impact imports this module lazily: no cycle
-
-    about = _kinds_of(graph, memo).about
+    netlint.cost.windows keeps for pricing (every value described in one sweep)."""
+    about = kinds_of(graph, memo).about
     return tuple(map(about, node.inputs)) + tuple(map(about, node.outputs))
 
 
@@ -277,9 +274,8 @@ def _dynamic_shape(
     region = dynamic_region(graph, name)
     if not region:
         return Priced(0.0, f"no node reads a tensor with the dynamic dimension of '{name}'")
-    from netlint.cost.impact import _read_outside, _small_graph
 
-    small = _small_graph(graph, region, _read_outside(graph, region), {})
+    small = small_graph(graph, region, read_outside(graph, region), {})
     on_cpu = replace(target, data={**target.data, "ops": {**ops, "supported": []}})
     before, after = _latency(small, on_cpu), _latency(small, target)
     if before is None or after is None:

@@ -18,23 +18,23 @@ from typing import TYPE_CHECKING, Any
 import jinja2
 from markupsafe import Markup
 
-from netlint import __version__
 from netlint.cost import ModelCost, backends
 from netlint.cost.impact import summarises
 from netlint.cost.ops import MOVER, VIEW
 from netlint.docs import render_rule_doc, templates_dir
-from netlint.engine import ModelReport
 from netlint.errors import NetlintError
 from netlint.io import load_model
 from netlint.ir import Graph, Model, Node
 from netlint.report.grouping import group_findings, location
 from netlint.report.svg import bar_chart, format_amount, graph_svg
 from netlint.report.text import pricing_text
+from netlint.results import ModelReport
 from netlint.rule import SEVERITIES, Finding, Rule, all_rules
 from netlint.targets import Target, load_target
+from netlint.version import __version__
 
 if TYPE_CHECKING:  # netlint.fixes imports onnx: only `netlint fix --report` needs it
-    from netlint.fixes.engine import AppliedFix, FixResult, SkippedFix
+    from netlint.fix_loop import AppliedFix, FixResult, SkippedFix
 
 TEMPLATE = "report.html.j2"
 CHART_ROWS = 12  # op types shown in the breakdown; the rest are summed into "other"

@@ -9,12 +9,12 @@ from functools import lru_cache
 from json.encoder import encode_basestring
 from typing import Any, NamedTuple
 
-from netlint import __version__
-from netlint.engine import CostSummary, ModelReport
 from netlint.pricing import Pricing
 from netlint.report.grouping import group_findings
+from netlint.results import CostSummary, ModelReport
 from netlint.rule import Finding, FixRef, Impact
 from netlint.source import Frame, Source
+from netlint.version import __version__
 
 # 1.1: model.precision and model.chip; 1.2: finding.impact and model.cost; 1.3: finding.source, finding.reference,
 # model.groups, finding.fix.reason (applicability "none": the fix cannot apply to this occurrence, and why),

@@ -7,9 +7,9 @@ from collections.abc import Callable
 from itertools import chain
 from operator import attrgetter
 
-from netlint.engine import ModelReport
 from netlint.pricing import Pricing
 from netlint.report.grouping import Group, group_findings, location
+from netlint.results import ModelReport
 from netlint.rule import Finding, Impact
 from netlint.source import Source
 from netlint.terminal import safe

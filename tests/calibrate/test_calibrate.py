@@ -9,7 +9,6 @@ import tomllib
 import numpy as np
 import pytest
 
-from netlint.calibrate.command import dumps
 from netlint.calibrate.fit import (
     CONV,
     DEPTHWISE,
@@ -29,6 +28,7 @@ from netlint.calibrate.fit import (
     relu_ops_per_element,
     verdict,
 )
+from netlint.commands.calibrate import dumps
 from netlint.targets import load_target
 from netlint.targets.schema import COST_NUMBERS
 
@@ -319,7 +319,7 @@ def fake_result(prelu_ratio: float | None):
 
 
 def test_document_keeps_the_base_facts_and_replaces_the_measured_ones():
-    from netlint.calibrate.command import target_document, validate
+    from netlint.commands.calibrate import target_document, validate
 
     base = load_target("ort-cpu").data
     document = target_document(base, fake_result(None), "mine")
@@ -335,7 +335,7 @@ def test_document_keeps_the_base_facts_and_replaces_the_measured_ones():
 
 
 def test_document_writes_the_activation_table_over_the_bases():
-    from netlint.calibrate.command import target_document, validate
+    from netlint.commands.calibrate import target_document, validate
 
     base = load_target("ort-cpu").data
     result = fake_result(None)
@@ -350,7 +350,7 @@ def test_document_writes_the_activation_table_over_the_bases():
 
 
 def test_document_replaces_or_drops_the_bases_reorder_rates():
-    from netlint.calibrate.command import target_document, validate
+    from netlint.commands.calibrate import target_document, validate
 
     base = load_target("ort-cpu").data
     base = {**base, "cost": {**base["cost"], "reorder_gb_per_s": 1.0, "reorder_dram_gb_per_s": 0.5}}
@@ -402,7 +402,7 @@ def test_activation_ops_scale_the_ratio_by_relus_ops():
 
 
 def test_prelu_ratio_decides_data_dependence():
-    from netlint.calibrate.command import target_document
+    from netlint.commands.calibrate import target_document
     from netlint.targets import schema
 
     if "data_dependent_ratio" not in schema.COST_NUMBERS:

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from netlint import targets
-from netlint.calibrate.command import updated
 from netlint.calibrate.kernel_fit import fit, fit_class, nnls, outside
 from netlint.calibrate.profile import ModelTimes, Sample
+from netlint.commands.calibrate import updated
 from netlint.cost.kernels import CONV_1X1, ELTWISE, Kernel, Tensor, classify
 from netlint.targets.schema import validate_target
 

@@ -15,8 +15,8 @@ import pytest
 import tflite
 from onnx import helper, numpy_helper
 
+from netlint.fix_loop import FixResult
 from netlint.fixes import litert, verify
-from netlint.fixes.engine import FixResult
 from netlint.io.tflite_io import model_from_buffer
 from netlint.io.tflite_writer import op_counts, read_tree
 from netlint.rule import FixRef
@@ -77,7 +77,7 @@ def fixed(
 def fixed_path(path: Path, select: list[str] | None = None, target: str | None = None, **options: Any) -> FixResult:
     """`fixed` for a model file (ONNX external data resolved in its folder, as `netlint fix PATH` does)."""
     from netlint.config import FileConfig, Overrides, settings_for
-    from netlint.fixes.engine import fix_model
+    from netlint.fix_loop import fix_model
     from netlint.io.onnx_io import model_from_proto
 
     proto = onnx.load(str(path), load_external_data=False)

@@ -30,6 +30,8 @@ import onnx
 from onnx import numpy_helper
 
 from netlint.cost.backends.onnx_export import Exported
+from netlint.forked import can_fork
+from netlint.processes import Forking
 
 LEVELS = ("disable", "basic", "extended", "layout", "all")
 DEFAULT_LEVEL = "all"
@@ -123,8 +125,6 @@ class _Worker:
     order. The copy never returns into netlint's code; it exits when its request pipe closes (this process ended)."""
 
     def __init__(self) -> None:
-        from netlint.batch import Forking
-
         down_read, down_write = os.pipe()
         up_read, up_write = os.pipe()
         with Forking(True):
@@ -214,8 +214,6 @@ _NEXT_LOCAL = [0]
 
 
 def _submit(source: str, target: str, level: str, lane: int = 0) -> int:
-    from netlint.forked import can_fork
-
     worker = _WORKERS.get(lane)
     if worker is None and can_fork():
         try:

@@ -20,7 +20,7 @@ from netlint.ir import Graph
 
 
 def window(graph: Graph) -> bytes:
-    """The TFLite model of `graph`, a window of the TFLite file `graph.path` (netlint.cost.impact._small_graph)."""
+    """The TFLite model of `graph`, a window of the TFLite file `graph.path` (netlint.cost.windows.small_graph)."""
     stat = Path(graph.path).stat()
     written = write_tflite(
         _stripped(graph.path, stat.st_mtime_ns, stat.st_size), SimpleNamespace(graph=graph, subgraphs=[])

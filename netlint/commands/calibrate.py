@@ -19,6 +19,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from netlint.commands.common import write_atomically
 from netlint.errors import EXIT_CLEAN, UsageError
 
 RUNTIMES = ("onnxruntime", "litert")
@@ -69,7 +70,6 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 def run_calibrate(args: argparse.Namespace) -> int:
     from netlint.calibrate.bench import make_runner, pinned
     from netlint.calibrate.suite import run_suite
-    from netlint.cli import write_atomically
     from netlint.targets import load_target
 
     if args.runtime not in RUNTIMES:

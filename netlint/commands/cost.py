@@ -34,7 +34,7 @@ def run_cost(args: argparse.Namespace) -> int:
     cost = backends.cost(model.graph, target)
     summary = summarize(cost, target, str(args.path), args.top)
     if getattr(args, "measure", False):
-        from netlint.cost.measure import measure, render_measured
+        from netlint.calibrate.measure import measure, render_measured
 
         summary["measured"] = measure(model, target, str(args.path), runs=args.runs)
     text = json.dumps(summary, indent=2) if args.format == "json" else render_text(summary)
