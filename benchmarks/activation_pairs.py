@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from cost_accuracy import SHAPES, onnx_feeds, pair_summary, stack  # noqa: E402
 
 from netlint.calibrate.bench import OrtRunner, measure, pinned  # noqa: E402
-from netlint.calibrate.command import dumps  # noqa: E402
+from netlint.commands.calibrate import dumps  # noqa: E402
 from netlint.cost import cost_model  # noqa: E402
 from netlint.io import load_model  # noqa: E402
 from netlint.targets import load_target  # noqa: E402

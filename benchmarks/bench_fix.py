@@ -164,8 +164,8 @@ def phases_child(model: str) -> None:
     sys.path.insert(0, str(REPO))
     import onnx
 
-    import netlint.fixes.command as command
-    import netlint.fixes.engine as engine
+    import netlint.commands.fix as command
+    import netlint.fix_loop as engine
     import netlint.io.save as output
     import netlint.ir.edit as edit_module
     from netlint.cli import main as cli_main

@@ -157,8 +157,9 @@ def pool_study(folder: Path, rounds: int) -> None:
     code = (
         "import sys, time, resource; from pathlib import Path\n"
         "if __name__ == '__main__':\n"
-        "    import netlint.batch as b; from netlint.config import FileConfig, Overrides, settings_for\n"
-        "    b.START_METHOD = sys.argv[1]; b.MIN_POOL_MODELS = int(sys.argv[3])\n"
+        "    import netlint.batch as b, netlint.processes as p\n"
+        "    from netlint.config import FileConfig, Overrides, settings_for\n"
+        "    p.START_METHOD = sys.argv[1]; b.MIN_POOL_MODELS = int(sys.argv[3])\n"
         "    s = settings_for(FileConfig(), Overrides())\n"
         "    paths = sorted(Path(sys.argv[2]).rglob('*.onnx'))[: int(sys.argv[4])]\n"
         "    t = time.perf_counter(); c = time.process_time()\n"

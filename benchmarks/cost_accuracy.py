@@ -38,8 +38,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from netlint.calibrate.bench import LiteRTRunner, OrtRunner, Runner, measure, pinned  # noqa: E402
-from netlint.calibrate.command import dumps, target_document  # noqa: E402
 from netlint.calibrate.suite import Calibration, run_suite  # noqa: E402
+from netlint.commands.calibrate import dumps, target_document  # noqa: E402
 from netlint.cost import cost_model  # noqa: E402
 from netlint.io import load_model  # noqa: E402
 from netlint.targets import Target, load_target  # noqa: E402

@@ -4,13 +4,9 @@ It finds the design choices that cost speed and power on NPUs, DSPs and CPUs, sa
 and its source), and how to fix them. Importing this package is cheap: loaders import onnx/tflite on first use.
 """
 
-__version__ = "0.1.0"
-# The name on the package index (`pip install netlint-nn`): "netlint" there is an unrelated project. The command and
-# the import name stay `netlint`.
-DISTRIBUTION = "netlint-nn"
-HOMEPAGE = "https://pypi.org/project/netlint-nn/"
+from netlint.version import DISTRIBUTION, HOMEPAGE, __version__
 
-__all__ = ["__version__", "lint_bytes", "lint_path"]
+__all__ = ["DISTRIBUTION", "HOMEPAGE", "__version__", "lint_bytes", "lint_path"]
 
 
 def __getattr__(name: str):  # lazily: `import netlint` stays cheap (start-up budget), the engine loads on first use

@@ -25,26 +25,22 @@ import os
 import signal
 import sys
 import tempfile
-import threading
-import warnings
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from netlint.collector import paused, promote_all
+from netlint.collector import paused
+from netlint.processes import Forking, start_method
 
 if TYPE_CHECKING:  # the engine is imported on first use: `start_early` runs before this process imports it
     from concurrent.futures import Future, ProcessPoolExecutor
 
     from netlint.cache import Cache
     from netlint.config import Settings
-    from netlint.engine import ModelReport
+    from netlint.results import ModelReport
 
-START_METHOD: str | None = None  # None: `start_method()` chooses per pool; a name forces one (benchmarks, tests)
-# Libraries whose native thread pools have no fork handlers: a child forked while they run threads can deadlock.
-FORK_UNSAFE = ("onnxruntime", "torch", "tensorflow", "jax", "grpc")
 PRELOAD = ["netlint.worker_preload"]  # imported once by the fork server; every worker is forked from it
 # What a worker needs before its first model: the engine, the ONNX loader and onnx (the largest import), and what
 # the engine and the loader import on first use (the cost model). Imported once, by the parent or the fork server.
@@ -79,16 +75,6 @@ def lint_file(path: Path, settings: Settings, cores: int = 1) -> ModelReport:
     from netlint.engine import lint_file as lint
 
     return lint(path, settings, cores=cores)
-
-
-def start_method() -> str:
-    """How the next pool's workers start: 'fork' where it is safe and available (see the module's docstring), else
-    'forkserver' (POSIX) or 'spawn' (Windows)."""
-    if START_METHOD:
-        return START_METHOD
-    if sys.platform == "linux" and threading.active_count() == 1 and not any(m in sys.modules for m in FORK_UNSAFE):
-        return "fork"
-    return "forkserver" if sys.platform != "win32" else "spawn"
 
 
 def preload_engine() -> None:
@@ -275,7 +261,11 @@ def _workers_can_start() -> bool:
 def _lint_one(
     path: Path, settings: Settings, key: str | None, folder: str | None, cache: Cache | None = None, cores: int = 1
 ) -> tuple[ModelReport, str | None]:
-    """Lint one model and store it in the cache; a crash is the model's error, never a traceback."""
+    """Lint one model and store it in the cache; a crash is the model's error, never a traceback. What a runtime
+    toolchain made of the model's graphs (ORT's optimized graph, Vela's compile) is kept in the same cache folder."""
+    from netlint.cost.backends import store
+
+    store.use(folder)
     try:
         report = lint_file(path, settings, cores)
     except (KeyboardInterrupt, SystemExit):
@@ -295,7 +285,7 @@ def _lint_one(
 
 
 def _failed(path: Path, settings: Settings, reason: str) -> ModelReport:
-    from netlint.engine import ModelReport
+    from netlint.results import ModelReport
 
     target = settings.target
     return ModelReport(str(path), None, target.name, target.precision, target.chip, errors=[reason])
@@ -347,37 +337,6 @@ def _pool(workers: int, settings: list[Settings]) -> tuple[ProcessPoolExecutor, 
     blob = pickle.dumps(settings)  # pickled even for fork: a worker that cannot unpickle them fails as elsewhere
     executor = ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_init, initargs=(blob,))
     return executor, method == "fork"
-
-
-class Forking:
-    """Around a fork of this process (the submit that forks the pool's workers, netlint.forked's copy): this
-    process's objects promoted to the oldest generation (the children's collector then leaves them alone), SIGINT
-    blocked (they inherit the mask, and ignore SIGINT before unblocking it; an interrupt in that moment is delivered
-    to this process once unblocked), and Python 3.12's warning about forking a process with threads silenced: the
-    only other thread is numpy's OpenBLAS, which is fork-safe (start_method)."""
-
-    def __init__(self, active: bool) -> None:
-        self.active = active
-        self.mask = (
-            active and hasattr(signal, "pthread_sigmask") and threading.current_thread() is threading.main_thread()
-        )
-        self.warnings = warnings.catch_warnings()
-
-    def __enter__(self) -> None:
-        if self.active:
-            # Young objects (tens of thousands after importing the engine with the collector paused) would be each
-            # worker's first collection: a scan that writes every one's header, copying the pages they sit on.
-            promote_all()
-            self.warnings.__enter__()
-            warnings.filterwarnings("ignore", "This process .* is multi-threaded, use of fork", DeprecationWarning)
-        if self.mask:
-            self.old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-
-    def __exit__(self, *exc: object) -> None:
-        if self.mask:
-            signal.pthread_sigmask(signal.SIG_SETMASK, self.old)
-        if self.active:
-            self.warnings.__exit__(*exc)
 
 
 @dataclass

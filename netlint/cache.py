@@ -40,18 +40,20 @@ from itertools import chain, compress, repeat
 from pathlib import Path
 from typing import Any, Literal, Union
 
-from netlint import __version__
-from netlint.engine import CostSummary, ModelReport, Suppressed
-from netlint.report.baseline import FindingKey
+from netlint.ir.fingerprint import FindingKey
+from netlint.pricing import Pricing
+from netlint.results import CostSummary, ModelReport, Suppressed
 from netlint.rule import Finding, FixRef, Impact, Skip
 from netlint.source import Frame, Source
+from netlint.version import __version__
 
 if typing.TYPE_CHECKING:
     from netlint.config import Settings
 
 # Bump when the entry layout changes (2: dataclasses as lists of their fields; 3: lists of dataclasses by columns;
-# 4: findings' sources, and their stacks in a table after the report; 5: Finding.reference, Impact.modelled).
-CACHE_FORMAT = 6  # 6: FixRef.reason (applicability none, and why)
+# 4: findings' sources, and their stacks in a table after the report; 5: Finding.reference, Impact.modelled;
+# 6: FixRef.reason (applicability none, and why); 7: Impact.pricing and CostSummary.pricing).
+CACHE_FORMAT = 7
 DEFAULT_DIR = ".netlint_cache"
 CACHEDIR_TAG = (
     "Signature: 8a477f597d28d172789f06886806bc55\n"
@@ -66,6 +68,7 @@ _TYPES = {  # for resolving annotations written under TYPE_CHECKING or as string
     "FixRef": FixRef,
     "Impact": Impact,
     "Skip": Skip,
+    "Pricing": Pricing,
     "Source": Source,
     "Frame": Frame,
     "Suppressed": Suppressed,

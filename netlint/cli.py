@@ -1,4 +1,5 @@
-"""The `netlint` command: check, fix, report, cost, calibrate, rules, rule, targets.
+"""The `netlint` command: check, fix, report, cost, calibrate, rules, rule, targets, new-rule. This module builds the
+parser and dispatches to netlint.commands; `report` is `check --format html`.
 
 Exit codes of `check`: 0 no findings at or above --fail-on (default warning; info-only reports exit 0) and no cost
 gate exceeded, 1 such findings (0 with --exit-zero; with --baseline only new ones count) or an exceeded gate
@@ -16,43 +17,17 @@ import argparse
 import contextlib
 import os
 import sys
-import tempfile
-from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from collections.abc import Sequence
+from typing import Any, NoReturn
 
-from netlint import __version__
-from netlint.errors import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, NetlintError, UsageError
+from netlint.commands.catalog import run_rule, run_rules, run_targets
+from netlint.commands.check import run_check
+from netlint.errors import EXIT_CLEAN, EXIT_ERROR, NetlintError
 from netlint.terminal import safe  # messages may quote models or configuration files: no raw control characters
-
-if TYPE_CHECKING:
-    from netlint.config import FileConfig, Overrides
-
-
-def _split(values: list[str] | None) -> list[str] | None:
-    """Flags like --select take comma-separated lists and may be repeated."""
-    if values is None:
-        return None
-    return [item.strip() for value in values for item in value.split(",") if item.strip()]
-
-
-def overrides_from(args: argparse.Namespace) -> Overrides:
-    """The configuration flags `check`, `fix` and `report` share, as overrides of the configuration file."""
-    from netlint.config import Overrides
-
-    return Overrides(
-        args.target,
-        args.precision,
-        args.chip,
-        _split(args.select),
-        _split(args.extend_select) or [],
-        _split(args.ignore) or [],
-    )
-
+from netlint.version import __version__
 
 SKIP_LFS_HELP = "list Git LFS pointer files as skipped instead of failing on them (exit 2 without this flag)"
 CHECK_FORMATS = ("text", "json", "sarif", "github", "gitlab", "junit", "html")
-SEVERITY_RANK = {"info": 0, "warning": 1, "error": 2}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -113,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_fix_parser(commands)
     _add_report_parser(commands)
     _add_cost_parser(commands)
-    from netlint.calibrate.command import add_parser as _add_calibrate_parser
+    from netlint.commands.calibrate import add_parser as _add_calibrate_parser
 
     _add_calibrate_parser(commands)
 
@@ -122,6 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     rule = commands.add_parser("rule", help="print the documentation of one rule")
     rule.add_argument("rule", metavar="CODE|NAME")
     commands.add_parser("targets", help="list the built-in hardware targets and their sources")
+    from netlint.scaffold import add_arguments as _add_new_rule_arguments
+
+    _add_new_rule_arguments(commands.add_parser("new-rule", help="scaffold a new rule (and its fix pass) to fill in"))
     return parser
 
 
@@ -370,27 +348,14 @@ def add_scaling_options(
     )
 
 
-def _cache_dir(args: argparse.Namespace, fixed_config: FileConfig | None) -> Path:
-    """--cache-dir, else $NETLINT_CACHE_DIR, else `cache-dir` of the configuration that applies to the working
-    directory (relative to that file's folder), else .netlint_cache in the working directory."""
-    from netlint.config import find_config
-
-    if args.cache_dir:
-        return Path(args.cache_dir)
-    if os.environ.get("NETLINT_CACHE_DIR"):  # like RUFF_CACHE_DIR: CI jobs point it at a cached folder
-        return Path(os.environ["NETLINT_CACHE_DIR"])
-    config = fixed_config if fixed_config is not None else find_config(Path.cwd())
-    configured = config.values.get("cache-dir")
-    if configured and config.path is not None:
-        return config.path.parent / configured
-    return Path(".netlint_cache")
-
-
 COST_HELP = """Print the cost model's breakdown of one model on a target: the predicted latency (and its range where
 ops are data dependent), MACs, bytes, how many nodes the model covers, the numbers nobody sourced, the slowest kernels
 with the nodes fused into them, the cost per op type, the data movers' share and the CPU fallback partitions. A
-target without a [cost] section (generic) gets the counts only. Exit codes: 0 printed, 2 an error (a model that
-cannot be read, an unknown target)."""
+target without a [cost] section (generic) gets the counts only. The output names the graph that was priced (on
+ort-cpu: onnxruntime's own optimized graph, or netlint's emulation of it without onnxruntime), the basis of the price
+and the target's measured error band. --measure (onnxruntime targets) also runs the model with ORT's profiler and
+prints predicted against measured time per kernel and in total. Exit codes: 0 printed, 2 an error (a model that
+cannot be read, an unknown target, --measure without onnxruntime)."""
 
 
 def _add_cost_parser(commands: argparse._SubParsersAction) -> None:
@@ -404,6 +369,14 @@ def _add_cost_parser(commands: argparse._SubParsersAction) -> None:
     add_target_options(cost, target="hardware target name or .toml file (default: generic, which has no latency)")
     cost.add_argument("--top", type=_positive, default=10, metavar="N", help="list the N slowest kernels (default 10)")
     cost.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
+    cost.add_argument(
+        "--measure",
+        action="store_true",
+        help="run the model with onnxruntime's profiler (one pinned thread) and print predicted vs measured per kernel",
+    )
+    cost.add_argument(
+        "--runs", type=_positive, default=20, metavar="N", help="--measure: timed runs, medians kept (default 20)"
+    )
 
 
 def _positive(text: str) -> int:
@@ -422,7 +395,7 @@ def _report(args: argparse.Namespace) -> int:
     for key, value in vars(args).items():
         setattr(check_args, key, value)
     check_args.command, check_args.format, check_args.exit_zero = "check", "html", True
-    status = _check(check_args)
+    status = run_check(check_args)
     if not args.quiet:
         print(f"netlint: wrote {safe(args.output)}", file=sys.stderr)
     return status
@@ -433,26 +406,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "check":
-            return _check(args)
+            return run_check(args)
         if args.command == "report":
             return _report(args)
         if args.command == "fix":
-            from netlint.fixes.command import run_fix
+            from netlint.commands.fix import run_fix
 
             return run_fix(args)
         if args.command == "cost":
-            from netlint.cost.command import run_cost
+            from netlint.commands.cost import run_cost
 
             return run_cost(args)
         if args.command == "calibrate":
-            from netlint.calibrate.command import run_calibrate
+            from netlint.commands.calibrate import run_calibrate
 
             return run_calibrate(args)
         if args.command == "rules":
-            return _rules(args.format)
+            return run_rules(args.format)
         if args.command == "rule":
-            return _rule(args.rule)
-        return _targets()
+            return run_rule(args.rule)
+        if args.command == "new-rule":
+            from netlint.scaffold import run as run_new_rule
+
+            return run_new_rule(args)
+        return run_targets()
     except NetlintError as exc:
         print(f"netlint: error: {safe(str(exc))}", file=sys.stderr)
         return EXIT_ERROR
@@ -494,431 +471,6 @@ def _quiet_process() -> bool:
         return False
     multiprocessing = sys.modules.get("multiprocessing")
     return multiprocessing is None or not multiprocessing.active_children()
-
-
-def _check(args: argparse.Namespace) -> int:
-    from netlint.batch import default_jobs, lint_many, start_early
-
-    # before the imports below: the fork server behind -j imports netlint while this process does (issue 8)
-    start_early(args.paths, args.jobs or default_jobs(), args.no_cache, args.cache_dir)
-    from netlint.cache import Cache
-    from netlint.config import FileConfig, Settings, read_config_file
-    from netlint.engine import ModelReport
-    from netlint.report import render_text, to_json
-    from netlint.report.baseline import apply_baseline, read_baseline
-    from netlint.sources import resolve_sources
-
-    overrides = overrides_from(args)
-    fixed_config = read_config_file(Path(args.config)) if args.config else FileConfig() if args.isolated else None
-    if args.baseline and args.write_baseline:
-        raise UsageError("--baseline and --write-baseline cannot be combined (--write-baseline records everything)")
-    if args.statistics and args.format not in ("text", "json"):
-        raise UsageError("--statistics works with --format text or json")
-    baseline = read_baseline(Path(args.baseline)) if args.baseline else None  # a bad file fails before linting
-    paths = select_models(args, fixed_config)
-    if not paths:  # every file named is excluded (--force-exclude, as pre-commit runs it): nothing to do
-        return EXIT_CLEAN
-    progress = not args.quiet and sys.stderr.isatty() and len(paths) > 1 and not os.environ.get("CI")
-
-    def configure(settings: Settings) -> None:
-        settings.fingerprints = bool(args.baseline or args.write_baseline) or args.format in ("sarif", "gitlab")
-        settings.skip_lfs_pointers = args.skip_lfs_pointers
-        settings.fail_on_missing_weights |= bool(args.fail_on_missing_weights)
-
-    work = model_settings(paths, fixed_config, overrides, configure)
-    selected: list[list] = [settings.rules for _, settings in work]  # the rules that ran on each model (junit, sarif)
-    targets: list = [settings.target for _, settings in work]  # each model's target (the html report costs it)
-    settings_cache = {id(settings): settings for _, settings in work}
-
-    def show(done: int, total: int, path: Path) -> None:
-        print(f"\r\x1b[2K[{done}/{total}] {safe(str(path))}", end="", file=sys.stderr, flush=True)
-
-    _check_gates_usable(args, [settings.target for settings in settings_cache.values()])
-    cache = None if args.no_cache else Cache(_cache_dir(args, fixed_config))
-    jobs = args.jobs or default_jobs()
-    reports: list[ModelReport] = lint_many(work, jobs=jobs, cache=cache, progress=show if progress else None)
-    if progress:
-        print("\r\x1b[2K", end="", file=sys.stderr, flush=True)
-    if cache is not None and cache.warning:
-        print(f"netlint: warning: {safe(cache.warning)}", file=sys.stderr)
-
-    resolve_sources(reports, selected)  # the repository's files and the markers in them: after the cache
-    if args.write_baseline:
-        return _write_baseline(Path(args.write_baseline), reports)
-    if args.min_impact is not None:
-        _drop_small_impacts(reports, args.min_impact)
-    if baseline is not None:
-        held = apply_baseline(reports, baseline, Path(args.baseline))
-        if held:
-            print(f"netlint: {held} finding{'s' if held != 1 else ''} in the baseline not reported", file=sys.stderr)
-    for report in reports:  # a file name that is not UTF-8 (lone surrogates in Python) is shown with \xNN escapes
-        report.path = printable_path(report.path)
-    to_terminal = args.output is None and sys.stdout.isatty()
-    colour = args.color == "always" or (args.color == "auto" and to_terminal and not os.environ.get("NO_COLOR"))
-
-    group = args.group != "none"  # the findings of one rule made by one line of model code: one entry
-
-    def render(reports: list[ModelReport], indices: list[int]) -> str:
-        if args.statistics:
-            return _statistics(reports, args.format)
-        if args.format == "json":
-            return to_json(reports)
-        if args.format == "html":
-            from netlint.report.html import render_html_reports
-
-            return render_html_reports(reports, [targets[i] for i in indices], group=group)
-        if args.format != "text":
-            return _render_ci(args.format, reports, [selected[i] for i in indices], args.fail_on)
-        return render_text(reports, colour=colour, group=group, show_source=args.show_source)
-
-    text = render_isolated(render, reports, args.format)
-    if args.format == "github" and not args.statistics:
-        _append_step_summary(reports)
-    if args.output:
-        write_atomically(Path(args.output), text)
-    else:
-        _write_stdout(text)
-    for report in reports:
-        for error in report.errors:  # paths and reasons may hold control characters: one safe line each
-            print(f"netlint: error: {safe(report.path)}: {safe(error)}", file=sys.stderr)
-    if any(report.errors for report in reports):
-        return EXIT_ERROR
-    gate = SEVERITY_RANK[args.fail_on]
-    failing = any(SEVERITY_RANK[f.severity] >= gate for report in reports for f in report.findings)
-    violated = _cost_gates(args, reports)
-    for line in violated:
-        print(f"netlint: {safe(line)}", file=sys.stderr)
-    if (failing and not args.exit_zero) or violated:
-        return EXIT_FINDINGS
-    return EXIT_CLEAN
-
-
-def render_isolated(render: Callable[[list[Any], list[int]], str], reports: list[Any], fmt: str) -> str:
-    """`render(reports, their positions)`, and the text must encode as UTF-8; should one model's report fail to
-    render (a bug, or content no reporter foresaw), that model's report is replaced, in `reports`, by its error line
-    (so stderr and the exit code say it too), and the other models' reports are written as they are: one model never
-    costs the others their report."""
-    try:
-        return _encodable(render(reports, list(range(len(reports)))))
-    except Exception:
-        pass
-    for index, report in enumerate(reports):
-        try:
-            _encodable(render([report], [index]))
-        except Exception as exc:
-            reports[index] = _render_failed(report, fmt, exc)
-    return _encodable(render(reports, list(range(len(reports)))))
-
-
-def _write_stdout(text: str) -> None:
-    """The report on stdout; a stream whose encoding cannot hold it (PYTHONIOENCODING=ascii, a C locale without
-    UTF-8 mode) gets its UTF-8 bytes, as a file written with -o would."""
-    try:
-        sys.stdout.write(text)
-    except UnicodeEncodeError:
-        sys.stdout.flush()
-        sys.stdout.buffer.write(text.encode("utf-8"))
-
-
-def printable_path(path: str) -> str:
-    """`path` as UTF-8 text: the bytes of a file name that is not valid UTF-8 written as \\xNN."""
-    try:
-        path.encode("utf-8")
-        return path
-    except UnicodeEncodeError:
-        return os.fsencode(path).decode("utf-8", "backslashreplace")
-
-
-def _encodable(text: str) -> str:
-    text.encode("utf-8")  # lone surrogates (a file name that is not UTF-8) cannot be written: raise here
-    return text
-
-
-def _render_failed(report: Any, fmt: str, exc: Exception) -> Any:
-    """The report of a model whose findings could not be rendered: its error line only, its path made printable."""
-    from netlint.engine import ModelReport
-
-    path = printable_path(report.path) if isinstance(report.path, str) else "?"
-    reason = f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
-    error = safe(f"internal error: its {fmt} report could not be written: {reason} (please report this)")
-    return ModelReport(path, None, str(report.target), errors=[error.encode("utf-8", "replace").decode("utf-8")])
-
-
-def select_models(args: argparse.Namespace, fixed_config: FileConfig | None) -> list[Path]:
-    """The model files `args.paths` name (netlint.selection): .gitignore, `exclude`/`extend-exclude` and
-    `force-exclude` from the flags, else the configuration of the working directory (or --config). Folders without a
-    model are a usage error that says what was left out; files named but all excluded give no model (the caller
-    exits 0, as ruff does for what pre-commit passes), with a warning."""
-    from netlint.config import find_config
-    from netlint.selection import DEFAULT_EXCLUDE, Selection, count_models
-
-    project = fixed_config if fixed_config is not None else find_config(Path.cwd().resolve())
-    values = project.values
-    exclude = _split(args.exclude) if args.exclude is not None else values.get("exclude", list(DEFAULT_EXCLUDE))
-    exclude = [*exclude, *values.get("extend-exclude", []), *(_split(args.extend_exclude) or [])]
-    respect = args.respect_gitignore if args.respect_gitignore is not None else values.get("respect-gitignore", True)
-    force = args.force_exclude if args.force_exclude is not None else values.get("force-exclude", False)
-    root = project.path.parent if project.path is not None else Path.cwd()
-    selection = Selection(root, tuple(exclude), respect, force)
-    paths = selection.find(args.paths)
-    if paths:
-        return paths
-    folders = [path for path in args.paths if Path(path).is_dir()]
-    if not folders and selection.excluded:
-        print("netlint: warning: every file given is excluded (--force-exclude); nothing to lint", file=sys.stderr)
-        return []
-    left_out = count_models(folders)
-    hint = (
-        f" ({left_out} left out by .gitignore or the exclude patterns: see --no-respect-gitignore and --exclude)"
-        if left_out
-        else ""
-    )
-    raise UsageError("no .onnx or .tflite files found in " + ", ".join(map(str, args.paths)) + hint)
-
-
-def model_settings(
-    paths: list[Path], fixed_config: FileConfig | None, overrides: Overrides, configure: Callable[[Any], None]
-) -> list[tuple[Path, Any]]:
-    """Each model with its settings: its folder's configuration (or the fixed one), the flags, and the rules its
-    `per-file-ignores` turn off; `configure` finishes each distinct settings object (one per configuration and set
-    of ignored rules: models that share them share it)."""
-    from dataclasses import replace
-
-    from netlint.config import find_config, per_file_ignored, settings_for
-
-    shared: dict[tuple[Path | None, frozenset[str]], Any] = {}
-    folder_configs: dict[Path, FileConfig] = {}  # a folder of models resolves its path and finds its config once
-    work = []
-    for path in paths:
-        file_config = fixed_config
-        if file_config is None:
-            file_config = folder_configs.get(path.parent)
-            if file_config is None:
-                file_config = folder_configs[path.parent] = find_config(path.parent.resolve())
-        ignored = per_file_ignored(file_config, path)
-        settings = shared.get((file_config.path, ignored))
-        if settings is None:
-            flags = replace(overrides, ignore=[*overrides.ignore, *sorted(ignored)]) if ignored else overrides
-            settings = shared[(file_config.path, ignored)] = settings_for(file_config, flags)
-            configure(settings)
-        work.append((path, settings))
-    return work
-
-
-def _check_gates_usable(args: argparse.Namespace, targets: list) -> None:
-    """--max-latency-ms needs a latency: a target without a cost model is a usage error, before any linting."""
-    if getattr(args, "max_latency_ms", None) is None:
-        return
-    from netlint.cost.rates import rates_for
-
-    for target in targets:
-        if rates_for(target) is None:
-            raise UsageError(
-                f"--max-latency-ms needs a target with a cost model ([cost] section); {target.name} has none "
-                f"(choose one with --target; `netlint targets` lists them)"
-            )
-
-
-def _cost_gates(args: argparse.Namespace, reports: list) -> list[str]:
-    """One line per model and violated cost gate (--max-latency-ms, --max-fallback-ops, --max-partitions)."""
-    lines: list[str] = []
-    limits = (
-        ("max_latency_ms", "predicted latency", "latency_ms", " ms"),
-        ("max_fallback_ops", "ops on the CPU", "fallback_ops", ""),
-        ("max_partitions", "accelerator partitions", "partitions", ""),
-    )
-    for report in reports:
-        cost = report.cost
-        if cost is None:
-            continue
-        for option, what, field, unit in limits:
-            limit = getattr(args, option, None)
-            value = getattr(cost, field)
-            if limit is None or value is None or value <= limit:
-                continue
-            shown = f"{value:.3g}" if isinstance(value, float) else str(value)
-            flag = "--" + option.replace("_", "-")
-            lines.append(f"{report.path}: {what} {shown}{unit} on {cost.target} exceeds {flag} {limit:g}{unit}")
-    return lines
-
-
-def _drop_small_impacts(reports: list, min_ms: float) -> None:
-    """--min-impact: leave out priced findings that save less than `min_ms` on the target (unpriced ones stay). A
-    summary (HW001's partition summary: its saving is its rule's other findings' together) is not judged by that sum:
-    it stays while one finding of its rule stays (by its own saving only when its rule has no other finding)."""
-    from netlint.report.text import summaries
-
-    for report in reports:
-        summary = summaries(report.findings)
-        keep = [f.impact is None or f.impact.saving_ms >= min_ms for f in report.findings]
-        for index, finding in enumerate(report.findings):
-            if id(finding) in summary:
-                members = [
-                    kept
-                    for other, kept in zip(report.findings, keep, strict=True)
-                    if other.code == finding.code and id(other) not in summary
-                ]
-                keep[index] = any(members) if members else keep[index]
-        if len(report.keys) == len(report.findings):
-            report.keys = [key for key, kept in zip(report.keys, keep, strict=True) if kept]
-        report.findings = [f for f, kept in zip(report.findings, keep, strict=True) if kept]
-
-
-def _render_ci(fmt: str, reports: list, selected: list[list], fail_on: str = "warning") -> str:
-    """The formats CI services read: SARIF, GitHub workflow commands, GitLab code quality, JUnit XML."""
-    if fmt == "sarif":
-        from netlint.report.sarif import to_sarif
-
-        return to_sarif(reports, {rule for rules in selected for rule in rules})
-    if fmt == "github":
-        from netlint.report.github import to_github
-
-        return to_github(reports)
-    if fmt == "gitlab":
-        from netlint.report.gitlab import to_gitlab
-
-        return to_gitlab(reports)
-    from netlint.report.junit import to_junit
-
-    return to_junit(reports, selected, fail_on)
-
-
-def _append_step_summary(reports: list) -> None:
-    """Append the findings' Markdown table to $GITHUB_STEP_SUMMARY (GitHub Actions' job summary) when it is set,
-    within what the file has left of its 1 MiB; a failure to write it is a warning, never the run's failure."""
-    target = os.environ.get("GITHUB_STEP_SUMMARY")
-    if not target:
-        return
-    from netlint.report.github import SUMMARY_BYTES, step_summary
-
-    try:
-        used = os.path.getsize(target) if os.path.isfile(target) else 0
-        text = render_isolated(lambda shown, _: step_summary(shown, SUMMARY_BYTES - used), list(reports), "github")
-        with open(target, "a", encoding="utf-8") as handle:
-            handle.write(text)
-    except OSError as exc:
-        print(f"netlint: warning: cannot write the job summary: {safe(exc.strerror or str(exc))}", file=sys.stderr)
-
-
-def _statistics(reports: list, fmt: str) -> str:
-    """Findings per rule, most frequent first, and how many of them `netlint fix` can fix (safe, or unsafe with
-    --unsafe-fixes), like `ruff --statistics`."""
-    import json
-    from collections import Counter
-
-    counts: Counter[tuple[str, str]] = Counter((f.code, f.name) for report in reports for f in report.findings)
-    fixable: Counter[tuple[str, str]] = Counter(
-        (f.code, f.name)
-        for report in reports
-        for f in report.findings
-        if f.fix is not None and f.fix.applicability in ("safe", "unsafe")
-    )
-    rows = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
-    if fmt == "json":
-        items = [{"code": c, "name": n, "count": k, "fixable": fixable[(c, n)]} for (c, n), k in rows]
-        return json.dumps(items, indent=2) + "\n"
-    lines = []
-    for key, count in rows:
-        fixes = f"  ({fixable[key]} fixable)" if fixable[key] else ""
-        lines.append(f"{count:>5}  {key[0]:<6} {key[1]}{fixes}\n")
-    return "".join(lines)
-
-
-def _write_baseline(path: Path, reports: list) -> int:
-    """Record every finding's fingerprint; nothing is written when a model could not be read (exit 2)."""
-    from netlint.report.baseline import write_baseline
-
-    for report in reports:
-        for error in report.errors:
-            print(f"netlint: error: {safe(report.path)}: {safe(error)}", file=sys.stderr)
-    if any(report.errors for report in reports):
-        print(f"netlint: error: baseline {safe(str(path))} not written", file=sys.stderr)
-        return EXIT_ERROR
-    write_atomically(path, write_baseline(path, reports))
-    total = sum(len(report.findings) for report in reports)
-    print(f"netlint: wrote {total} finding{'s' if total != 1 else ''} to baseline {safe(str(path))}", file=sys.stderr)
-    return EXIT_CLEAN
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write to a temporary file in the same folder, then rename: readers never see a partial report. A path that is
-    not a regular file (-o /dev/null, a FIFO) is written in place: renaming over it would replace the device."""
-    temporary: Path | None = None
-    try:
-        if os.path.exists(path) and not os.path.isfile(path):
-            with open(path, "w", encoding="utf-8") as out:
-                out.write(text)
-            return
-        with tempfile.NamedTemporaryFile(
-            "w", encoding="utf-8", dir=path.parent or Path("."), prefix=f".{path.name}.", suffix=".tmp", delete=False
-        ) as handle:
-            temporary = Path(handle.name)
-            handle.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        temporary.chmod(0o666 & ~umask)  # like any new file, not mkstemp's 0600
-        os.replace(temporary, path)
-    except OSError as exc:
-        if temporary is not None:
-            temporary.unlink(missing_ok=True)
-        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
-
-
-def _rules(fmt: str) -> int:
-    import json
-
-    from netlint.rule import all_rules
-
-    rules = all_rules()
-    if fmt == "json":
-        rows = [
-            {
-                "code": cls.code,
-                "name": cls.name,
-                "category": cls.category,
-                "severity": cls.severity,
-                "fix": {"name": cls.fix.name, "applicability": cls.fix.applicability} if cls.fix else None,
-                "summary": cls.summary(),
-            }
-            for cls in rules.values()
-        ]
-        print(json.dumps(rows, indent=2))
-        return EXIT_CLEAN
-    table = [("code", "name", "category", "fix", "summary")]
-    for cls in rules.values():
-        fix = f"{cls.fix.name} ({cls.fix.applicability})" if cls.fix else "-"
-        table.append((cls.code, cls.name, cls.category, fix, cls.summary()))
-    widths = [max(len(row[column]) for row in table) for column in range(4)]
-    for row in table:
-        print(" ".join(f"{cell:<{width}}" for cell, width in zip(row[:4], widths, strict=True)), row[4])
-    return EXIT_CLEAN
-
-
-def _rule(wanted: str) -> int:
-    from netlint.docs import render_rule_doc
-    from netlint.rule import all_rules
-
-    for cls in all_rules().values():
-        if wanted in (cls.code, cls.name) or wanted.upper() == cls.code:
-            sys.stdout.write(render_rule_doc(cls))
-            return EXIT_CLEAN
-    raise UsageError(f"unknown rule '{wanted}' (`netlint rules` lists them)")
-
-
-def _targets() -> int:
-    from netlint.targets import list_targets
-
-    for target in list_targets():
-        print(f"{target.name:<16} {target.description}")
-        if target.precisions:
-            shown = ", ".join(f"{p} (default)" if p == target.default_precision else p for p in target.precisions)
-            print(f"{'':<16}   --precision: {shown}")
-        if target.chips:
-            shown = ", ".join(f"{c} (default)" if c == target.default_chip else c for c in target.chips)
-            print(f"{'':<16}   --chip: {shown}")
-        for source in target.sources:
-            print(f"{'':<16}   source: {source}")
-    return EXIT_CLEAN
 
 
 if __name__ == "__main__":

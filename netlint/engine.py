@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,8 +23,10 @@ from netlint.fixes.registry import Plans, advertise, veto_slower
 from netlint.io import LFS_SKIPPED, LfsPointerError, load_model
 from netlint.io.provenance import may_have_sources, sources_for
 from netlint.ir import ConstantUnavailable, Graph, Model, Node
+from netlint.ir.fingerprint import finding_keys
 from netlint.pattern import Match
 from netlint.portable import summarise
+from netlint.results import ModelReport, Suppressed
 from netlint.rule import PORTABLE, Context, Finding, Rule, Skip
 from netlint.suppression import suppress
 from netlint.targets import Target
@@ -33,58 +34,10 @@ from netlint.targets import Target
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from netlint.report.baseline import FindingKey
-
 # A graph this large is linted on two cores when the caller allows it: below, the rules take less time than what
 # sharing them costs (a fork, and pickling the second half's findings back). docs/performance.md has the figures.
 SPLIT_MIN_NODES = 50_000
 RELATED_NODES = 64  # a finding's nodes whose sources are read besides its advice node's
-
-
-@dataclass
-class CostSummary:
-    """The model's predicted cost on the target (netlint.cost), as reporters and gates see it."""
-
-    target: str  # the target's label
-    precision: str | None
-    latency_ms: float | None  # None when the target has no [cost] numbers (generic)
-    macs: int
-    bytes: int
-    coverage: float  # share of nodes the cost model covers
-    by_op_type: dict[str, dict[str, float]] = field(default_factory=dict)  # op -> count, macs, bytes, latency_ms
-    fallback_ops: int = 0  # nodes the target cannot run on its accelerator
-    partitions: int = 0  # accelerator partitions (runs of supported nodes), 0 when nothing is known
-    assumed: list[str] = field(default_factory=list)  # cost numbers nobody sourced
-
-
-@dataclass
-class Suppressed:
-    """A finding a suppression or the baseline took out of the report: SARIF still lists it, with `suppressions`
-    (code scanning shows it as suppressed, not as fixed)."""
-
-    finding: Finding
-    kind: str  # SARIF's suppression kind: "inSource" (a marker in the model) or "external" (configuration, baseline)
-    justification: str  # which marker, configuration entry or baseline
-    key: FindingKey | None = None  # its fingerprint, when the run computes them
-
-
-@dataclass
-class ModelReport:
-    """What linting one model file produced; reporters see only this, never the graph."""
-
-    path: str
-    format: str | None
-    target: str
-    precision: str | None = None
-    chip: str | None = None
-    findings: list[Finding] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-    skipped: list[Skip] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    keys: list[FindingKey] = field(default_factory=list)  # one per finding: its graph and structural fingerprint
-    cost: CostSummary | None = None
-    seconds: float = field(default=0.0, compare=False)  # loading and linting it in this run (0: served by the cache)
-    suppressed: list[Suppressed] = field(default_factory=list)  # findings suppressions or the baseline took out
 
 
 def lint_file(path: Path, settings: Settings, *, cores: int = 1) -> ModelReport:
@@ -102,6 +55,7 @@ def lint_file(path: Path, settings: Settings, *, cores: int = 1) -> ModelReport:
 
 
 def _lint_file(path: Path, settings: Settings, cores: int) -> ModelReport:
+    _warm_cost_backend(path, settings.target)
     try:
         model = load_model(path)
     except LfsPointerError as exc:
@@ -148,6 +102,7 @@ def lint_model(model: Model, settings: Settings, *, cores: int = 1, plans: Plans
                 by_anchor[op].append(rule)
         else:
             scanners.append(rule)
+    _start_cost(model.graph, target)
     graph_of: dict[int, Graph] = {}  # finding (by identity) -> the graph it was found in, for its fix's precheck
     for graph in model.graphs():
         if cores > 1 and len(graph.nodes) >= SPLIT_MIN_NODES and _can_fork():
@@ -173,13 +128,12 @@ def lint_model(model: Model, settings: Settings, *, cores: int = 1, plans: Plans
     ]
     report.skipped = ctx.skipped
     plans = advertise(report.findings, lambda finding: graph_of.get(id(finding)), settings.rule_options, plans)
+    _start_pricing(model.graph, report.findings, target, plans, settings.rule_options)
     _add_sources(model, report, rules)
     _add_cost(model, report, target, plans, settings.rules)
     veto_slower(report.findings, plans)
     report.findings = [_with_severity(finding, settings) for finding in report.findings]
     if settings.fingerprints:  # fingerprints need the graph, which reporters never see
-        from netlint.report.baseline import finding_keys  # not at the top: the reporters import this module
-
         report.keys = finding_keys(model, report.findings)
         for entry, key in zip(
             report.suppressed, finding_keys(model, [e.finding for e in report.suppressed]), strict=True
@@ -245,6 +199,8 @@ def _lint_graph(
 ) -> list[Finding]:
     """The pattern rules over `nodes` (the graph's, or the second half of them), then the whole-graph rules."""
     found = _run_patterns(graph, nodes, by_anchor, ctx, report)
+    if graph.parent is None and len(nodes) == len(graph.nodes):
+        _start_pricing(graph, found, ctx.target, None, ctx.options)
     found.extend(_run_scanners(graph, scanners, ctx, report))
     return found
 
@@ -303,6 +259,45 @@ def _warm_cost(graph: Graph, target: Target) -> None:
 
     with contextlib.suppress(Exception):  # reported by _add_cost, which asks again
         model_cost(graph, target)
+
+
+def _priced_by_toolchain(target: Target) -> bool:
+    cost = target.section("cost") or {}
+    return isinstance(cost.get("backend"), dict) and cost["backend"].get("name") not in (None, "static")
+
+
+def _warm_cost_backend(path: Path, target: Target) -> None:
+    """A target priced by a toolchain (netlint.cost.backends) starts it while the model loads."""
+    if not _priced_by_toolchain(target):
+        return
+    from netlint.cost.backends import warm
+
+    with contextlib.suppress(Exception):
+        warm(target)
+
+
+def _start_cost(graph: Graph, target: Target) -> None:
+    """Let the target's cost backend start on the model (onnxruntime optimizes it while the rules run)."""
+    if target.section("cost") is None:
+        return
+    from netlint.cost.backends import start
+
+    with contextlib.suppress(Exception):  # reported by _add_cost, which asks again
+        start(graph, target)
+
+
+def _start_pricing(
+    graph: Graph, findings: list[Finding], target: Target, plans: Plans | None, options: dict[str, dict[str, Any]]
+) -> None:
+    """With a toolchain pricing the target (onnxruntime, Vela), start it on the findings' neighbourhoods now: ORT's
+    second worker optimizes them while the first may still optimize the whole model (netlint.cost.impact). Called
+    after the pattern rules (`plans` None: made there) and again once every finding's plan is advertised."""
+    if not findings or not _priced_by_toolchain(target):
+        return
+    from netlint.cost.impact import start_pricing
+
+    with contextlib.suppress(Exception):  # priced again, and reported, by _add_cost
+        start_pricing(graph, findings, target, plans, options)
 
 
 def _add_cost(
@@ -397,7 +392,9 @@ def _run_patterns(
                     match = match_of(graph, node)
                     if match is None:
                         continue
-                if check(graph, match, ctx) is None:
+                evidence = check(graph, match, ctx)
+                if type(evidence) is not str:  # a string is the reason not to report; anything else, the evidence
+                    match.evidence = evidence
                     add(finding(graph, match, ctx))
             except ConstantUnavailable as exc:
                 ctx.skip(rule, node, f"needs weight values: {exc}")

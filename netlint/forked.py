@@ -3,7 +3,7 @@
 Used for large graphs only (netlint.engine.SPLIT_MIN_NODES): a fork costs a few milliseconds and the copy shares the
 IR with this process (copy-on-write), so nothing is converted twice, while a worker of the pool (netlint.batch) would
 have to load the model again. Forking is only done where netlint.batch would fork its workers (Linux, no other
-Python thread, no library with fork-unsafe thread pools loaded: `batch.start_method`).
+Python thread, no library with fork-unsafe thread pools loaded: `netlint.processes.start_method`).
 
 The copy never returns into the caller's code: it runs the work, writes the pickled result to a pipe and leaves with
 `os._exit` (no exit handlers, no flushing of buffers inherited from this process). If it fails in any way (an
@@ -20,13 +20,13 @@ import signal
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
+from netlint.processes import Forking, start_method
+
 T = TypeVar("T")
 
 
 def can_fork() -> bool:
     """Whether a copy of this process may be forked now (the conditions netlint.batch forks its workers under)."""
-    from netlint.batch import start_method
-
     return hasattr(os, "fork") and start_method() == "fork"
 
 
@@ -36,8 +36,6 @@ class Forked(Generic[T]):
     def __init__(self, work: Callable[[], T]) -> None:
         self.pid = 0
         self._read = -1
-        from netlint.batch import Forking
-
         read, write = os.pipe()
         with Forking(True):  # as for the pool's workers: SIGINT blocked across the fork, the copy ignores it first
             try:

@@ -20,7 +20,7 @@ ELTWISE_OPS = frozenset({"Add", "Sub", "Mul", "Sum"})  # Sum of two inputs (TFLi
 # target schema, hence a constant here: Arm Vela's fuse_activation_function_with_prev moves a standalone activation
 # onto any preceding NPU operation whose block type is not Default (ElementWise included), and SUPPORTED_OPS lists the
 # fused activation constraint for every operator.
-FUSES_AFTER_ELTWISE = frozenset({"ethos-u55"})
+FUSES_AFTER_ELTWISE = frozenset({"ethos-u55", "ethos-u65"})  # both compiled by Vela
 PRELU_ATOL = 1e-6  # FU004's `atol` default
 
 

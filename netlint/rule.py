@@ -19,12 +19,13 @@ import re
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from functools import cache, wraps
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal
 
 from netlint.ir import Graph, Node
 from netlint.pattern import E, Match, Op
+from netlint.pricing import Pricing
 from netlint.source import Source
 
 if TYPE_CHECKING:
@@ -68,6 +69,9 @@ class Impact:
     # False when the saving is a placeholder, not a prediction (the change's latency effect is not modelled there, or
     # the finding is about accuracy): the engine then never derives the severity from it
     modelled: bool = True
+    # what priced it and how far to trust it: the basis (runtime graph, vendor estimator, static model) and the
+    # target's measured error band for a finding's saving (netlint.cost.basis)
+    pricing: Pricing | None = None
 
     @property
     def saving_ms(self) -> float:
@@ -205,14 +209,6 @@ class Rule(Generic[E]):
         return _first_reference(cls.docs())
 
     # --- shared machinery ---------------------------------------------------------------------------------------------
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        """The engine reports a match when `check` returns None: a rule's own `check`, which returns its evidence
-        instead, is wrapped to keep that evidence on the match and return None."""
-        super().__init_subclass__(**kwargs)
-        own = cls.__dict__.get("check")
-        if own is not None:
-            cls.check = _keeping_evidence(own)  # type: ignore[method-assign]
-
     def finding(self, graph: Graph, match: Match[E], ctx: Context) -> Finding:
         anchor = match.anchor
         bound = match.nodes
@@ -245,18 +241,6 @@ class Rule(Generic[E]):
     @classmethod
     def docs(cls) -> str:
         return inspect.getdoc(cls) or ""
-
-
-def _keeping_evidence(check: Any) -> Any:
-    @wraps(check)
-    def keep(self: Rule[Any], graph: Graph, match: Match[Any], ctx: Context) -> str | None:
-        result = check(self, graph, match, ctx)
-        if result is None or isinstance(result, str):
-            return result
-        match.evidence = result
-        return None
-
-    return keep
 
 
 @cache

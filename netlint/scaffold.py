@@ -1,10 +1,10 @@
 """Scaffold a new rule: the rule file, its test file and, with a fix, the pass file, each a working skeleton to fill
 in (CONTRIBUTING.md walks through it). Run from the repository's root:
 
-    python -m netlint.scaffold FU009 conv-then-sigmoid --op Sigmoid --category fusion [--fix sigmoid-to-relu]
+    netlint new-rule FU009 conv-then-sigmoid --op Sigmoid --category fusion [--fix sigmoid-to-relu]
 
-Then `python -m netlint.docs` writes the rule's page and the README table from the rule's docstring. (The `netlint
-new-rule` command is this module's `main`, once registered in the CLI.)"""
+Then `python -m netlint.docs` writes the rule's page and the README table from the rule's docstring. `python -m
+netlint.scaffold` (same arguments) runs it too."""
 
 from __future__ import annotations
 
@@ -167,15 +167,18 @@ def scaffold(root: Path, code: str, name: str, op: str, category: str, fix: str 
     return list(files)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="netlint new-rule", description=__doc__.split("\n\n")[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of `netlint new-rule` (and of `python -m netlint.scaffold`)."""
     parser.add_argument("code", help="the rule's code, e.g. FU009")
     parser.add_argument("name", help="the rule's kebab-case name")
     parser.add_argument("--op", required=True, help="the anchor op type (ONNX name) the pattern starts from")
     parser.add_argument("--category", default="fusion", help="fusion, data-movement, quantization, target, hygiene")
     parser.add_argument("--fix", help="the fix pass's name, to scaffold the pass file too")
     parser.add_argument("--root", type=Path, default=Path("."), help="the repository's root (default: here)")
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Write the files; exit 2 with one line when the code or name is malformed or a file exists already."""
     try:
         written = scaffold(args.root, args.code, args.name, args.op, args.category, args.fix)
     except (ValueError, FileExistsError) as exc:
@@ -185,6 +188,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {path}")
     print("next: fill them in, then `python -m netlint.docs` writes the docs (CONTRIBUTING.md)")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m netlint.scaffold", description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -16,15 +16,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from netlint.engine import Suppressed
+from netlint.ir.fingerprint import FindingKey
 from netlint.repo import RepoFiles, repository_root
-from netlint.report.baseline import FindingKey, keys_of
+from netlint.report.baseline import keys_of
+from netlint.results import Suppressed
 from netlint.rule import Finding, Rule, all_rules
 from netlint.source import Source
 from netlint.suppression import UNUSED_CODE, Suppression, parse_markers, printable, unused_items
 
 if TYPE_CHECKING:
-    from netlint.engine import ModelReport
+    from netlint.results import ModelReport
 
 MAX_SOURCE_BYTES = 4 << 20  # a Python file larger than this is not read for markers
 

@@ -77,8 +77,8 @@ class EltwiseActivation(Rule[Unfused]):
     - qualcomm-htp, ti-tda4vm and other accelerator targets: warning when the target fuses the activation into a
       conv in the selected precision on the selected chip (qualcomm-htp: PRelu, LeakyRelu, HardSwish on chips 8550
       and 8650). ti-tda4vm fuses only Relu into convs, so nothing non-trivial is reported there.
-    - ethos-u55: nothing; Vela fuses the activations it fuses into convs (Relu family, Tanh, Sigmoid) into elementwise
-      operations too, and the others (PRelu, LeakyRelu, HardSwish) into neither.
+    - ethos-u55, ethos-u65: nothing; Vela fuses the activations it fuses into convs (Relu family, Tanh, Sigmoid)
+      into elementwise operations too, and the others (PRelu, LeakyRelu, HardSwish) into neither.
     - ort-cpu, onednn-cpu (target kind cpu): info when the activation fuses into a conv there, saying the rewrite is
       not expected to pay on a CPU; nothing when it would not fuse into a conv either, or when the target fuses
       Conv → Add → activation as a residual block.

@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator
 
 from netlint.ir import Graph, Node
 from netlint.rule import Context, Finding, Rule, Severity, register
+from netlint.targets import runs_type
 
 # ONNX's QDQ format annotates tensors with QuantizeLinear/DequantizeLinear pairs; QDQ-aware compilers (QNN, TIDL)
 # fold each pair into the quantized op it wraps, so in ONNX these nodes (and Identity) take no side: edges pass through
@@ -221,11 +222,9 @@ def _dtype(graph: Graph, node: Node) -> str | None:
 
 
 def _typed(graph: Graph, node: Node, types: frozenset[str] | None) -> bool:
-    """Whether the node's output is of a type the accelerator runs (always, when the target does not say)."""
-    if types is None:
-        return True
-    dtype = _dtype(graph, node)
-    return dtype is None or dtype in types
+    """Whether the node's output is of a type the accelerator runs (netlint.targets.runs_type: the cost model places
+    nodes with the same test)."""
+    return runs_type(types, _dtype(graph, node))
 
 
 def _transparent(node: Node) -> bool:

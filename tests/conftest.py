@@ -52,3 +52,16 @@ def run_cli(tmp_path: Path):
         )
 
     return run
+
+
+@pytest.fixture
+def static_cost(monkeypatch: pytest.MonkeyPatch):
+    """Price with netlint's static model on every target (no onnxruntime graph, no Vela): for tests about the static
+    model's own numbers. Subprocesses started by run_cli inherit it through the environment."""
+    from netlint.cost import backends
+
+    monkeypatch.setenv("NETLINT_ORT", "0")
+    monkeypatch.setenv("NETLINT_VELA", "0")
+    backends.reset()
+    yield
+    backends.reset()

@@ -19,8 +19,10 @@ import pytest
 import netlint.cache
 from netlint.cache import CACHEDIR_TAG, Cache, FileDigests, cache_key, report_from_json, report_to_json
 from netlint.config import FileConfig, Overrides, settings_for
-from netlint.engine import CostSummary, ModelReport, Suppressed, lint_file
-from netlint.report.baseline import FindingKey
+from netlint.engine import lint_file
+from netlint.ir.fingerprint import FindingKey
+from netlint.pricing import Pricing
+from netlint.results import CostSummary, ModelReport, Suppressed
 from netlint.rule import Finding, FixRef, Impact, Skip
 from netlint.source import Frame, Source
 from netlint.testing import GraphBuilder
@@ -40,7 +42,14 @@ def full_report() -> ModelReport:
         FixRef("prelu-to-relu", "none", "the slope is not a constant"),
         "use Relu",
         {"slopes": [0.25, 0.3], "pair": (1, "a"), "nested": {"ok": True, "none": None}, "f32": np.float32(0.5)},
-        Impact("qualcomm-htp (a8, chip 8450)", 1.25, 0.75, "how the advised change was priced", False),
+        Impact(
+            "qualcomm-htp (a8, chip 8450)",
+            1.25,
+            0.75,
+            "how the advised change was priced",
+            False,
+            Pricing("static-model", 0.3, 0.25, "netlint's model of the runtime", "the target's rates"),
+        ),
         _source("p"),
         [_source("conv")],
         reference="Qualcomm AI Engine Direct HTP guide — https://docs.qualcomm.com/",
@@ -56,6 +65,7 @@ def full_report() -> ModelReport:
         2,
         3,
         ["ddr_gbps"],
+        Pricing("measured-runtime-graph", 0.08, 0.12, "onnxruntime 1.32.0 optimizer", "calibrated rates"),
     )
     return ModelReport(
         "models/m.onnx",

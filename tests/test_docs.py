@@ -176,7 +176,7 @@ def test_readme_check_options_are_the_parser_options():
 def test_readme_commands_are_the_parser_commands():
     text = readme()
     table = text[text.index("## Commands") : text.index("`netlint check` options:")]
-    documented = set(re.findall(r"^\| `netlint (\w+)", table, re.MULTILINE))
+    documented = set(re.findall(r"^\| `netlint ([\w-]+)", table, re.MULTILINE))
     parser = build_parser()
     assert documented == set(parser._subparsers._group_actions[0].choices)
 

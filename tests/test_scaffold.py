@@ -55,3 +55,14 @@ def test_scaffold_refuses_to_overwrite_and_bad_codes(tmp_path: Path, capsys: pyt
     assert (tmp_path / "rules" / "fu909_thing.py").read_text() == before
     assert main(["fu909", "thing", "--op", "Relu", "--root", str(tmp_path)]) == 2
     assert main(["FU908", "Thing", "--op", "Relu", "--root", str(tmp_path)]) == 2
+
+
+def test_netlint_new_rule_is_the_scaffold(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from netlint.cli import main as cli_main
+
+    args = ["new-rule", "ZZ902", "relu-after-conv", "--op", "Relu", "--root", str(tmp_path)]
+    assert cli_main(args) == 0
+    assert (tmp_path / "rules" / "zz902_relu_after_conv.py").is_file()
+    assert "wrote" in capsys.readouterr().out
+    assert cli_main(args) == 2  # the files exist now: refused, one line
+    assert "exists" in capsys.readouterr().err

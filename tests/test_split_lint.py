@@ -15,10 +15,12 @@ import onnx
 import pytest
 
 import netlint.batch
+import netlint.processes
 from netlint import engine
 from netlint.config import FileConfig, Overrides, settings_for
-from netlint.engine import ModelReport, lint_file
+from netlint.engine import lint_file
 from netlint.forked import Forked, can_fork
+from netlint.results import ModelReport
 from netlint.testing import load
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="a graph is split only where workers fork (Linux)")
@@ -28,7 +30,7 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="a graph is spli
 def forks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Graphs of 10 nodes or more split; the list counts the forks made (in this process only). Forking is allowed
     even if another test loaded onnxruntime in this process (as tests/cli/test_parallel.py does for the pool)."""
-    monkeypatch.setattr(netlint.batch, "START_METHOD", "fork")
+    monkeypatch.setattr(netlint.processes, "START_METHOD", "fork")
     assert can_fork()
     monkeypatch.setattr(engine, "SPLIT_MIN_NODES", 10)
     made: list[int] = []
@@ -112,7 +114,7 @@ def test_small_graphs_one_core_and_other_threads_do_not_split(
     lint_file(path, settings, cores=2)
     assert forks == []
     monkeypatch.setattr(engine, "SPLIT_MIN_NODES", 10)
-    monkeypatch.setattr(netlint.batch, "START_METHOD", None)  # chosen per run: no fork while another thread runs
+    monkeypatch.setattr(netlint.processes, "START_METHOD", None)  # chosen per run: no fork while another thread runs
     stop = threading.Event()
     other = threading.Thread(target=stop.wait)
     other.start()
@@ -162,7 +164,7 @@ def test_the_copy_ignores_ctrl_c() -> None:
 
 @pytest.mark.parametrize("name", ["light_resnet50", "light_shufflenet"])
 def test_fix_rounds_lint_on_two_cores_and_write_the_same_model(light_dir: Path, forks: list[int], name: str) -> None:
-    from netlint.fixes.engine import fix_model
+    from netlint.fix_loop import fix_model
     from netlint.io.onnx_io import model_from_proto
 
     path = light_dir / f"{name}.onnx"

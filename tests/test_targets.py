@@ -14,7 +14,7 @@ from netlint.io.tflite_io import OP_MAP
 from netlint.targets import Target, list_targets, load_target, precision_numeric
 from netlint.targets.schema import ACTIVATION_KINDS, validate_target
 
-BUILTIN = ("generic", "qualcomm-htp", "ti-tda4vm", "onednn-cpu", "ort-cpu", "ethos-u55")
+BUILTIN = ("generic", "qualcomm-htp", "ti-tda4vm", "onednn-cpu", "ort-cpu", "ethos-u55", "ethos-u65")
 HARDWARE = tuple(name for name in BUILTIN if name != "generic")
 TARGETS_DIR = Path(__file__).resolve().parent.parent / "netlint" / "targets"
 MODEL = Path(__file__).resolve().parent / "data" / "facenet_mtcnn_pnet.onnx"
@@ -39,7 +39,7 @@ def cited_sources(data: dict[str, Any]) -> Iterator[tuple[str, str]]:
 # --- the built-in targets ---------------------------------------------------------------------------------------
 
 
-def test_list_targets_has_all_six() -> None:
+def test_list_targets_has_all_seven() -> None:
     names = [target.name for target in list_targets()]
     assert sorted(names) == sorted(BUILTIN)
 
@@ -270,23 +270,36 @@ def test_ethos_u55_fuses_exactly_the_five_tflite_fused_activations() -> None:
     assert ethos.data["ops"]["fallback"] == "cpu"
     supported = set(ethos.data["ops"]["supported"])
     assert {"Conv", "ConvTranspose", "Gemm", "Add", "Mul", "Softmax", "HardSwish", "LeakyRelu", "PRelu"} <= supported
-    assert not supported & {"Gelu", "Elu", "LSTM"}
+    assert {"Gelu", "Elu"} <= supported  # on the NPU since Vela 5
+    assert not supported & {"Shape", "LSTM"}
 
 
-def test_ethos_u55_ops_are_the_mapped_vela_list() -> None:
-    # Vela 3.11.0 SUPPORTED_OPS.md, TFLite summary table
-    # fmt: off
-    vela = [
-        "ABS", "ADD", "ARG_MAX", "AVERAGE_POOL_2D", "CONCATENATION", "CONV_2D", "DEPTHWISE_CONV_2D", "EXP",
-        "EXPAND_DIMS", "FULLY_CONNECTED", "HARD_SWISH", "LEAKY_RELU", "LOGISTIC", "MAXIMUM", "MAX_POOL_2D", "MEAN",
-        "MINIMUM", "MIRROR_PAD", "MUL", "PACK", "PAD", "PRELU", "QUANTIZE", "RELU", "RELU6", "RELU_N1_TO_1",
-        "RESHAPE", "RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR", "RSQRT", "SHAPE", "SLICE", "SOFTMAX", "SPLIT",
-        "SPLIT_V", "SQUARED_DIFFERENCE", "SQUEEZE", "STRIDED_SLICE", "SUB", "TANH", "TRANSPOSE", "TRANSPOSE_CONV",
-        "UNIDIRECTIONAL_SEQUENCE_LSTM", "UNPACK",
-    ]
-    # fmt: on
-    mapped = {OP_MAP[name] for name in vela if name in OP_MAP}
-    assert set(load_target("ethos-u55").data["ops"]["supported"]) == mapped
+# Vela 5.2.0 SUPPORTED_OPS.md (`vela --supported-ops-report`), Ethos-U55 and Ethos-U65 TFLite summary table
+# fmt: off
+VELA_5_2 = [
+    "ABS", "ADD", "ARG_MAX", "AVERAGE_POOL_2D", "BATCH_MATMUL", "CONCATENATION", "CONV_2D", "DEPTHWISE_CONV_2D",
+    "ELU", "EXP", "EXPAND_DIMS", "FULLY_CONNECTED", "GELU", "HARD_SWISH", "LEAKY_RELU", "LOG", "LOGISTIC", "MAXIMUM",
+    "MAX_POOL_2D", "MEAN", "MINIMUM", "MIRROR_PAD", "MUL", "NEG", "PACK", "PAD", "PADV2", "PRELU", "QUANTIZE",
+    "REDUCE_MAX", "REDUCE_MIN", "RELU", "RELU6", "RELU_0_TO_1", "RELU_N1_TO_1", "RESHAPE", "RESIZE_BILINEAR",
+    "RESIZE_NEAREST_NEIGHBOR", "REVERSE_V2", "RSQRT", "SLICE", "SOFTMAX", "SPLIT", "SPLIT_V", "SQUARED_DIFFERENCE",
+    "SQUEEZE", "STRIDED_SLICE", "SUB", "SUM", "TANH", "TILE", "TRANSPOSE", "TRANSPOSE_CONV",
+    "UNIDIRECTIONAL_SEQUENCE_LSTM", "UNPACK",
+]
+# fmt: on
+
+
+@pytest.mark.parametrize("name", ["ethos-u55", "ethos-u65"])
+def test_ethos_u_ops_are_the_mapped_vela_5_list(name: str) -> None:
+    mapped = {OP_MAP[op] for op in VELA_5_2 if op in OP_MAP}
+    assert set(load_target(name).data["ops"]["supported"]) == mapped
+
+
+def test_the_ops_list_matches_the_installed_vela() -> None:
+    """When ethos-u-vela is installed, its own supported-ops report is the list above (a Vela upgrade shows here)."""
+    pytest.importorskip("ethosu.vela", reason="ethos-u-vela is not installed (pip install 'netlint-nn[ethos-u]')")
+    from netlint.cost.backends.vela import supported_report
+
+    assert supported_report() == sorted(VELA_5_2)
 
 
 # --- broken target files ----------------------------------------------------------------------------------------

@@ -45,8 +45,8 @@ def test_fast_path_agrees_with_the_regex_on_every_code_point() -> None:
 
 def test_the_text_report_escapes_node_names_and_messages() -> None:
     """render_text checks printability inline before calling safe(): hostile strings are still escaped."""
-    from netlint.engine import ModelReport
     from netlint.report.text import render_text
+    from netlint.results import ModelReport
     from netlint.rule import Finding, FixRef
 
     findings = [

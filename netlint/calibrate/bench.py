@@ -20,7 +20,7 @@ import random
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -59,6 +59,7 @@ class MicroModel:
     bytes: float = 0.0
     seed: int = 0
     positive_input: bool = False  # one-signed input, for data-dependent ops (PRelu)
+    precision: str = ""  # TFLite only: "" (float32), "int8" or "int16x8" (16-bit activations, 8-bit weights)
 
     @property
     def two_inputs(self) -> bool:
@@ -166,8 +167,13 @@ def _onnx_activation(
 
 
 # --- TFLite ------------------------------------------------------------------------------------------------------
+QUANTIZED = {"int8": ("int8", "int32", 0.05), "int16x8": ("int16", "int64", 0.0005)}  # activations, bias, scale
+
+
 def build_tflite(spec: MicroModel) -> tuple[bytes, dict[str, np.ndarray]]:
     """The TFLite flatbuffer of `spec` (NHWC) and a seeded random feed (keys are input indices as strings)."""
+    if spec.precision:
+        return _build_quantized(spec)
     from netlint.testing.tflite_builder import TfliteBuilder
 
     rng = np.random.default_rng(spec.seed)
@@ -198,6 +204,50 @@ def build_tflite(spec: MicroModel) -> tuple[bytes, dict[str, np.ndarray]]:
             current = _tflite_activation(builder, layer.act, current, c)
         else:
             raise ValueError(f"unknown layer kind {layer.kind!r}")
+    builder.output(current)
+    return builder.build(), feeds
+
+
+def _build_quantized(spec: MicroModel) -> tuple[bytes, dict[str, np.ndarray]]:
+    """`spec` in int8 or int16x8 (activations symmetric int16 with zero point 0, weights int8 per channel, int64
+    bias: what LiteRT runs on its reference kernels): conv, dw and add2 layers."""
+    from netlint.testing.tflite_builder import TfliteBuilder
+
+    activation, bias_type, scale = QUANTIZED[spec.precision]
+    rng = np.random.default_rng(spec.seed)
+    builder = TfliteBuilder(spec.name)
+    c = spec.channels
+    shape = [1, spec.height, spec.width, c]
+    act_quant = {"scale": [scale], "zero_point": [0]}
+    x = builder.input("x", shape, activation, act_quant)
+    limit = np.iinfo(np.dtype(activation)).max // 4
+    feeds = {"0": rng.integers(-limit, limit, shape).astype(activation)}
+    y = None
+    if spec.two_inputs:
+        y = builder.input("y", shape, activation, act_quant)
+        feeds["1"] = rng.integers(-limit, limit, shape).astype(activation)
+    current = x
+    for layer in spec.layers:
+        if layer.kind in ("conv", "dw"):
+            out = layer.channels if layer.kind == "conv" else c
+            dims = (out, layer.k, layer.k, c) if layer.kind == "conv" else (1, layer.k, layer.k, c)
+            weights = rng.integers(-100, 100, dims).astype(np.int8)
+            axis = 0 if layer.kind == "conv" else 3
+            weight_quant = {"scale": [0.01] * out, "zero_point": [0] * out, "axis": axis}
+            bias = np.zeros(out, np.dtype(bias_type))
+            make = builder.conv_2d if layer.kind == "conv" else builder.depthwise_conv_2d
+            current = make(current, weights, bias, out_quant=act_quant, weight_quant=weight_quant)
+            c = out
+        elif layer.kind == "add2":
+            assert y is not None
+            out_tensor = builder.tensor(f"add{len(feeds)}_{id(layer)}", shape, activation, act_quant)
+            options = {"fused_activation_function": "NONE"}
+            if activation == "int16":
+                options["pot_scale_int16"] = False  # general (not power-of-two) int16 scales
+            builder.op("ADD", [current, y], [out_tensor], options)
+            current = out_tensor
+        else:
+            raise ValueError(f"no {spec.precision} micro-model for layer kind {layer.kind!r}")
     builder.output(current)
     return builder.build(), feeds
 
@@ -340,6 +390,7 @@ class Timings:
     medians: dict[str, float]  # microseconds per call
     rounds: int
     samples: dict[str, list[float]]  # per round, in round order: compare models within a round
+    walls: dict[str, list[float]] = field(default_factory=dict)  # measure(clean=True): the wall times of `samples`
 
     def paired(self, combine: Callable[..., float], *names: str) -> float:
         """The median over rounds of `combine` applied to the named models' times of the same round: drifts of a
@@ -347,12 +398,32 @@ class Timings:
         return float(np.median([combine(*values) for values in zip(*(self.samples[n] for n in names), strict=True)]))
 
 
+CLEAN_SHARE = 0.9  # a timed visit whose CPU time is at least this share of its wall time was not paused
+MIN_CLEAN = 5  # fewer clean visits than this: the median of every visit's CPU time instead
+
+
 def time_once(run: Callable[[], object], calls: int) -> float:
-    """Microseconds per call, over `calls` back-to-back calls."""
+    """Microseconds per call, over `calls` back-to-back calls (wall clock)."""
     start = time.perf_counter_ns()
     for _ in range(calls):
         run()
     return (time.perf_counter_ns() - start) / 1e3 / calls
+
+
+def time_both(run: Callable[[], object], calls: int) -> tuple[float, float]:
+    """(this thread's CPU time, wall time) in microseconds per call, over `calls` back-to-back calls."""
+    wall, cpu = time.perf_counter_ns(), time.thread_time_ns()
+    for _ in range(calls):
+        run()
+    return (time.thread_time_ns() - cpu) / 1e3 / calls, (time.perf_counter_ns() - wall) / 1e3 / calls
+
+
+def clean_median(cpu: list[float], wall: list[float]) -> float:
+    """A run's time on a shared machine, as a quiet one would show it: the median wall time of the visits that kept
+    the CPU throughout (CPU time >= CLEAN_SHARE x wall: the OS gave no other process a turn, so no pause and no cache
+    refilled after one), when at least MIN_CLEAN did; else the median CPU time (pauses left out, refills not)."""
+    kept = [w for c, w in zip(cpu, wall, strict=True) if c >= CLEAN_SHARE * w]
+    return float(np.median(kept)) if len(kept) >= MIN_CLEAN else float(np.median(cpu))
 
 
 def measure(
@@ -365,11 +436,14 @@ def measure(
     progress: Callable[[int, int], None] | None = None,
     warmup: int = 2,
     warm: frozenset[str] = frozenset(),
+    clean: bool = False,
 ) -> Timings:
     """Median microseconds per call of each runnable, over interleaved rounds that fit in `budget_s` (at least
     `min_rounds`, which may overrun a budget too small for them). The runnables named in `warm` get one untimed call
     before each timed visit, so their input is back in the cache after the other models ran (their times are
-    compared with each other, and a cold first call would weigh more in a model called fewer times per visit)."""
+    compared with each other, and a cold first call would weigh more in a model called fewer times per visit).
+    `clean` (for runs on one thread, which compute on the calling one): each visit is timed on this thread's CPU
+    clock and the wall clock, `samples` hold the CPU times, and the medians are clean_median's."""
     started = time.perf_counter()
     first: dict[str, float] = {}
     for name, run in runs.items():
@@ -381,6 +455,7 @@ def measure(
     left = budget_s - (time.perf_counter() - started)
     rounds = int(min(max_rounds, max(min_rounds, left / max(per_round_s, 1e-6))))
     samples: dict[str, list[float]] = {name: [] for name in runs}
+    walls: dict[str, list[float]] = {name: [] for name in runs}
     order = list(runs)
     shuffle = random.Random(seed)
     for index in range(rounds):
@@ -388,10 +463,19 @@ def measure(
         for name in order:
             if name in warm:
                 runs[name]()
-            samples[name].append(time_once(runs[name], calls[name]))
+            if clean:
+                cpu, wall = time_both(runs[name], calls[name])
+                samples[name].append(cpu)
+                walls[name].append(wall)
+            else:
+                samples[name].append(time_once(runs[name], calls[name]))
         if progress is not None:
             progress(index + 1, rounds)
         if index + 1 >= min_rounds and time.perf_counter() - started > budget_s:  # slower than the first runs said
             rounds = index + 1
             break
-    return Timings({name: float(np.median(values)) for name, values in samples.items()}, rounds, samples)
+    if clean:
+        medians = {name: clean_median(values, walls[name]) for name, values in samples.items()}
+    else:
+        medians = {name: float(np.median(values)) for name, values in samples.items()}
+    return Timings(medians, rounds, samples, walls if clean else {})

@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from netlint.calibrate.bench import (
     ONNX_ACTIVATIONS,
@@ -88,6 +89,9 @@ class Calibration:
     # activation op type -> ops per element in Relu-equivalents (per-element time relative to a Relu's)
     activation_ops_per_element: dict[str, float] = field(default_factory=dict)
     reorder_samples: list[Sample] = field(default_factory=list)  # per-reorder times, by tensor size
+    kernels: Any = None  # onnxruntime: the per-kernel-class fit (netlint.commands.calibrate.KernelRun)
+    # LiteRT: precision (int8, int16x8) -> the rates of its quantized kernels (int16x8 runs on reference kernels)
+    precisions: dict[str, Fitted] = field(default_factory=dict)
 
 
 def suite(
@@ -129,6 +133,38 @@ def suite(
         for conv_name, conv in FUSION_CONVS.items():
             chain = [conv, act] * FUSION_DEPTH
             models.append(MicroModel(f"fusion_pair_{conv_name}_{kind}", c, h, w, chain, "fusion"))
+    return models
+
+
+PRECISIONS = ("int8", "int16x8")
+# LiteRT's quantized kernels: int8 on XNNPACK, int16x8 on TFLite's reference kernels (~100x slower per MAC): small
+# shapes, so the reference conv stays within a few milliseconds.
+PRECISION_SHAPES = {
+    CONV: ((1, 32, 28), (3, 16, 28), (3, 32, 14), (1, 64, 14)),  # (kernel, channels, size)
+    DEPTHWISE: ((3, 32, 28), (3, 64, 14), (3, 16, 56)),
+    MEMORY: ((16, 28), (32, 28), (32, 56)),  # (channels, size): Add of two inputs
+}
+
+
+def precision_suite() -> list[MicroModel]:
+    """Conv, depthwise and Add micro-models in int8 and int16x8 (TFLite): the per-precision rates."""
+    models = []
+    for precision in PRECISIONS:
+        for k, c, h in PRECISION_SHAPES[CONV]:
+            spec = MicroModel(
+                f"{precision}_conv{k}_{c}_{h}", c, h, h, [Layer("conv", c, k)], CONV, h * h * c * c * k * k
+            )
+            models.append(MicroModel(**{**spec.__dict__, "precision": precision}))
+        for k, c, h in PRECISION_SHAPES[DEPTHWISE]:
+            spec = MicroModel(f"{precision}_dw{k}_{c}_{h}", c, h, h, [Layer("dw", k=k)], DEPTHWISE, h * h * c * k * k)
+            models.append(MicroModel(**{**spec.__dict__, "precision": precision}))
+        width = 2 if precision == "int16x8" else 1
+        for c, h in PRECISION_SHAPES[MEMORY]:
+            n = c * h * h
+            for family, work in ((MEMORY, 3 * n * width), (ELTWISE, n)):
+                spec = MicroModel(f"{precision}_{family}_add_{c}_{h}", c, h, h, [Layer("add2")], family, work, n,
+                                  3 * n * width)  # fmt: skip
+                models.append(MicroModel(**{**spec.__dict__, "precision": precision}))
     return models
 
 
@@ -249,7 +285,8 @@ def _time(runner: Runner, models: list[MicroModel], budget_s: float, progress: C
     return measure(
         runs,
         budget_s=budget_s * 0.9 - (time.perf_counter() - started),
-        warm=frozenset(spec.name for spec in models if spec.family == REORDER),
+        warm=frozenset(runs),  # steady state: each visit's first call (after another model's) is not timed
+        clean=getattr(runner, "threads", 0) == 1,
         progress=(lambda i, n: progress(f"timing round {i}/{n}")) if progress is not None else None,
     )
 
@@ -264,7 +301,7 @@ def run_suite(
     """Build, prepare and time the suite on `runner` within about `budget_s`, then fit."""
     tflite = runner.runtime == "litert"
     if tflite:
-        models = suite(TFLITE_ACTIVATIONS, TFLITE_ACTIVATION_OPS)
+        models = suite(TFLITE_ACTIVATIONS, TFLITE_ACTIVATION_OPS) + precision_suite()
     else:
         models = suite(ONNX_ACTIVATIONS, ONNX_ACTIVATION_OPS, reorders=reorders_run(runner))
     timings = _time(runner, models, budget_s, progress)
@@ -274,10 +311,18 @@ def run_suite(
     samples = [
         Sample(spec.family, spec.name, spec.work, medians[spec.name], spec.ops, spec.bytes)
         for spec in models
-        if spec.family not in ("fusion", "data", ACTIVATION, REORDER)
+        if spec.family not in ("fusion", "data", ACTIVATION, REORDER) and not spec.precision
     ]
     reorders = reorder_samples(timings, models)
     fitted = fit_cost(samples + reorders)
+    by_precision = {}
+    for precision in PRECISIONS if tflite else ():
+        mine = [
+            Sample(spec.family, spec.name, spec.work, medians[spec.name], spec.ops, spec.bytes)
+            for spec in models
+            if spec.precision == precision
+        ]
+        by_precision[precision] = fit_cost(mine + [s for s in samples if s.family == OVERHEAD])
     factors = activation_ops(timings, models, call, fitted.vector_gops_per_s)
     pairs = {}
     for spec in models:
@@ -293,7 +338,11 @@ def run_suite(
     if "prelu_mixed" in medians:
         base = fitted.call_overhead_us
         prelu_ratio = (medians["prelu_mixed"] - base) / max(medians["prelu_positive"] - base, 1e-3)
-    return Calibration(fitted, fusions, pairs, samples, timings.rounds, runner, pinning, prelu_ratio, factors, reorders)
+    result = Calibration(
+        fitted, fusions, pairs, samples, timings.rounds, runner, pinning, prelu_ratio, factors, reorders
+    )
+    result.precisions = by_precision
+    return result
 
 
 def _balance(t1: float, t2: float) -> float:

@@ -34,6 +34,7 @@ import numpy as np
 
 from netlint.cost.model import ModelCost, cost_model
 from netlint.cost.ops import CONV_LIKE, MATMUL_LIKE
+from netlint.cost.windows import kinds_of, read_outside, small_graph
 from netlint.fixes.registry import Plan
 from netlint.ir import Graph, Node
 from netlint.ir.edit import Edit, copy_node
@@ -95,9 +96,7 @@ def _latency(graph: Graph, target: Target) -> float | None:
 
 def _alone(graph: Graph, node: Node, new_values: dict[str, Value]) -> Graph:
     """A graph of `node` alone (its outputs are the graph's outputs), reading `new_values` where given."""
-    from netlint.cost.impact import _small_graph  # impact imports this module lazily: no cycle
-
-    return _small_graph(graph, [node], {out for out in node.outputs if out}, new_values)
+    return small_graph(graph, [node], {out for out in node.outputs if out}, new_values)
 
 
 # --- HW002: channel padding ------------------------------------------------------------------------------------------
@@ -117,7 +116,10 @@ def _unaligned_channels(
     node = graph.node(finding.nodes[0]) if finding.nodes else None
     if node is None:
         return None
-    if target.supports_op(node.op) is False:
+    fallback = memo.get(("fallback", id(cost)))
+    if fallback is None:
+        fallback = memo[("fallback", id(cost))] = set(cost.fallback_nodes)
+    if target.supports_op(node.op) is False or node.id in fallback:  # its op, or its tensors' type (a float model)
         return Priced(0.0, f"{node.op} runs on {target.name}'s CPU fallback, which does not pad channels")
     # padded_values reads only what the key holds (shapes, layouts, attributes): one pricing per distinct layer
     key = ("HW002", alignment, node.op, _described(graph, node, memo), _attrs(node, memo))
@@ -232,10 +234,8 @@ def _shapes(graph: Graph, node: Node) -> tuple:
 
 def _described(graph: Graph, node: Node, memo: dict[Any, Any]) -> tuple:
     """Like `_shapes` (a finer key: a missing value and an omitted input differ), from the per-value descriptions
-    netlint.cost.impact keeps for pricing (every value described in one sweep)."""
-    from netlint.cost.impact import _kinds_of  # impact imports this module lazily: no cycle
-
-    about = _kinds_of(graph, memo).about
+    netlint.cost.windows keeps for pricing (every value described in one sweep)."""
+    about = kinds_of(graph, memo).about
     return tuple(map(about, node.inputs)) + tuple(map(about, node.outputs))
 
 
@@ -274,9 +274,8 @@ def _dynamic_shape(
     region = dynamic_region(graph, name)
     if not region:
         return Priced(0.0, f"no node reads a tensor with the dynamic dimension of '{name}'")
-    from netlint.cost.impact import _read_outside, _small_graph
 
-    small = _small_graph(graph, region, _read_outside(graph, region), {})
+    small = small_graph(graph, region, read_outside(graph, region), {})
     on_cpu = replace(target, data={**target.data, "ops": {**ops, "supported": []}})
     before, after = _latency(small, on_cpu), _latency(small, target)
     if before is None or after is None:
@@ -417,7 +416,7 @@ def _all_on_the_accelerator(
     if ops is None or cost.latency_us is None:
         return None
     if finding.data.get("untyped_model"):
-        return _quantized_onto_the_accelerator(graph, target, ops, memo)
+        return _quantized_onto_the_accelerator(graph, target, ops, cost, memo)
     if not cost.fallback_nodes:
         return Priced(0.0, f"no node falls back on {target.label}: nothing to move onto the accelerator")
     key = ("HW001", target.label, id(graph))
@@ -436,17 +435,19 @@ def _all_on_the_accelerator(
     )
 
 
-def _quantized_onto_the_accelerator(graph: Graph, target: Target, ops: dict[str, Any], memo: dict[Any, Any]) -> Priced:
+def _quantized_onto_the_accelerator(
+    graph: Graph, target: Target, ops: dict[str, Any], cost: ModelCost, memo: dict[Any, Any]
+) -> Priced:
     """HW001's finding that a model's tensor types keep all of it off the accelerator (a float TFLite model on
-    Ethos-U): the whole model on the CPU fallback against on the accelerator. The cost model prices a model at the
-    target's precision (as if quantized), so both sides are costed here."""
+    Ethos-U): the whole model on the CPU fallback (the model's cost: netlint.cost.model, or Vela, places each node
+    of a type the accelerator does not run there) against the same model quantized onto the accelerator (its float
+    tensors at the target's precision)."""
     key = ("HW001 untyped", target.label, id(graph))
     if key not in memo:
         rest = {name: value for name, value in ops.items() if name != "data_types"}
-        on_cpu = replace(target, data={**target.data, "ops": {**rest, "supported": []}})
         on_npu = replace(target, data={**target.data, "ops": {**rest, "supported": [WILDCARD_OP]}})
-        memo[key] = (_latency(graph, on_cpu), _latency(graph, on_npu))
-    before, after = memo[key]
+        memo[key] = _latency(graph, on_npu)
+    before, after = cost.latency_us, memo[key]  # the model's cost places its nodes on the CPU for their types
     saving = before - after if before is not None and after is not None else 0.0
     return Priced(
         saving,

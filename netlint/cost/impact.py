@@ -27,15 +27,16 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
-import numpy as np
-
+from netlint.cost import backends
+from netlint.cost.basis import static_pricing
 from netlint.cost.layout import Borders, Facts
 from netlint.cost.model import ModelCost, cost_model
-from netlint.engine import CostSummary
+from netlint.cost.windows import Kinds, kinds_of, read_outside, small_graph
 from netlint.fixes.registry import Plans
 from netlint.ir import Graph, Node
 from netlint.ir.edit import Edit
-from netlint.ir.graph import ConstData, Value
+from netlint.ir.graph import Value
+from netlint.results import CostSummary
 from netlint.rule import Finding, Impact
 from netlint.targets import Target
 
@@ -51,7 +52,7 @@ def model_cost(graph: Graph, target: Target) -> ModelCost:
     per_graph = _COSTS.setdefault(graph, {})
     key = (target.label, id(target), graph.generation)  # an edit (netlint.fixes) makes a new generation
     if key not in per_graph:
-        per_graph[key] = cost_model(graph, target, totals_only=True)
+        per_graph[key] = backends.cost(graph, target, totals_only=True)  # the target's backend (netlint.cost.backends)
     return per_graph[key]
 
 
@@ -82,6 +83,7 @@ def summary(cost: ModelCost, target: Target) -> CostSummary:
         fallback_ops=len(cost.fallback_nodes),
         partitions=cost.partitions,
         assumed=list(cost.rates.assumed) if cost.rates is not None else [],
+        pricing=cost.pricing if cost.latency_us is not None else None,  # no latency (generic): nothing priced
     )
 
 
@@ -106,18 +108,28 @@ def price_findings(
     target: Target,
     cost: ModelCost,
     plans: Plans | None = None,
-    price: Pricer = static_price,
+    price: Pricer | None = None,
 ) -> None:
     """Set `impact` on every finding of `graph` whose change is priced (others keep None): a fix by its prechecked
-    plan (`plans`, from netlint.fixes.registry.advertise), a manual rule's advice by netlint.cost.advice."""
+    plan (`plans`, from netlint.fixes.registry.advertise), a manual rule's advice by netlint.cost.advice. `price`: the
+    Pricer of the fixes' neighbourhoods; by default the target's backend (netlint.cost.backends.pricer: ORT's own
+    graph, Vela, else the static model), which first does its work for every neighbourhood at once. Each impact says
+    what priced it (`Impact.pricing`)."""
     if cost.latency_us is None:
         return
+    findings = list(findings)
+    if price is None:
+        price = backends.pricer(target)
+        if (target.label, graph.generation) not in _PREFETCHED.get(graph, ()):  # `start_pricing` did not start it
+            _prefetch(graph, findings, target, cost.layout_facts, plans, price, wait=True)
     total = cost.latency_us
     label = target.label
-    memo: dict[Any, float | None] = {}
+    memo: dict[Any, Any] = {}
+    static = static_pricing(target)
     for finding in findings:
         basis: str | None = None
         modelled = True
+        pricing = static  # netlint.cost.advice and HW001's per-op price use the static model
         if _advised(finding):
             from netlint.cost.advice import price_advice  # manual rules' advised changes (imported when needed)
 
@@ -126,18 +138,14 @@ def price_findings(
             modelled = priced.modelled if priced is not None else True
             if priced is not None and priced.before_us is not None:
                 start = priced.before_us
-                finding.impact = Impact(label, start / 1000, (start - priced.saving_us) / 1000, basis, modelled)
+                finding.impact = Impact(
+                    label, start / 1000, (start - priced.saving_us) / 1000, basis, modelled, pricing
+                )
                 continue
         elif finding.code == UNSUPPORTED_OP_RULE:
             saving = _saving_on_the_accelerator(graph, finding, target, memo, cost.layout_facts)
         else:
-            found = plans.get(finding) if plans is not None else None
-            plan = found.plan if found is not None and found.graph is graph else None
-            if plan is None and finding.fix is not None and finding.fix.applicability == "manual":
-                from netlint.cost.advice import hand_fold  # a fold the pass does not rewrite, advised by hand
-
-                by_hand = hand_fold(graph, finding)
-                plan, basis = by_hand if by_hand is not None else (None, None)
+            plan, basis = _plan_of(graph, finding, plans)
             on, facts = target, cost.layout_facts
             if finding.code == FP16_RULE:
                 from netlint.cost.advice import fp16_selection
@@ -145,11 +153,104 @@ def price_findings(
                 on, basis = fp16_selection(target)
                 facts = facts if on is target else None  # the layout of the selected precision's costing
             saving = _saving_us(graph, finding, plan, on, memo, facts, price) if on is not None else 0.0
+            pricing = memo.pop(PRICED_BY, None) or static
             modelled = on is not None
             if saving is not None and abs(saving) < 1e-9 and _relu8_by_runtime(finding, plan, target):
                 basis = RELU8_BY_RUNTIME
         if saving is not None:
-            finding.impact = Impact(label, total / 1000, (total - saving) / 1000, basis, modelled)
+            finding.impact = Impact(label, total / 1000, (total - saving) / 1000, basis, modelled, pricing)
+
+
+PRICED_BY = "priced by"  # memo key: what priced the last finding `_saving_us` priced (its Pricer's `last`)
+
+
+def _plan_of(graph: Graph, finding: Finding, plans: Plans | None) -> tuple[Any, str | None]:
+    """The finding's prechecked plan, or for a manual fold its advised change as a plan (and its basis)."""
+    found = plans.get(finding) if plans is not None else None
+    plan = found.plan if found is not None and found.graph is graph else None
+    if plan is None and finding.fix is not None and finding.fix.applicability == "manual":
+        from netlint.cost.advice import hand_fold  # a fold the pass does not rewrite, advised by hand
+
+        by_hand = hand_fold(graph, finding)
+        return by_hand if by_hand is not None else (None, None)
+    return plan, None
+
+
+# per graph, by (target label, graph generation: a fix round edits the graph): started, and the findings started
+_PREFETCHED: weakref.WeakKeyDictionary[Graph, set[tuple[str, int]]] = weakref.WeakKeyDictionary()
+_STARTED: weakref.WeakKeyDictionary[Graph, dict[tuple[str, int], set[int]]] = weakref.WeakKeyDictionary()
+
+
+def start_pricing(
+    graph: Graph,
+    findings: Iterable[Finding],
+    target: Target,
+    plans: Plans | None = None,
+    options: dict[str, dict[str, Any]] | None = None,
+) -> None:
+    """Start the target's toolchain backend on the neighbourhoods `price_findings` will price (ORT's second worker
+    optimizes them while the first still optimizes the whole model). The engine calls it twice: after the pattern
+    rules, with their findings' plans made here (`plans` None: prechecked as netlint.fixes.registry.advertise does,
+    the findings left unchanged), so that ORT starts before the whole-graph rules wait for the model's cost; then
+    with every finding's advertised plans (the backend adds only the graphs it has not started), after which
+    `price_findings` collects nothing again. The blocks do not depend on the whole model's layout facts (only their
+    memo keys and the static model's borders do), so they are built without them."""
+    price = backends.pricer(target)
+    if not getattr(price, "prefetches", False):
+        return
+    round_key = (target.label, graph.generation)
+    started = _STARTED.setdefault(graph, {}).setdefault(round_key, set())
+    findings = [finding for finding in findings if id(finding) not in started]  # the second call: the new ones
+    started.update(id(finding) for finding in findings)
+    _prefetch(graph, findings, target, None, plans or _prechecked(graph, findings, options or {}), price, wait=False)
+    if plans is not None:
+        _PREFETCHED.setdefault(graph, set()).add(round_key)
+
+
+def _prechecked(graph: Graph, findings: list[Finding], options: dict[str, dict[str, Any]]) -> Plans:
+    """The plans of the findings' fix passes, as `advertise` makes them, without touching the findings."""
+    from netlint.fixes.registry import Prechecked, find_pass
+
+    plans = Plans()
+    for finding in findings:
+        declared = finding.fix
+        fix_pass = find_pass(declared.name) if declared is not None else None
+        if fix_pass is None or declared is None or declared.applicability not in ("safe", "unsafe"):
+            continue
+        try:
+            plans.by_finding[id(finding)] = Prechecked(graph, fix_pass().plan(graph, finding, options), declared)
+        except Exception:  # advertise says why, later
+            continue
+    return plans
+
+
+def _prefetch(
+    graph: Graph,
+    findings: list[Finding],
+    target: Target,
+    facts: Facts | None,
+    plans: Plans | None,
+    price: Pricer,
+    wait: bool,
+) -> None:
+    """Let a toolchain backend work on every neighbourhood the findings will be priced with, in one go (one ORT
+    session, one Vela process): the blocks are built and the plans applied as pricing does, and collected. `wait`
+    False only starts it."""
+    if not getattr(price, "prefetches", False):
+        return
+    collected: list[Graph] = []
+
+    def collect(before: Graph, after: Graph, target: Target, borders: Borders | None) -> float | None:
+        collected.extend((before, after))
+        return None
+
+    memo: dict[Any, Any] = {}
+    for finding in findings:
+        if not _advised(finding) and finding.code not in (UNSUPPORTED_OP_RULE, FP16_RULE):  # QT005: another selection
+            plan, _ = _plan_of(graph, finding, plans)
+            _saving_us(graph, finding, plan, target, memo, facts, collect)
+    if collected:
+        backends.prefetch(collected, target, wait=wait)
 
 
 RELU8_BY_RUNTIME = (
@@ -208,10 +309,11 @@ def _saving_us(
     # wiring and borders), rewritten as described in the same words but for names, costs the same: priced once.
     declared = [node for node_id in finding.nodes if (node := graph.node(node_id)) is not None]
     declared += _declared_nodes(graph, plan.touched)
-    kinds = _kinds_of(graph, memo)
+    kinds = kinds_of(graph, memo)
     around, outside, borders, codes, before = _block(graph, declared, kinds, facts)
     quick: tuple | None = (fix, _NAMES.sub("", plan.description), before)
     if quick in memo:
+        memo[PRICED_BY] = memo.get((PRICED_BY, quick))
         return memo[quick]
     edit = Edit(graph)
     try:
@@ -229,15 +331,18 @@ def _saving_us(
     if key not in memo:
         try:
             memo[key] = price(
-                _small_graph(graph, around, outside, {}),
-                _small_graph(graph, after, outside, new_values),
+                small_graph(graph, around, outside, {}),
+                small_graph(graph, after, outside, new_values),
                 target,
                 borders,
             )
         except Exception:
             memo[key] = None
+        memo[(PRICED_BY, key)] = getattr(price, "last", None)  # what priced it (a backend's Pricer says)
     if quick is not None:
         memo[quick] = memo[key]
+        memo[(PRICED_BY, quick)] = memo.get((PRICED_BY, key))
+    memo[PRICED_BY] = memo.get((PRICED_BY, key))
     return memo[key]
 
 
@@ -260,11 +365,11 @@ def _declared_nodes(graph: Graph, touched: Iterable[str]) -> list[Node]:
 
 
 def _block(
-    graph: Graph, nodes: list[Node], kinds: _Kinds, facts: Facts | None
+    graph: Graph, nodes: list[Node], kinds: Kinds, facts: Facts | None
 ) -> tuple[list[Node], set[str], Borders | None, dict[str, int], tuple]:
     """The neighbourhood of `nodes`, its outputs read outside it, its borders and border codes, and its signature."""
     around = _neighbourhood(graph, list({node.id: node for node in nodes}.values()))
-    outside = _read_outside(graph, around)
+    outside = read_outside(graph, around)
     borders, codes = _borders(graph, around, outside, facts)
     return around, outside, borders, codes, _signature(around, outside, {}, kinds, codes)
 
@@ -272,43 +377,28 @@ def _block(
 def _saving_on_the_accelerator(
     graph: Graph, finding: Finding, target: Target, memo: dict[Any, float | None], facts: Facts | None = None
 ) -> float | None:
-    """HW001's advised change, replacing the op by one the accelerator runs, priced as the same op running there:
-    its CPU fallback cost and the transfers at the partition borders around it go away."""
+    """HW001's advised change, replacing the op by one the accelerator runs (or one of a type it runs), priced as the
+    same op running there: its CPU fallback cost and the transfers at the partition borders around it go away."""
     node = graph.node(finding.nodes[0]) if finding.nodes else None
     ops = target.section("ops")
-    if node is None or ops is None or target.supports_op(node.op) is not False:
+    if node is None or ops is None:
         return None
+    dtype = next((graph.value(out).dtype for out in node.outputs if out and graph.value(out) is not None), None)
+    if target.supports_op(node.op) is not False:
+        if target.runs_type(dtype) or graph.format != "tflite":  # the cost model places it on the accelerator
+            return None
+        ops = {**ops, "data_types": [*ops["data_types"], dtype]}  # it falls back for its type: of a type it runs
     around = _neighbourhood(graph, [node])
-    outside = _read_outside(graph, around)
+    outside = read_outside(graph, around)
     borders, codes = _borders(graph, around, outside, facts)
-    key = (UNSUPPORTED_OP_RULE, node.op, _signature(around, outside, {}, _kinds_of(graph, memo), codes))
+    key = (UNSUPPORTED_OP_RULE, node.op, dtype, _signature(around, outside, {}, kinds_of(graph, memo), codes))
     if key not in memo:
         runs_it = replace(target, data={**target.data, "ops": {**ops, "supported": [*ops["supported"], node.op]}})
-        small = _small_graph(graph, around, outside, {})
+        small = small_graph(graph, around, outside, {})
         old = cost_model(small, target, borders=borders).latency_us
         new = cost_model(small, runs_it, borders=borders).latency_us
         memo[key] = None if old is None or new is None else old - new
     return memo[key]
-
-
-def _read_outside(graph: Graph, around: list[Node]) -> set[str]:
-    """Outputs of the neighbourhood that a node outside it (or the graph's caller) reads: the small graph's outputs."""
-    kept = {node.id for node in around}
-    consumers = graph.consumer_index()
-    is_output = graph.is_graph_output
-    found: set[str] = set()
-    for node in around:
-        for out in node.outputs:
-            if not out:
-                continue
-            if is_output(out):
-                found.add(out)
-                continue
-            for reader in consumers.get(out, ()):
-                if reader.id not in kept:
-                    found.add(out)
-                    break
-    return found
 
 
 def _neighbourhood(graph: Graph, nodes: list[Node]) -> list[Node]:
@@ -391,45 +481,15 @@ def _borders(
     return borders, codes
 
 
-def _small_graph(graph: Graph, nodes: list[Node], outside: set[str], new_values: dict[str, Value]) -> Graph:
-    produced = {out for node in nodes for out in node.outputs if out}
-    values: dict[str, Value] = {}
-    inputs: list[str] = []
-    for node in nodes:
-        for name in (*node.inputs, *node.outputs):
-            if not name or name in values:
-                continue
-            value = new_values.get(name) or graph.value(name)
-            if value is None:
-                continue
-            if name not in produced and not value.is_const and name not in new_values and graph.is_const(name):
-                value = replace(value, data=ConstData(_const_loader(graph, name)))  # e.g. a ConstantOfShape weight
-            values[name] = value
-            if name not in produced and not value.is_const:
-                inputs.append(name)
-    outputs = [out for node in nodes for out in node.outputs if out in outside]
-    return Graph(graph.name, nodes, values, inputs, outputs)
-
-
-def _const_loader(graph: Graph, name: str) -> Callable[[], np.ndarray]:
-    def load() -> np.ndarray:
-        array = graph.const(name, dequantize=False)
-        if array is None:
-            raise ValueError(f"constant '{name}' has no value")
-        return array
-
-    return load
-
-
 def _signature(
     nodes: list[Node],
     outside: set[str],
     new_values: dict[str, Value],
-    kinds: _Kinds,
+    kinds: Kinds,
     codes: dict[str, int] | None = None,
 ) -> tuple:
     """What the cost of `nodes` depends on, without names: ops, attributes, wiring, shapes and dtypes. Each node
-    stands as the number of its description (`_Kinds`), and the wiring as one number per tensor in order: -1 for an
+    stands as the number of its description (`Kinds`), and the wiring as one number per tensor in order: -1 for an
     omitted one, else twice its number in order of first use, plus 1 when a node outside reads it. `codes`: the
     border layout codes of `_borders` (tensor name -> bits), which the key holds by the tensors' numbers."""
     local: dict[str, int] = {}
@@ -451,93 +511,3 @@ def _signature(
         border = tuple(sorted((local[name], code) for name, code in codes.items() if name in local))
         return tuple(numbers), tuple(wiring), border
     return tuple(numbers), tuple(wiring)
-
-
-def _kinds_of(graph: Graph, memo: dict[Any, Any]) -> _Kinds:
-    kinds = memo.get("kinds")
-    if kinds is None:
-        kinds = memo["kinds"] = _Kinds(graph)
-    return kinds
-
-
-class _Kinds:
-    """Numbers for node descriptions (op, fused activation, attributes, and the shape, dtype, layout and constness of
-    each tensor; equal numbers, equal descriptions), remembered across the findings of one model: per node of the
-    model (not the rewrites' copies), per value and per attribute table."""
-
-    __slots__ = ("abouts", "attrs", "graph", "kinds", "nodes")
-
-    def __init__(self, graph: Graph) -> None:
-        self.graph = graph
-        self.nodes: dict[int, tuple[Node, int]] = {}
-        self.abouts: dict[str, tuple | None] | None = None  # built on first use, in one sweep
-        self.attrs: dict[int, tuple[dict[str, Any], tuple]] = {}
-        self.kinds: dict[tuple, int] = {}
-
-    def of(self, node: Node, new_values: dict[str, Value]) -> int:
-        fresh = bool(new_values) and _reads_new(node, new_values)
-        known = self.nodes.get(id(node))
-        if known is not None and known[0] is node and not fresh:
-            return known[1]
-        attrs = self.attrs.get(id(node.attrs))
-        if attrs is None or attrs[0] is not node.attrs:  # the table itself is kept, so its id is not reused
-            attrs = self.attrs[id(node.attrs)] = (node.attrs, _attrs_key(node.attrs))
-        if fresh:
-            new = lambda name: self.about(name, new_values)  # noqa: E731
-            inputs, outputs = tuple(map(new, node.inputs)), tuple(map(new, node.outputs))
-        else:
-            described = (self.abouts if self.abouts is not None else self._describe_all()).get
-            about = self.about  # for a name without a description yet (falsy: None for "", () for an unknown name)
-            inputs = tuple([described(name) or about(name) for name in node.inputs])
-            outputs = tuple([described(name) or about(name) for name in node.outputs])
-        description = (node.op, node.fused_activation, attrs[1], inputs, outputs)
-        kinds = self.kinds
-        kind = kinds.setdefault(description, len(kinds))
-        if not fresh and self.graph.node(node.id) is node:  # the model's own nodes only: copies are short-lived
-            self.nodes[id(node)] = (node, kind)
-        return kind
-
-    def about(self, name: str, new_values: dict[str, Value] | None = None) -> tuple | None:
-        if not name:
-            return None
-        value = new_values.get(name) if new_values else None
-        if value is not None:
-            return _describe(value)
-        abouts = self.abouts if self.abouts is not None else self._describe_all()
-        found = abouts.get(name)
-        if found is None:
-            found = abouts[name] = _describe(self.graph.value(name))
-        return found
-
-    def _describe_all(self) -> dict[str, tuple | None]:
-        """The description of every value of the graph (a comprehension: a third of the cost of one call each); ""
-        (an omitted tensor) stands as None."""
-        self.abouts = {
-            name: (value.shape, value.dtype, value.layout, value.data is not None)
-            for name, value in self.graph.values.items()
-        }
-        self.abouts[""] = None
-        return self.abouts
-
-
-def _reads_new(node: Node, new_values: dict[str, Value]) -> bool:
-    if not new_values:
-        return False
-    return any(name in new_values for name in node.inputs) or any(name in new_values for name in node.outputs)
-
-
-def _describe(value: Value | None) -> tuple:
-    return (value.shape, value.dtype, value.layout, value.is_const) if value is not None else ()
-
-
-def _attrs_key(attrs: dict[str, Any]) -> tuple:
-    items = []
-    for key, value in sorted(attrs.items()):
-        if isinstance(value, np.ndarray):
-            value = ("array", value.shape, value.tobytes()[:64])
-        elif isinstance(value, list):
-            value = tuple(v if isinstance(v, (int, float, str, bytes)) else repr(v)[:64] for v in value)
-        elif not isinstance(value, (int, float, str, bytes, type(None))):
-            value = repr(value)[:64]
-        items.append((key, value))
-    return tuple(items)

@@ -45,6 +45,7 @@ import numpy as np
 
 from netlint.collector import paused
 from netlint.cost import layout
+from netlint.cost.basis import Pricing, static_pricing
 from netlint.cost.ops import (
     COMPUTE_CLASSES,
     CONV,
@@ -64,7 +65,7 @@ from netlint.cost.sizes import release
 from netlint.ir import Graph, Model, Node
 from netlint.ir.graph import PASS_THROUGH_OPS
 from netlint.ir.ops import CONV_OPS, clip_bounds
-from netlint.targets import Target, load_target
+from netlint.targets import Target, load_target, runs_type
 
 CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan", "WHILE", "IF"})
 AFFINE_OPS = frozenset({"Mul", "Add", "Sub", "Div"})  # what fold-affine folds into a conv (by a constant)
@@ -140,6 +141,8 @@ class ModelCost:
     layout_facts: layout.Facts | None = None
     # False: cost_model(totals_only=True) left out runtime rewrites and kernels (`kernels` 0, no NodeCost.kernel)
     kernels_grouped: bool = True
+    # what priced it (netlint.cost.basis): the basis, the target's error band for it, the graph and rates used
+    pricing: Pricing = field(default_factory=Pricing)
 
     # --- totals ----------------------------------------------------------------------------------------------------
     def _sum(self, attr: str) -> int:
@@ -275,7 +278,7 @@ def _cost_model(
     ctx = build_context(graph, dims)
     entries = _cost_nodes(ctx, graph.nodes)
     rates = rates_for(target)
-    result = ModelCost(target.label, entries, rates)
+    result = ModelCost(target.label, entries, rates, pricing=static_pricing(target))
     if totals_only and rates is None and target.section("ops") is None:
         # without rates nothing is timed, without [ops] nothing falls back or partitions: the rewrites and kernels
         # would change no total (a folded or fused node keeps its OpCost)
@@ -285,7 +288,7 @@ def _cost_model(
     by_id = {entry.node.id: entry for entry in entries}
     tails = _runtime_rewrites(graph, target, entries, by_id)
     _hold_saturations(graph, target, entries)
-    _mark_fallback(target, entries)
+    _mark_fallback(graph, target, entries)
     _group_kernels(graph, ctx, target, entries, by_id, tails)
     if rates is not None and rates.views_free:  # an aliased view launches nothing
         for entry in entries:
@@ -305,6 +308,16 @@ def _cost_model(
         result.latency_range_us = (low + transfer, high + transfer)
     result.by_op_type = _by_op_type([*entries, *result.layout_kernels])
     return result
+
+
+def node_costs(graph: Graph, dims: Mapping[str, int] | None = None) -> list[NodeCost]:
+    """Each node's own cost (MACs, ops, bytes; None for a coverage gap), no kernels: what a backend that takes its
+    kernels from elsewhere (netlint.cost.backends) reports the model's totals and coverage with."""
+    try:
+        with paused():
+            return _cost_nodes(build_context(graph, dims), graph.nodes)
+    finally:
+        release(graph)
 
 
 def _layout_kernels(
@@ -530,17 +543,28 @@ def _cancel_transposes(graph: Graph, by_id: dict[str, NodeCost]) -> None:
 
 
 # --- fallback ------------------------------------------------------------------------------------------------------
-def _mark_fallback(target: Target, entries: list[NodeCost]) -> None:
+def _mark_fallback(graph: Graph, target: Target, entries: list[NodeCost]) -> None:
+    """A node runs on the CPU fallback when the target does not support its op, or, in a TFLite model (whose tensor
+    types are what the target's compiler reads; an ONNX model is converted first), when it writes a type the
+    accelerator does not run ([ops].data_types: a float TFLite model on Ethos-U runs entirely on the CPU, as HW001
+    says)."""
     ops = target.section("ops")
     if ops is None or ops.get("fallback", "none") == "none":
         return
+    types = target.data_types() if graph.format == "tflite" else None
     supported: dict[str, bool | None] = {}  # per op type (supports_op scans the target's list)
     for entry in entries:
         if _placed(entry) and entry.fused_into is None and entry.node.op not in REMOVED_VIEWS:
             op = entry.node.op
             runs = supported[op] if op in supported else supported.setdefault(op, target.supports_op(op))
-            if runs is False:
+            if runs is False or (types is not None and not _typed(graph, entry.node, types)):
                 entry.fallback = True
+
+
+def _typed(graph: Graph, node: Node, types: frozenset[str]) -> bool:
+    output = next((name for name in node.outputs if name), None)
+    value = graph.value(output) if output is not None else None
+    return runs_type(types, value.dtype if value is not None else None)
 
 
 # --- kernels -------------------------------------------------------------------------------------------------------
@@ -840,17 +864,24 @@ def _latency(result: ModelCost, rates: Rates, target: Target, ctx: CostContext) 
         )
     numeric = _costed_numeric(target, ctx.graph)  # once: hashing the Target per kernel cost a tenth of this loop
     times: dict[tuple, tuple[float, float]] = {}  # repeated kernels (same member costs, scale, ...) are timed once
+    by_dtype = _rates_by_dtype(target, rates)
+    base_rates = rates
+    types = target.data_types() if ctx.graph.format == "tflite" else None
     for members in result.kernel_members().values():
         head = members[0]
+        rates = _kernel_rates(head, ctx, by_dtype) or base_rates
         scale = _byte_scale(target, ctx, head.node, numeric)
         if head.fallback and fallback_rated:
             assert head.cost is not None
+            if types is not None and not _typed(ctx.graph, head.node, types):
+                scale = 1.0  # it falls back for its type: the CPU runs it in that type, not the target's precision
             time = (rates.fallback_intercept_us or 0.0) + rates.fallback_us_per_mb * head.cost.bytes * scale / MB  # type: ignore[operator]
             worst = time
         elif head.cost is not None and layout.is_reorder(head.node):  # an NCHW <-> NCHWc copy ORT inserts
             time = worst = layout.reorder_time(head.cost, rates)
         else:
             key = _kernel_key(head, members, scale)
+            key = (id(rates), *key) if key is not None and rates is not base_rates else key
             known = times.get(key) if key is not None else None
             if known is None:
                 known = _kernel_time(head, members, rates, ctx, scale)
@@ -862,6 +893,38 @@ def _latency(result: ModelCost, rates: Rates, target: Target, ctx: CostContext) 
         low += time
         high += worst
     return low, high
+
+
+# A CPU runtime runs each kernel in the precision its tensors have: an int16 kernel on LiteRT's int16x8 (reference)
+# kernels, an int8 one on its int8 ones. Storage dtype of a kernel's first input -> the precision names that price it.
+_DTYPE_PRECISIONS = {"int8": ("int8",), "uint8": ("int8", "uint8"), "int16": ("int16x8", "int16", "a16")}
+
+
+def _rates_by_dtype(target: Target, rates: Rates) -> dict[str, Rates]:
+    """For a CPU target whose [cost.precision.<p>] tables give per-precision rates (`netlint calibrate --runtime
+    litert`): storage dtype -> the rates its kernels run at; {} elsewhere (an accelerator's precision is the
+    deployment's choice, `--precision`, not each kernel's)."""
+    if target.kind != "cpu" or not target.precisions:
+        return {}
+    tables = ((target.section("cost") or {}).get("precision") or {}).keys()
+    found: dict[str, Rates] = {}
+    for dtype, names in _DTYPE_PRECISIONS.items():
+        name = next((n for n in names if n in tables and n in target.precisions), None)
+        if name is not None and name != target.precision:
+            selected = rates_for(target.select(precision=name))
+            if selected is not None:
+                found[dtype] = selected
+    return found
+
+
+def _kernel_rates(head: NodeCost, ctx: CostContext, by_dtype: dict[str, Rates]) -> Rates | None:
+    if not by_dtype or not head.node.inputs or not head.node.inputs[0]:
+        return None
+    try:
+        dtype = ctx.storage_dtype(head.node.inputs[0])
+    except UnknownCost:
+        return None
+    return by_dtype.get(dtype or "")
 
 
 def _transfer_time(names: list[str], rates: Rates, target: Target, ctx: CostContext, result: ModelCost) -> float:
@@ -965,13 +1028,20 @@ def _kernel_time(
         factor = per_element.get(m.op, 1.0)
         hides = m.fusion == ACTIVATION and not m.partial  # a "good" (not "best") fusion does its work in the kernel
         ops += m.cost.ops * (max(factor - hidden, 0.0) if hides else factor)  # type: ignore[union-attr]
-    traffic = cost.bytes * scale  # fused members add no traffic: they are applied before the kernel writes...
-    for member in working:  # ...except the residual, which the kernel reads
+    # fused members add no traffic (they are applied before the kernel writes) but a bias a runtime's fold gives it...
+    traffic = (cost.bytes + _runtime_bias_bytes(ctx, head.node, members)) * scale
+    for member in working:  # ...and the residual, which the kernel reads
         if member.fusion == RESIDUAL and member.cost is not None and member.cost.op_class == ELTWISE:
             traffic += _residual_bytes(ctx, member.node, head) * scale
     mac_rate = rates.depthwise_gmacs_per_s if _grouped(head.node) else rates.conv_gmacs_per_s
     compute = macs / (mac_rate * 1e3) + ops / (rates.vector_gops_per_s * 1e3)  # G/s -> per microsecond
-    time = max(compute, traffic / (rates.memory_gb_per_s * 1e3))
+    weights = 0.0
+    if rates.weight_gb_per_s is not None:  # weights stream from their own memory (Ethos-U: flash), in parallel
+        traffic -= cost.param_bytes * scale
+        weights = cost.param_bytes / (rates.weight_gb_per_s * 1e3)
+    if rates.output_gelements_per_s is not None and head.node.outputs:  # the NPU's cost per output element
+        compute += _elements(ctx, head.node) / (rates.output_gelements_per_s * 1e3)
+    time = max(compute, traffic / (rates.memory_gb_per_s * 1e3), weights)
     worst = time
     if rates.data_dependent_ratio > 1.0 and rates.data_dependent_ops:
         dependent = rates.data_dependent_ops
@@ -989,6 +1059,33 @@ def _kernel_time(
         time += extra_pass + rates.kernel_overhead_us
         worst += extra_pass + rates.kernel_overhead_us
     return time, worst
+
+
+def _runtime_bias_bytes(ctx: CostContext, conv: Node, members: list[NodeCost]) -> int:
+    """The bias a runtime's fold writes into a bias-less conv (ORT's Conv+BatchNormalization and Conv+Add fusions
+    give it one): its kernel then reads it, as it reads the bias `fold-batchnorm` writes into the model."""
+    if conv.op not in ("Conv", "ConvTranspose", "Gemm") or (len(conv.inputs) > 2 and conv.inputs[2]):
+        return 0
+    for member in members:
+        node = member.node
+        if member.rewritten == "fold-batchnorm" and len(node.inputs) > 2:
+            name = node.inputs[2]
+        elif member.rewritten == "fold-affine" and node.op in ("Add", "Sub"):
+            name = next((n for n in node.inputs[:2] if n and ctx.graph.is_const(n)), "")
+        else:
+            continue
+        try:
+            return ctx.numel(name) * ctx.itemsize(name) if name else 0
+        except UnknownCost:
+            return 0
+    return 0
+
+
+def _elements(ctx: CostContext, node: Node) -> int:
+    try:
+        return ctx.numel(node.outputs[0])
+    except UnknownCost:
+        return 0
 
 
 def _residual_bytes(ctx: CostContext, add: Node, head: NodeCost) -> int:

@@ -32,6 +32,8 @@ KEYS = (
     "reorder_gb_per_s",  # a reorder's bytes read + written per second (1e9); absent: memory_gb_per_s
     "reorder_dram_gb_per_s",  # the same for tensors larger than reorder_cache_mb (MB, 1e6 bytes) ...
     "reorder_cache_mb",  # ... the size past which a reorder's tensors no longer stay in the cache
+    "output_gelements_per_s",  # output elements a kernel writes per second (1e9): an NPU's per-output cost
+    "weight_gb_per_s",  # constant bytes (weights) per second (1e9) from where they are stored (Ethos-U: flash)
 )
 
 
@@ -60,6 +62,8 @@ class Rates:
     reorder_gb_per_s: float | None = None  # None: reorders copy at memory_gb_per_s
     reorder_dram_gb_per_s: float | None = None  # tensors over reorder_cache_mb; None: reorder_gb_per_s for all
     reorder_cache_mb: float | None = None
+    output_gelements_per_s: float | None = None  # None: writing the output costs only its bytes
+    weight_gb_per_s: float | None = None  # None: weights move at memory_gb_per_s with the activations
 
     @property
     def calibrated(self) -> bool:
@@ -77,13 +81,18 @@ def rates_for(target: Target) -> Rates | None:
     merged: dict[str, Any] = {key: table[key] for key in KEYS if key in table}
     precision_table = (table.get("precision") or {}).get(target.precision or "", {})
     merged.update({key: precision_table[key] for key in KEYS if key in precision_table})
+    # [cost.chip.<chip>] (then its [precision.<p>]): numbers measured for one chip (ethos-u55-128 vs -256)
+    chip_table = (table.get("chip") or {}).get(target.chip or (target.chips[0] if target.chips else ""), {})
+    merged.update({key: chip_table[key] for key in KEYS if key in chip_table})
+    chip_precision = (chip_table.get("precision") or {}).get(target.precision or "", {})
+    merged.update({key: chip_precision[key] for key in KEYS if key in chip_precision})
     conv = merged.get("conv_gmacs_per_s")
-    assumed = list(table.get("assumed", ()))
+    assumed = [key for key in table.get("assumed", ()) if key not in chip_table]  # a chip's numbers are measured
     if conv is None:
         conv = _from_macs_per_cycle(target, merged)
         if conv is None:
             return None
-        if target.name == "ethos-u55" and "clock_ghz" in assumed:
+        if target.name.startswith("ethos-u") and "clock_ghz" in assumed:
             assumed.append("conv_gmacs_per_s (from the assumed clock)")
     try:
         return Rates(
@@ -109,6 +118,8 @@ def rates_for(target: Target) -> Rates | None:
             reorder_gb_per_s=_optional(merged, "reorder_gb_per_s"),
             reorder_dram_gb_per_s=_optional(merged, "reorder_dram_gb_per_s"),
             reorder_cache_mb=_optional(merged, "reorder_cache_mb"),
+            output_gelements_per_s=_optional(merged, "output_gelements_per_s"),
+            weight_gb_per_s=_optional(merged, "weight_gb_per_s"),
         )
     except KeyError:
         return None
@@ -126,6 +137,6 @@ def _from_macs_per_cycle(target: Target, merged: Mapping[str, Any]) -> float | N
         return None
     per_cycle = target.macs_per_cycle()
     chip = target.chip or (target.chips[0] if target.chips else None)  # no chip chosen: the smallest, as elsewhere
-    if per_cycle is None and chip and chip.startswith("ethos-u55-"):
+    if per_cycle is None and chip and chip.startswith(("ethos-u55-", "ethos-u65-")):
         per_cycle = int(chip.rsplit("-", 1)[1])
     return None if per_cycle is None else float(per_cycle) * float(clock)

@@ -6,7 +6,7 @@ to an Edit) or one line saying why it cannot fix this occurrence. The same plan 
 - `check`: `advertise` runs it on every finding at lint time, so the finding's fix says safe / unsafe, or `none` and
   why (netlint.engine);
 - `fix`: the fix loop applies the plans of non-overlapping findings to an Edit per graph and commits it
-  (netlint.fixes.engine);
+  (netlint.fix_loop);
 - the price: netlint.cost.impact applies the plan to an Edit it never commits and prices the neighbourhood before
   and after.
 Planning never writes and never materialises weights: new constants are lazy (netlint.ir.edit).
@@ -46,7 +46,7 @@ class FixPass:
     # False for a pass that is not exact even when safe (keep-fp32): verified like an unsafe fix
     exact: ClassVar[bool] = True
     # False for a pass applied for accuracy, not speed (keep-fp32): the cost model's "slower on the target" veto
-    # (netlint.fixes.engine) does not apply to it
+    # (netlint.fix_loop) does not apply to it
     for_speed: ClassVar[bool] = True
 
     def plan(self, graph: Graph, finding: Finding, options: dict[str, dict[str, Any]]) -> Plan | str:
@@ -96,7 +96,7 @@ class Prechecked:
     graph: Graph
     plan: Plan | str
     declared: FixRef
-    slower: str | None = None  # the cost model's veto (see netlint.fixes.engine.veto)
+    slower: str | None = None  # the cost model's veto (see netlint.fix_loop.veto)
 
 
 @dataclass

@@ -168,6 +168,9 @@ def checked_model(
     proto: onnx.ModelProto, path: str, graph: Graph, notes: list[str], facts: dict[Graph, GraphFacts]
 ) -> Model:
     """The Model of a converted graph, with the file's metadata, once the structure checks pass (they raise)."""
+    graph.opsets = {entry.domain if entry.domain != "ai.onnx" else "": entry.version for entry in proto.opset_import}
+    graph.ir_version = proto.ir_version
+    graph.path = path
     metadata = {prop.key: prop.value for prop in proto.metadata_props}
     metadata.update(
         producer=f"{proto.producer_name} {proto.producer_version}".strip(),

@@ -98,6 +98,7 @@ class _Reader:
         graphs = [self._subgraph(i) for i in range(count)]
         metadata = {"description": _text(root.Description()), "schema_version": str(version)}
         model = Model(self.path, "tflite", graphs[0], metadata, [], subgraphs=graphs[1:])
+        graphs[0].path = self.path
         check_structure(model, dangling_notes=False)  # TFLite state tensors legitimately have no producer
         return model
 

@@ -11,11 +11,14 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
-
-from netlint.ir.graph import ConstantUnavailable, Graph, Node
+from netlint._lazy import numpy as np  # loaded on first use: a run served by the cache needs no numpy
+from netlint.ir.errors import ConstantUnavailable
 from netlint.ir.ops import clip_bounds
+
+if TYPE_CHECKING:
+    from netlint.ir.graph import Graph, Node
 
 
 @dataclass(frozen=True, eq=False)

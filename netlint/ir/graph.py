@@ -10,15 +10,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from netlint._lazy import numpy as np  # loaded on first use: a run served by the cache needs no numpy
+from netlint.ir.composites import Composite, find_composites
+from netlint.ir.errors import ConstantUnavailable
+from netlint.ir.ops import activation_kind
 
 if TYPE_CHECKING:
     import networkx as nx
-
-    from netlint.ir.composites import Composite
 
 NCHW = "NCHW"
 _UNKNOWN = object()  # "not computed yet" in memo dicts whose values may be None
@@ -31,10 +31,6 @@ MAX_DENSE_ELEMENTS = 1 << 28
 # Nodes that do not change the dataflow a design rule cares about: patterns look through them, so a QDQ model's
 # Conv -> QuantizeLinear -> DequantizeLinear -> Relu reads as Conv -> Relu. Only input 0 passes through.
 PASS_THROUGH_OPS = frozenset({"Identity", "Cast", "QuantizeLinear", "DequantizeLinear"})
-
-
-class ConstantUnavailable(Exception):
-    """A constant exists but its data cannot be read (e.g. its external data file is missing)."""
 
 
 @dataclass(eq=False, slots=True)  # slots: a 100k-node graph holds ~300k of these
@@ -151,6 +147,11 @@ class Graph:
 
     # ONNX initializers also listed as graph inputs (overridable defaults; `inputs` leaves them out).
     input_initializers: frozenset[str] = frozenset()
+    # The ONNX file's opset imports (domain -> version; "" is the default domain), set by the loader on the main
+    # graph: what netlint.cost.backends needs to write a part of the graph back for onnxruntime. Empty for TFLite.
+    opsets: Mapping[str, int] = {}
+    ir_version: int = 0  # the ONNX file's IR version (0: not an ONNX file)
+    path: str = ""  # the file the main graph was loaded from (a toolchain backend compiles the file itself)
     # the file format the graph was loaded from ("onnx" or "tflite"): what a fix may write into it
     format: str = "onnx"
     generation = -1  # how many times the indexes were set (see set_indexes)
@@ -503,8 +504,6 @@ class Graph:
     def _composite_index(self) -> dict[Node, Composite]:
         """Each member node of a composite activation -> its composite. Keyed by the node itself (nodes hash by
         identity): a lookup then never reads the node's id string, which on a large graph is a cache miss per query."""
-        from netlint.ir.composites import find_composites
-
         composites: dict[Node, Composite] = {}
         self._composites = composites
         for composite in find_composites(self):
@@ -523,7 +522,7 @@ class Graph:
         if composite is not None:
             kind = composite.kind if node is composite.output_node else None
         else:
-            kind = _activation_kind()(self, node)
+            kind = activation_kind(self, node)
         self._activations[node] = kind
         return kind
 
@@ -542,14 +541,6 @@ class Graph:
                         view.add_edge(producer.id, node.id, tensor=inp)
             self._nx = view
         return self._nx
-
-
-@cache
-def _activation_kind() -> Callable[[Graph, Node], str | None]:
-    """netlint.ir.ops.activation_kind, imported on first use (that module imports this one)."""
-    from netlint.ir.ops import activation_kind
-
-    return activation_kind
 
 
 def _captured(node: Node) -> list[str]:

@@ -23,8 +23,8 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from netlint.engine import ModelReport
 from netlint.report.sarif import relative_path
+from netlint.results import ModelReport
 from netlint.rule import Finding, FixRef
 from netlint.terminal import safe
 

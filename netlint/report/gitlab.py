@@ -12,9 +12,9 @@ import hashlib
 import json
 from typing import Any
 
-from netlint.engine import ModelReport
 from netlint.report.baseline import keys_of
 from netlint.report.sarif import occurrences, relative_path
+from netlint.results import ModelReport
 
 SEVERITIES = {"info": "info", "warning": "minor", "error": "major"}
 

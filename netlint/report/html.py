@@ -18,22 +18,23 @@ from typing import TYPE_CHECKING, Any
 import jinja2
 from markupsafe import Markup
 
-from netlint import __version__
-from netlint.cost import ModelCost, cost_model
+from netlint.cost import ModelCost, backends
 from netlint.cost.impact import summarises
 from netlint.cost.ops import MOVER, VIEW
 from netlint.docs import render_rule_doc, templates_dir
-from netlint.engine import ModelReport
 from netlint.errors import NetlintError
 from netlint.io import load_model
 from netlint.ir import Graph, Model, Node
 from netlint.report.grouping import group_findings, location
 from netlint.report.svg import bar_chart, format_amount, graph_svg
+from netlint.report.text import pricing_text
+from netlint.results import ModelReport
 from netlint.rule import SEVERITIES, Finding, Rule, all_rules
 from netlint.targets import Target, load_target
+from netlint.version import __version__
 
 if TYPE_CHECKING:  # netlint.fixes imports onnx: only `netlint fix --report` needs it
-    from netlint.fixes.engine import AppliedFix, FixResult, SkippedFix
+    from netlint.fix_loop import AppliedFix, FixResult, SkippedFix
 
 TEMPLATE = "report.html.j2"
 CHART_ROWS = 12  # op types shown in the breakdown; the rest are summed into "other"
@@ -66,6 +67,14 @@ class FindingView:
     def saving_text(self) -> str | None:
         impact = self.finding.impact
         return saving_text(impact.saving_ms, impact.saving_share) if impact is not None else None
+
+    @property
+    def pricing_text(self) -> str | None:
+        """How far to trust the saving: '±12%, ORT 1.32.0 graph + calibrated rates' (netlint.cost.basis)."""
+        impact = self.finding.impact
+        if impact is None or impact.pricing is None:
+            return None
+        return pricing_text(impact.pricing, impact.pricing.finding_band)
 
     @property
     def rank(self) -> float:
@@ -109,6 +118,7 @@ class CostView:
     coverage: str
     origin: str | None
     assumed: list[str]
+    pricing: str | None  # the basis and error band of the latency (netlint.cost.basis)
     chart: Markup
     chart_what: str
     kernel_chart: Markup  # the slowest kernels (empty without a latency model)
@@ -195,7 +205,7 @@ def _model_view(index: int, item: ReportInput, group: bool = True) -> ModelView:
     cost_error = None
     if model is not None:
         try:
-            cost = cost_model(model, target)
+            cost = backends.cost(model.graph, target)  # the target's backend, as the check priced it
         except Exception as exc:  # the report must not die with the cost model; say what happened
             cost_error = f"{type(exc).__name__}: {exc}"
     graphs = list(model.graphs()) if model is not None else []
@@ -357,8 +367,9 @@ def _cost_view(cost: ModelCost) -> CostView:
     return CostView(
         latency=format_amount(cost.latency_us, "us") if cost.latency_us is not None else None,
         coverage=cost.coverage_line(),
-        origin=rates.origin if rates is not None else None,
+        origin=rates.origin if rates is not None else cost.pricing.summary,
         assumed=list(rates.assumed) if rates is not None else [],
+        pricing=pricing_text(cost.pricing, cost.pricing.model_band) if cost.latency_us is not None else None,
         chart=bar_chart(rows, unit),
         chart_what=what,
         kernel_chart=bar_chart(
@@ -432,8 +443,8 @@ def render_fix_report(
     result.fixed (None when it could not be converted: the page then has no after pictures)."""
     before_us, after_us, note = None, None, None
     try:
-        before_us = cost_model(original, target).latency_us
-        after_us = cost_model(fixed, target).latency_us if fixed is not None else None
+        before_us = backends.cost(original.graph, target).latency_us
+        after_us = backends.cost(fixed.graph, target).latency_us if fixed is not None else None
     except Exception as exc:  # the page must not die with the cost model; say what happened
         note = f"the cost model failed: {type(exc).__name__}: {exc}"
     if note is None and before_us is None:

@@ -9,16 +9,18 @@ from functools import lru_cache
 from json.encoder import encode_basestring
 from typing import Any, NamedTuple
 
-from netlint import __version__
-from netlint.engine import CostSummary, ModelReport
+from netlint.pricing import Pricing
 from netlint.report.grouping import group_findings
+from netlint.results import CostSummary, ModelReport
 from netlint.rule import Finding, FixRef, Impact
 from netlint.source import Frame, Source
+from netlint.version import __version__
 
 # 1.1: model.precision and model.chip; 1.2: finding.impact and model.cost; 1.3: finding.source, finding.reference,
-# model.groups and finding.fix.reason (applicability "none": the fix cannot apply to this occurrence, and why), and
-# model.stacks (each distinct recorded stack once; a source names its stack by index: a dynamo export's stacks repeat
-# in every finding of a block, and writing them per finding made the document 3.6 times larger)
+# model.groups, finding.fix.reason (applicability "none": the fix cannot apply to this occurrence, and why),
+# impact.modelled, the pricing (basis and error band) of cost and impact, and model.stacks (each distinct recorded
+# stack once; a source names its stack by index: a dynamo export's stacks repeat in every finding of a block, and
+# writing them per finding made the document 3.6 times larger)
 SCHEMA_VERSION = "1.3"
 
 
@@ -151,7 +153,15 @@ def impact_json(impact: Impact | None) -> dict[str, Any] | None:
         found["basis"] = impact.basis
     if not impact.modelled:  # the saving is a placeholder (not modelled there, or an accuracy finding): 1.3
         found["modelled"] = False
+    if impact.pricing is not None:  # 1.3
+        found["pricing"] = pricing_json(impact.pricing, impact.pricing.finding_band)
     return found
+
+
+def pricing_json(pricing: Pricing, band: float | None) -> dict[str, Any]:
+    """What priced it (measured-runtime-graph, vendor-estimator or static-model), the target's measured error band
+    for it (a share: 0.12 is +-12%; null when none was measured), and the graph and rates, in words."""
+    return {"basis": pricing.basis, "band": band, "by": pricing.summary}
 
 
 def cost_json(cost: CostSummary | None) -> dict[str, Any] | None:
@@ -169,6 +179,7 @@ def cost_json(cost: CostSummary | None) -> dict[str, Any] | None:
         "fallback_ops": cost.fallback_ops,
         "partitions": cost.partitions,
         "assumed": cost.assumed,
+        "pricing": pricing_json(cost.pricing, cost.pricing.model_band) if cost.pricing is not None else None,
     }
 
 

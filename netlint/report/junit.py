@@ -16,7 +16,7 @@ import xml.etree.ElementTree as ET
 from collections import defaultdict
 from collections.abc import Sequence
 
-from netlint.engine import ModelReport
+from netlint.results import ModelReport
 from netlint.rule import Finding, Rule
 
 _NOT_XML = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")

@@ -23,13 +23,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from netlint import HOMEPAGE, __version__
-from netlint.engine import ModelReport
+from netlint.ir.fingerprint import fallback_key
 from netlint.repo import repository_root
-from netlint.report.baseline import fallback_key, keys_of
+from netlint.report.baseline import keys_of
 from netlint.report.json_report import fix_json, source_json
+from netlint.results import ModelReport
 from netlint.rule import Rule, all_rules
 from netlint.source import Source
+from netlint.version import HOMEPAGE, __version__
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 LEVELS = {"error": "error", "warning": "warning", "info": "note"}

@@ -7,8 +7,9 @@ from collections.abc import Callable
 from itertools import chain
 from operator import attrgetter
 
-from netlint.engine import ModelReport
+from netlint.pricing import Pricing
 from netlint.report.grouping import Group, group_findings, location
+from netlint.results import ModelReport
 from netlint.rule import Finding, Impact
 from netlint.source import Source
 from netlint.terminal import safe
@@ -241,7 +242,17 @@ def impact_text(impact: Impact) -> str:
         text = f"saves {_ms(saving)} ({share:.1%}) on {impact.target}"
     else:
         text = f"slows {impact.target} down by {_ms(-saving)} ({share:.1%})"
+    if impact.pricing is not None:
+        text += f" ({pricing_text(impact.pricing, impact.pricing.finding_band)})"
     return f"{text}: {impact.basis}" if impact.basis else text
+
+
+def pricing_text(pricing: Pricing, band: float | None) -> str:
+    """'±12%, onnxruntime 1.32.0 optimizer + calibrated rates' (or 'static model, no measured error band'): how far
+    to trust a price, and what made it."""
+    if band is None:
+        return f"{pricing.summary}, no measured error band"
+    return f"±{band * 100:.0f}%, {pricing.summary}"
 
 
 def cost_text(report: ModelReport) -> str:
@@ -253,6 +264,8 @@ def cost_text(report: ModelReport) -> str:
         line += f", cost model covers {cost.coverage:.0%} of nodes"
     if cost.fallback_ops:
         line += f", {cost.fallback_ops} op{'s' if cost.fallback_ops != 1 else ''} on the CPU"
+    if cost.pricing is not None:
+        line += f"; {pricing_text(cost.pricing, cost.pricing.model_band)}"
     return line + ")"
 
 

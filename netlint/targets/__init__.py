@@ -20,6 +20,12 @@ from netlint.targets.schema import ALL_PRECISIONS, FUSION_HOSTS, WILDCARD_OP, va
 DEFAULT_TARGET = "generic"
 
 
+def runs_type(types: frozenset[str] | None, dtype: str | None) -> bool:
+    """Whether an accelerator running `types` ([ops].data_types) runs a node whose output is of `dtype` (always, when
+    the target or the tensor does not say): HW001 and the cost model place a node of another type on the fallback."""
+    return types is None or dtype is None or dtype in types
+
+
 @dataclass(frozen=True)
 class Target:
     """A validated target document (see netlint/targets/schema.py); `data` is the whole parsed TOML."""
@@ -210,6 +216,10 @@ class Target:
         """The tensor types the accelerator runs ([ops].data_types); None when the target does not say."""
         ops = self.section("ops")
         return frozenset(ops["data_types"]) if ops and "data_types" in ops else None
+
+    def runs_type(self, dtype: str | None) -> bool:
+        """Whether the accelerator runs a node whose output is of `dtype` (`runs_type`)."""
+        return runs_type(self.data_types(), dtype)
 
     @property
     def power_of_two_scales(self) -> bool | None:

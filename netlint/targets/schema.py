@@ -90,6 +90,8 @@ COST_NUMBERS = frozenset(
         "reorder_gb_per_s",  # bytes (1e9) per second one NCHW <-> NCHWc reorder reads + writes (cache-resident) ...
         "reorder_dram_gb_per_s",  # ... and for tensors larger than ...
         "reorder_cache_mb",  # ... this many MB (1e6 bytes); the two go together
+        "output_gelements_per_s",  # output elements written per second (1e9): a per-output-element cost
+        "weight_gb_per_s",  # weight bytes per second (1e9) from where the weights are stored
     }
 )
 COST_FLAGS = frozenset({"views_free"})
@@ -135,8 +137,41 @@ _SECTIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "shapes": (frozenset({"static", "source"}), frozenset()),
     "throughput": (frozenset({"macs_per_cycle", "source"}), frozenset()),
     "runtime": (frozenset({"rewrites"}), frozenset()),
-    "cost": (frozenset({"source"}), COST_NUMBERS | COST_FLAGS | COST_LISTS | COST_TABLES | {"assumed", "precision"}),
+    "cost": (
+        frozenset({"source"}),
+        COST_NUMBERS
+        | COST_FLAGS
+        | COST_LISTS
+        | COST_TABLES
+        | {"assumed", "precision", "chip", "backend", "kernels", "accuracy"},
+    ),
 }
+# [cost.backend]: which backend prices (netlint.cost.backends) and its options.
+BACKENDS = ("static", "onnxruntime", "vela")
+ORT_LEVELS = ("disable", "basic", "extended", "layout", "all")
+_BACKEND_KEYS = (
+    frozenset({"name", "source"}),
+    frozenset({"optimization_level", "system_config", "memory_mode", "config", "accelerator_config", "budget_s"}),
+)
+# [cost.accuracy]: the measured error bands (percent) per basis, for a model's latency and for a finding's saving.
+ACCURACY_KEYS = frozenset(
+    f"{basis}_{what}_pct" for basis in ("runtime", "vendor", "static") for what in ("model", "finding")
+)
+# [cost.kernels]: per-kernel-class rates (netlint.cost.kernels); each class a table of a fixed overhead and rates.
+KERNEL_NUMBERS = frozenset({"launch_us", "call_us", "cache_mb", "llc_mb"})
+KERNEL_CLASSES = frozenset(
+    {
+        "conv_1x1", "conv_kxk", "conv_depthwise", "conv_nchw", "conv_grouped", "conv_int8", "conv_transpose", "gemm",
+        "gemm_int8", "eltwise", "copy", "transpose", "transpose_rows", "depth_to_space", "resize", "reorder", "pool",
+        "global_pool", "reduce", "softmax", "norm", "lrn", "view", "shape", "prelu_mixed",
+    }
+)  # fmt: skip
+KERNEL_RATES = frozenset(
+    {
+        "gmacs_per_s", "out_gelements_per_s", "in_gelements_per_s", "window_gelements_per_s", "weight_gb_per_s",
+        "gb_per_s", "past_cache_gb_per_s", "past_llc_gb_per_s", "cold_gb_per_s",
+    }
+)  # fmt: skip
 _REWRITE_KEYS = (frozenset({"fix", "source"}), frozenset())
 _RESIDUAL_KEYS = (frozenset({"activations", "requires_bias", "requires_same_shape", "source"}), frozenset())
 _CONDITIONAL_KEYS = (frozenset({"activations", "source"}), frozenset({"chips", "precisions", "efficiency"}))
@@ -491,9 +526,68 @@ class _Validator:
             entry = self.table(entry, key)
             self.keys(entry, key, (frozenset(), COST_NUMBERS | COST_FLAGS | COST_LISTS | COST_TABLES))
             present |= {f"precision.{name}.{number}" for number in self.cost_numbers(entry, key)}
+        for chip, entry in self.table(table.get("chip", {}), "cost.chip").items():  # per chip, then per precision
+            key = f"cost.chip.{chip}"
+            self.declared_chip(chip, key)
+            entry = self.table(entry, key)
+            self.keys(entry, key, (frozenset(), COST_NUMBERS | {"precision", "source"}))
+            if "source" in entry:  # numbers measured for this chip cite where (else [cost].source covers them)
+                self.source(entry, key)
+            present |= {f"chip.{chip}.{number}" for number in self.cost_numbers(entry, key)}
+            for name, inner in self.table(entry.get("precision", {}), f"{key}.precision").items():
+                self.declared_precision(name, f"{key}.precision.{name}")
+                inner = self.table(inner, f"{key}.precision.{name}")
+                self.keys(inner, f"{key}.precision.{name}", (frozenset(), COST_NUMBERS))
+                self.cost_numbers(inner, f"{key}.precision.{name}")
         for index, name in enumerate(self.strings(table.get("assumed", []), "cost.assumed")):
             if name not in present:
                 self.fail(f"cost.assumed[{index}]", f"{name!r} names no number or flag of this [cost] table")
+        if "backend" in table:
+            self.cost_backend(self.table(table["backend"], "cost.backend"))
+        if "accuracy" in table:
+            self.cost_accuracy(self.table(table["accuracy"], "cost.accuracy"))
+        if "kernels" in table:
+            self.cost_kernels(self.table(table["kernels"], "cost.kernels"))
+
+    def cost_backend(self, table: Mapping[str, Any]) -> None:
+        self.keys(table, "cost.backend", _BACKEND_KEYS)
+        self.source(table, "cost.backend")
+        self.choice(table["name"], "cost.backend.name", BACKENDS)
+        if "optimization_level" in table:
+            self.choice(table["optimization_level"], "cost.backend.optimization_level", ORT_LEVELS)
+        for name in ("system_config", "memory_mode", "config", "accelerator_config"):
+            if name in table:
+                self.string(table[name], f"cost.backend.{name}")
+        if "budget_s" in table:
+            self.positive(table["budget_s"], "cost.backend.budget_s")
+
+    def cost_accuracy(self, table: Mapping[str, Any]) -> None:
+        self.keys(table, "cost.accuracy", (frozenset({"source"}), ACCURACY_KEYS))
+        self.source(table, "cost.accuracy")
+        for name in ACCURACY_KEYS & table.keys():
+            self.positive(table[name], f"cost.accuracy.{name}", zero=True)
+
+    def cost_kernels(self, table: Mapping[str, Any]) -> None:
+        optional = KERNEL_NUMBERS | KERNEL_CLASSES | {"op_us_per_melement"}
+        self.keys(table, "cost.kernels", (frozenset({"source"}), optional))
+        self.source(table, "cost.kernels")
+        for name in KERNEL_NUMBERS & table.keys():
+            self.positive(table[name], f"cost.kernels.{name}", zero=name.endswith("_us"))
+        for kind in KERNEL_CLASSES & table.keys():
+            key = f"cost.kernels.{kind}"
+            entry = self.table(table[kind], key)
+            self.keys(entry, key, (frozenset(), KERNEL_RATES | {"overhead_us"}))
+            for name, value in entry.items():
+                self.positive(value, f"{key}.{name}", zero=name == "overhead_us")
+        for op, value in self.table(table.get("op_us_per_melement", {}), "cost.kernels.op_us_per_melement").items():
+            self.positive(value, f"cost.kernels.op_us_per_melement.{op}", zero=True)
+
+    def positive(self, value: Any, key: str, zero: bool = False) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+            self.fail(key, f"expected a number, got {self.got(value)}")
+        if value < 0 or (value == 0 and not zero) or value == float("inf"):
+            self.fail(key, f"expected a {'non-negative' if zero else 'positive'} finite number, got {value}")
+        return float(value)
 
     def cost_numbers(self, table: Mapping[str, Any], key: str) -> set[str]:
         """Check the numbers (positive; overheads may be 0) and flags of a cost table; return the keys present."""

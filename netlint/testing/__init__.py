@@ -237,7 +237,7 @@ def fix(
     import copy
 
     from netlint.config import FileConfig, Overrides, settings_for
-    from netlint.fixes.engine import fix_model
+    from netlint.fix_loop import fix_model
 
     overrides = Overrides(target=target, precision=precision, chip=chip, select=select)
     settings = settings_for(FileConfig(), overrides)

@@ -318,8 +318,8 @@ def test_github_step_summary_lists_every_finding_as_a_table(monkeypatch, capsys,
 
 
 def test_github_step_summary_stays_within_its_size_limit():
-    from netlint.engine import ModelReport
     from netlint.report.github import step_summary
+    from netlint.results import ModelReport
     from netlint.rule import Finding
 
     findings = [Finding("FU006", "batchnorm-after-conv", "warning", "x" * 500, [f"n{i}"], []) for i in range(5000)]

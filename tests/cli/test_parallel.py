@@ -19,6 +19,8 @@ import pytest
 
 import netlint.batch
 import netlint.engine
+import netlint.processes
+import netlint.results
 from netlint.batch import lint_many
 from netlint.cli import main
 from netlint.config import FileConfig, Overrides, find_config, settings_for
@@ -71,7 +73,7 @@ def test_j2_gives_the_j1_report_in_the_same_order(run_cli, folder):
 
 @pytest.mark.parametrize("method", METHODS)
 def test_the_pool_is_used_for_several_models_and_not_for_one(monkeypatch, folder, method):
-    monkeypatch.setattr(netlint.batch, "START_METHOD", method)
+    monkeypatch.setattr(netlint.processes, "START_METHOD", method)
     rounds: list[int] = []
     original = netlint.batch._round
     monkeypatch.setattr(
@@ -95,7 +97,7 @@ def test_the_fork_server_starts_early_only_for_a_run_that_will_need_workers(monk
     """`check` starts the fork server before it imports the engine when the run will likely use a pool; a server
     started early for a run that turns out to need none (every model a cache hit) is stopped, not left importing."""
     monkeypatch.setattr(netlint.batch, "_early", [])
-    monkeypatch.setattr(netlint.batch, "START_METHOD", "forkserver")  # where workers are not forked from the parent
+    monkeypatch.setattr(netlint.processes, "START_METHOD", "forkserver")  # where workers are not forked from the parent
     one = str(next(folder.rglob("*.onnx")))
     full = tmp_path / "full-cache"
     (full / "v1" / "ab").mkdir(parents=True)
@@ -127,23 +129,23 @@ def test_workers_are_forked_from_a_process_without_threads(monkeypatch, folder):
     to run native threads without fork handlers, makes the pool use the fork server; a forked run needs no early
     server."""
     monkeypatch.setattr(netlint.batch, "_early", [])
-    for name in netlint.batch.FORK_UNSAFE:  # as in a `netlint check` process (other tests may have imported them)
+    for name in netlint.processes.FORK_UNSAFE:  # as in a `netlint check` process (other tests may have imported them)
         monkeypatch.delitem(sys.modules, name, raising=False)
-    assert netlint.batch.start_method() == "fork"
+    assert netlint.processes.start_method() == "fork"
     netlint.batch.start_early([str(folder)], 2, True, None)
     assert netlint.batch._early == []  # nothing to start ahead: the workers are copies of this process
     monkeypatch.setitem(sys.modules, "onnxruntime", sys.modules["os"])  # stands for the real module
-    assert netlint.batch.start_method() == "forkserver"
+    assert netlint.processes.start_method() == "forkserver"
     monkeypatch.delitem(sys.modules, "onnxruntime")
     release = threading.Event()
     thread = threading.Thread(target=release.wait)
     thread.start()
     try:
-        assert netlint.batch.start_method() == "forkserver"
+        assert netlint.processes.start_method() == "forkserver"
     finally:
         release.set()
         thread.join()
-    assert netlint.batch.start_method() == "fork"
+    assert netlint.processes.start_method() == "fork"
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -151,7 +153,7 @@ def test_a_dying_worker_is_an_error_line_for_its_model_only(monkeypatch, folder,
     """The task of one model kills its worker (as a segfault in a native library would): that model gets the error
     line, every other model of the broken pool is linted again and reported, in order; forked workers as well as
     workers of the fork server."""
-    monkeypatch.setattr(netlint.batch, "START_METHOD", method)
+    monkeypatch.setattr(netlint.processes, "START_METHOD", method)
     settings = settings_for(FileConfig(), Overrides())
     paths = sorted(p for p in folder.rglob("*") if p.is_file() and p.stat().st_size > 1000)
     work = [(path, settings) for path in paths]
@@ -172,11 +174,11 @@ def test_a_dying_worker_is_an_error_line_for_its_model_only(monkeypatch, folder,
 def test_the_collector_pause_stays_in_this_process(monkeypatch, folder):
     """This process pauses the garbage collector while it collects reports; the workers forked meanwhile lint with it
     running, and it runs again here afterwards."""
-    monkeypatch.setattr(netlint.batch, "START_METHOD", "fork")
+    monkeypatch.setattr(netlint.processes, "START_METHOD", "fork")
     monkeypatch.setattr(  # inherited by the forked workers: each report says whether its worker collects garbage
         netlint.batch,
         "lint_file",
-        lambda path, settings, cores=1: netlint.engine.ModelReport(
+        lambda path, settings, cores=1: netlint.results.ModelReport(
             str(path), None, "generic", notes=[f"gc {gc.isenabled()}"]
         ),
     )
@@ -197,7 +199,7 @@ def test_workers_are_forked_with_no_young_objects_to_scan():
     try:
         kept = [[index] for index in range(20_000)]  # young, tracked objects
         assert gc.get_count()[0] > len(kept) // 2  # (frees of older objects count down)
-        forking = netlint.batch.Forking(True)
+        forking = netlint.processes.Forking(True)
         forking.__enter__()
         try:
             assert gc.get_count()[0] < 100
@@ -207,7 +209,7 @@ def test_workers_are_forked_with_no_young_objects_to_scan():
         try:
             frozen = gc.get_freeze_count()
             kept.extend([index] for index in range(1000))
-            again = netlint.batch.Forking(True)
+            again = netlint.processes.Forking(True)
             again.__enter__()
             again.__exit__(None, None, None)
             assert gc.get_freeze_count() == frozen

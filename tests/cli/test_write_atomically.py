@@ -1,5 +1,5 @@
-"""netlint.cli.write_atomically: a regular file is replaced whole; a FIFO or a device (`-o /dev/null`) is written in
-place, never renamed over (that replaced /dev/null with a regular file when run as root)."""
+"""netlint.commands.common.write_atomically: a regular file is replaced whole; a FIFO or a device (`-o /dev/null`)
+is written in place, never renamed over (that replaced /dev/null with a regular file when run as root)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from netlint.cli import write_atomically
+from netlint.commands.common import write_atomically
 
 
 def test_a_regular_file_is_replaced_and_no_temporary_is_left(tmp_path):

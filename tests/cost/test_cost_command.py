@@ -10,6 +10,10 @@ import pytest
 from netlint.cli import main
 from netlint.testing import GraphBuilder
 
+pytestmark = pytest.mark.usefixtures(
+    "static_cost"
+)  # the static model's breakdown (tests/cost/test_backends.py covers the ORT graph)
+
 
 @pytest.fixture
 def residual_model(tmp_path: Path) -> Path:

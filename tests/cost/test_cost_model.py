@@ -149,10 +149,15 @@ def test_a_bad_cost_section_is_a_one_line_error(tmp_path: Path, cost: str, messa
         load_target(str(path))
 
 
-def test_ethos_u55_rate_from_the_chip_name() -> None:
-    rates = rates_for(load_target("ethos-u55", chip="ethos-u55-128"))
-    assert rates is not None and rates.conv_gmacs_per_s == pytest.approx(128 * 0.5)
+def test_ethos_u_rate_from_the_chip_name_unless_the_chip_was_fitted() -> None:
+    rates = rates_for(load_target("ethos-u65", chip="ethos-u65-256"))  # no fitted table: MACs per cycle x clock
+    assert rates is not None and rates.conv_gmacs_per_s == pytest.approx(256 * 0.5)
     assert any("clock" in key for key in rates.assumed)
+    target = load_target("ethos-u55", chip="ethos-u55-128")  # fitted to Vela: the chip's own numbers, not assumed
+    rates = rates_for(target)
+    table = target.data["cost"]["chip"]["ethos-u55-128"]
+    assert rates is not None and rates.conv_gmacs_per_s == table["conv_gmacs_per_s"] != 128 * 0.5
+    assert "conv_gmacs_per_s" not in rates.assumed and table["source"] in target.sources
 
 
 # --- real models ---------------------------------------------------------------------------------------------------

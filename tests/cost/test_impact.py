@@ -10,13 +10,15 @@ import numpy as np
 import onnx
 import pytest
 
-import netlint.cost.impact as impact_module
+import netlint.cost.backends as backends_module
 from netlint.config import FileConfig, Overrides, settings_for
 from netlint.cost.impact import model_cost, price_findings, summarises
 from netlint.engine import lint_model
 from netlint.fixes.registry import Plans
 from netlint.targets import load_target
 from netlint.testing import GraphBuilder, fix, lint, load
+
+pytestmark = pytest.mark.usefixtures("static_cost")  # the static model's prices
 
 
 # --- models --------------------------------------------------------------------------------------------------------
@@ -204,13 +206,13 @@ def test_generic_has_a_cost_summary_without_latency_or_impacts() -> None:
 def test_repeated_blocks_are_costed_once(monkeypatch) -> None:
     """Pricing re-costs small neighbourhoods, never the whole model, and identical blocks only once."""
     calls: list[int] = []
-    real = impact_module.cost_model
+    real = backends_module.cost_model
 
     def counting(graph, target, **options):
         calls.append(len(graph.nodes))
         return real(graph, target, **options)
 
-    monkeypatch.setattr(impact_module, "cost_model", counting)
+    monkeypatch.setattr(backends_module, "cost_model", counting)  # what every backend falls back to: the static model
     report = lint(heavy_shared_conv("Relu", blocks=6), select=["FU001"], target="ort-cpu")
     assert len(report.findings) == 6 and all(f.impact is not None for f in report.findings)
     whole, *small = calls
@@ -245,11 +247,18 @@ def test_json_has_impact_and_cost(run_cli, saved) -> None:
         "fallback_ops",
         "partitions",
         "assumed",
+        "pricing",
     }
     assert model["cost"]["target"] == "qualcomm-htp" and model["cost"]["precision"] == "a8"
     [fu001] = [f for f in model["findings"] if f["code"] == "FU001"]
     impact = fu001["impact"]
-    assert set(impact) == {"target", "latency_ms_before", "latency_ms_after", "saving_ms", "saving_share"}
+    assert set(impact) == {"target", "latency_ms_before", "latency_ms_after", "saving_ms", "saving_share", "pricing"}
+    assert impact["pricing"] == {
+        "basis": "static-model",
+        "band": None,
+        "by": "static model",
+    }
+    assert model["cost"]["pricing"]["basis"] == "static-model"
     assert impact["latency_ms_before"] == pytest.approx(model["cost"]["latency_ms"])
     assert impact["saving_ms"] == pytest.approx(impact["latency_ms_before"] - impact["latency_ms_after"], abs=1e-5)
     assert impact["saving_ms"] > 0

@@ -6,7 +6,7 @@ from __future__ import annotations
 import onnx
 import pytest
 
-from netlint.cli import _drop_small_impacts
+from netlint.commands.check import _drop_small_impacts
 from netlint.cost.impact import summarises
 from netlint.report.text import ranked, render_text
 from netlint.testing import GraphBuilder, lint

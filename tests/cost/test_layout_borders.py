@@ -26,6 +26,8 @@ from netlint.io.onnx_writer import write_onnx
 from netlint.ir.edit import Edit
 from netlint.testing import GraphBuilder, load
 
+pytestmark = pytest.mark.usefixtures("static_cost")  # the static model's layout borders
+
 RELATIVE, ABSOLUTE_US = 1e-3, 0.01
 
 

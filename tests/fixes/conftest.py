@@ -15,8 +15,8 @@ import pytest
 import tflite
 from onnx import helper, numpy_helper
 
+from netlint.fix_loop import FixResult
 from netlint.fixes import litert, verify
-from netlint.fixes.engine import FixResult
 from netlint.io.tflite_io import model_from_buffer
 from netlint.io.tflite_writer import op_counts, read_tree
 from netlint.rule import FixRef
@@ -77,7 +77,7 @@ def fixed(
 def fixed_path(path: Path, select: list[str] | None = None, target: str | None = None, **options: Any) -> FixResult:
     """`fixed` for a model file (ONNX external data resolved in its folder, as `netlint fix PATH` does)."""
     from netlint.config import FileConfig, Overrides, settings_for
-    from netlint.fixes.engine import fix_model
+    from netlint.fix_loop import fix_model
     from netlint.io.onnx_io import model_from_proto
 
     proto = onnx.load(str(path), load_external_data=False)
@@ -112,12 +112,20 @@ def planned(model: onnx.ModelProto | bytes, finding: Any, fix_pass: Any) -> tupl
 def assert_priced_as_written(model: onnx.ModelProto | bytes, code: str, target: str, **options: Any) -> None:
     """Pricing runs the pass: the findings' predicted savings (each priced alone, by applying its own plan to the
     neighbourhood) add up to what the written fixed model saves on the whole, within 1%. The findings must all be
-    fixed in one round (independent: no two touch the same value), which is checked."""
-    from netlint.cost import cost_model
+    fixed in one round (independent: no two touch the same value), which is checked. Priced by the static model
+    (the whole model's too): a toolchain backend (onnxruntime's graph) prices the same pairs with other numbers."""
+    from netlint.cost import backends, cost_model
     from netlint.targets import load_target
     from netlint.testing import load
 
-    result = fixed(model, [code], target=target, keep_slower_fixes=True, **options)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("NETLINT_ORT", "0")
+        patch.setenv("NETLINT_VELA", "0")
+        backends.reset()
+        try:
+            result = fixed(model, [code], target=target, keep_slower_fixes=True, **options)
+        finally:
+            backends.reset()
     # independent: one round fixes them all (then one round finds nothing; an unsafe run, or an inexact pass's such as
     # keep-fp32, has an exact safe stage first)
     staged = bool(options.get("unsafe")) or any(not applied.exact for applied in result.applied)

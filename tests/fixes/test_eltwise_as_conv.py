@@ -26,8 +26,8 @@ from conftest import (
 )
 
 from netlint.cli import main
+from netlint.fix_loop import FixResult
 from netlint.fixes import litert as verify
-from netlint.fixes.engine import FixResult
 from netlint.io.tflite_writer import read_tree
 from netlint.testing import GraphBuilder, TfliteBuilder, findings_of
 

@@ -32,9 +32,9 @@ from conftest import (
 from netlint.cli import main
 from netlint.config import FileConfig, Overrides, settings_for
 from netlint.engine import lint_model
+from netlint.fix_loop import FixResult
 from netlint.fixes import litert as verify
 from netlint.fixes.enable_conv_sum import EnableConvSum
-from netlint.fixes.engine import FixResult
 from netlint.io.tflite_writer import read_tree
 from netlint.testing import GraphBuilder, TfliteBuilder, findings_of, load
 

@@ -337,7 +337,7 @@ def test_fix_takes_many_paths_and_folders(tmp_path, monkeypatch, capsys):
     """Several models and folders in one run, in place (-j 2: in worker processes): each changed model's summary,
     errors one line each, one line for the run, the worst exit status; a second run on the unchanged models loads
     none of them again (the content cache remembers that fixing them found nothing to do)."""
-    import netlint.fixes.command as command
+    import netlint.commands.fix as command
 
     folder = tmp_path / "models"
     (folder / "sub").mkdir(parents=True)

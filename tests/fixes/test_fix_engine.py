@@ -11,7 +11,7 @@ from conftest import RELU_ONLY, fixed, outputs
 
 from netlint.config import FileConfig, Overrides, settings_for
 from netlint.engine import lint_model
-from netlint.fixes.engine import FixError, fix_model
+from netlint.fix_loop import FixError, fix_model
 from netlint.fixes.registry import Plan, all_passes
 from netlint.io import load_model
 from netlint.io.onnx_writer import tensor_from_array

@@ -12,7 +12,8 @@ from functools import cache
 from pathlib import Path
 
 from netlint.config import FileConfig, Overrides, settings_for
-from netlint.engine import ModelReport, lint_file
+from netlint.engine import lint_file
+from netlint.results import ModelReport
 
 DATA = Path(__file__).parent.parent / "data"
 REGRESSIONS = Path(__file__).parent / "regressions"

@@ -13,8 +13,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from netlint.fix_loop import FixError
 from netlint.fixes import litert, verify
-from netlint.fixes.engine import FixError
 from netlint.fixes.registry import Plan
 from netlint.io.onnx_io import model_from_proto
 from netlint.io.onnx_writer import write_onnx
@@ -142,7 +142,7 @@ def test_a_fault_of_the_input_no_fix_touched_is_not_blamed_on_the_fixes() -> Non
 
 def test_fixing_without_keeping_the_original_gives_the_same_model() -> None:
     from netlint.config import FileConfig, Overrides, settings_for
-    from netlint.fixes.engine import fix_model
+    from netlint.fix_loop import fix_model
 
     b = GraphBuilder(seed=4)
     x = b.input("x", [1, 4, 6, 6])

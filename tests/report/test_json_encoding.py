@@ -9,8 +9,8 @@ import random
 import pytest
 
 from netlint import __version__
-from netlint.engine import ModelReport
 from netlint.report.json_report import SCHEMA_VERSION, _indented, model_json, to_json
+from netlint.results import ModelReport
 from netlint.rule import Finding, FixRef, Impact
 
 AWKWARD_TEXT = [

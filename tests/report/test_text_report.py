@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from netlint.engine import ModelReport
 from netlint.report.text import impact_text, render_text
+from netlint.results import ModelReport
 from netlint.rule import Finding, Impact
 
 

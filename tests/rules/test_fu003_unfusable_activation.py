@@ -515,8 +515,8 @@ def test_without_a_target_one_summary_per_kind_names_the_targets() -> None:
     [f] = report.findings
     assert (f.severity, f.fix, f.nodes) == ("info", None, ["c1", "c2"])
     assert f.message == (
-        "2 convs are followed by SiLU: fuses on onednn-cpu; does not fuse on ethos-u55, ort-cpu, qualcomm-htp "
-        "(any chip), ti-tda4vm (`--target` to see them)"
+        "2 convs are followed by SiLU: fuses on onednn-cpu; does not fuse on ethos-u55, ethos-u65, ort-cpu, "
+        "qualcomm-htp (any chip), ti-tda4vm (`--target` to see them)"
     )
     assert "--target" in f.help
     assert report.target == "generic"

@@ -389,9 +389,28 @@ def test_a_float_tflite_model_runs_entirely_on_the_ethos_u55_cpu() -> None:
     assert "quantize" in f.help
     assert f.impact is not None and f.impact.saving_ms > 0  # all on the CPU against quantized on the NPU
     assert "CPU fallback" in f.impact.basis
-    # it starts from the model on the CPU, as it is, and ends at the model's cost as priced (quantized, on the NPU)
-    assert f.impact.latency_ms_after == pytest.approx(report.cost.latency_ms)
+    # it starts from the model's cost, the model on the CPU as it is (each node falls back for its type, at float32
+    # width), and ends at the model quantized onto the NPU
+    assert report.cost.fallback_ops == 4 and report.cost.partitions == 0
+    assert f.impact.latency_ms_before == pytest.approx(report.cost.latency_ms)
     assert f.impact.latency_ms_before > f.impact.latency_ms_after > 0
+
+
+def test_a_listed_op_writing_float_in_an_int8_model_is_priced_on_the_cpu() -> None:
+    """A Relu on the float input before the QUANTIZE: a listed op, but of a type the NPU does not run. HW001 says it
+    falls back for its type, the cost model places it on the CPU (fallback cost and a transfer to the NPU), and its
+    price is what running it there (quantized) would save."""
+    tb = TfliteBuilder()
+    act = {"scale": [0.05], "zero_point": [0]}
+    x = tb.input("x", [1, 16, 16, 8])
+    y = tb.quantize(tb.relu(x, name="relu"), quant=act, name="q")  # op 0 float32, op 1 int8
+    w = np.ones((8, 3, 3, 8), np.int8)
+    tb.output(tb.conv_2d(y, w, None, name="conv", out_quant=act, weight_quant={"scale": [0.1], "zero_point": [0]}))
+    report = lint(tb.build(), select=["HW001"], target="ethos-u55")
+    [relu] = [f for f in report.findings if "writes float32 tensors" in f.message]
+    assert relu.nodes == ["sg0/op0"]
+    assert report.cost is not None and report.cost.fallback_ops == 1
+    assert relu.impact is not None and relu.impact.saving_ms > 0
 
 
 def test_one_float_op_in_an_int8_model_falls_back_for_its_type() -> None:

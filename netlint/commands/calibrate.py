@@ -12,16 +12,20 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
+import time
 import tomllib
 from pathlib import Path
 from typing import Any
 
+from netlint.commands.common import write_atomically
 from netlint.errors import EXIT_CLEAN, UsageError
 
 RUNTIMES = ("onnxruntime", "litert")
 DEFAULT_BASE = {"onnxruntime": "ort-cpu", "litert": "generic"}
-DEFAULT_BUDGET_S = 60.0
+DEFAULT_BUDGET_S = 120.0
+KERNEL_SHARE = 0.75  # onnxruntime: the share of the budget the per-kernel-class profiling gets
 REORDER_KEYS = ("reorder_gb_per_s", "reorder_dram_gb_per_s", "reorder_cache_mb")
 DATA_DEPENDENT = 1.5  # PRelu on random-sign data this many times slower than on one-signed data: data dependent
 
@@ -44,11 +48,16 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     calibrate.add_argument(
         "--runtime", default="onnxruntime", help="onnxruntime (default) or litert (needs ai-edge-litert)"
     )
-    calibrate.add_argument(
-        "-o", "--output", metavar="FILE", required=True, help="the target .toml to write (atomically)"
+    where = calibrate.add_mutually_exclusive_group(required=True)
+    where.add_argument("-o", "--output", metavar="FILE", help="the target .toml to write (atomically)")
+    where.add_argument(
+        "--update",
+        metavar="FILE",
+        help="replace only the [cost] tables of an existing target file (its other facts, comments and layout kept; "
+        "the run's source added to [target].sources); how the shipped ort-cpu target is made",
     )
     calibrate.add_argument(
-        "--budget-s", type=float, default=DEFAULT_BUDGET_S, metavar="S", help="bound on the run time (default: 60)"
+        "--budget-s", type=float, default=DEFAULT_BUDGET_S, metavar="S", help="bound on the run time (default: 120)"
     )
     calibrate.add_argument("--threads", type=int, default=1, metavar="N", help="runtime threads, pinned (default: 1)")
     calibrate.add_argument("--name", help="the target's name (default: the output file's stem)")
@@ -61,7 +70,6 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 def run_calibrate(args: argparse.Namespace) -> int:
     from netlint.calibrate.bench import make_runner, pinned
     from netlint.calibrate.suite import run_suite
-    from netlint.cli import write_atomically
     from netlint.targets import load_target
 
     if args.runtime not in RUNTIMES:
@@ -70,10 +78,12 @@ def run_calibrate(args: argparse.Namespace) -> int:
         raise UsageError(f"--budget-s must be positive, got {args.budget_s}")
     if args.threads < 1:
         raise UsageError(f"--threads must be at least 1, got {args.threads}")
-    output = Path(args.output)
+    output = Path(args.output or args.update)
     if not output.parent.is_dir() or not os.access(output.parent, os.W_OK):
         raise UsageError(f"cannot write {output}: folder {output.parent} does not exist or is not writable")
-    base = load_target(args.base or DEFAULT_BASE[args.runtime])
+    if args.update and not output.is_file():
+        raise UsageError(f"--update {output}: no such target file")
+    base = load_target(args.base or (str(output) if args.update else DEFAULT_BASE[args.runtime]))
     try:
         runner = make_runner(args.runtime, args.threads)
     except ImportError:
@@ -84,18 +94,49 @@ def run_calibrate(args: argparse.Namespace) -> int:
     def progress(message: str) -> None:
         print(f"\rnetlint calibrate: {message}\033[K", end="", file=sys.stderr, flush=True)
 
+    kernel_part = args.runtime == "onnxruntime"
+    static_budget = args.budget_s * (1 - KERNEL_SHARE) if kernel_part else args.budget_s
+    started = time.perf_counter()
     with pinned(args.threads) as pinning:
-        result = run_suite(runner, budget_s=args.budget_s, progress=progress if show else None, pinning=pinning)
+        result = run_suite(runner, budget_s=static_budget, progress=progress if show else None, pinning=pinning)
+        if kernel_part:
+            left = max(args.budget_s - (time.perf_counter() - started), args.budget_s * 0.2) * 0.9  # reading back
+            result.kernels = run_kernels(left, args.threads, source_line(result), progress if show else None)
     if show:
         print("\r\033[K", end="", file=sys.stderr, flush=True)
-    name = args.name or output.stem
+    name = args.name or (base.name if args.update else output.stem)
     document = target_document(base.data, result, name)
-    text = dumps(document, header=_header(result))
+    if args.update:
+        text = updated(output.read_text(encoding="utf-8"), document, _header(result))
+    else:
+        text = dumps(document, header=_header(result))
     validate(text, str(output))
     write_atomically(output, text)
     if not args.quiet:
         print(summary(result, output), file=sys.stderr)
     return EXIT_CLEAN
+
+
+def run_kernels(budget_s: float, threads: int, source: str, progress: Any) -> Any:
+    """Profile the kernel suite (netlint.calibrate.kernel_suite) with ORT's profiler and fit the per-kernel-class
+    rates; returns a KernelRun."""
+    from netlint.calibrate.kernel_fit import fit, outside, residuals
+    from netlint.calibrate.kernel_suite import all_models
+    from netlint.calibrate.profile import profile
+
+    profiled = profile(all_models(), budget_s=budget_s, threads=threads, progress=progress)
+    rates = fit(profiled.samples, profiled.models, source)
+    bias = outside(profiled.models)[2]
+    errors = residuals(rates, profiled.samples, bias)
+    return KernelRun(rates, errors, profiled.rounds, profiled.load, len(profiled.samples), bias)
+
+
+class KernelRun:
+    def __init__(
+        self, rates: Any, residuals: dict[str, float], rounds: int, load: tuple[float, float], samples: int, bias: float
+    ) -> None:
+        self.rates, self.residuals, self.rounds, self.load, self.samples = rates, residuals, rounds, load, samples
+        self.bias = bias
 
 
 # --- the document -------------------------------------------------------------------------------------------------
@@ -123,8 +164,16 @@ def source_line(result: Any) -> str:
     threads = f"{runner.threads} thread{'s' if runner.threads != 1 else ''}"
     return (
         f"netlint calibrate on {machine()}: {runner.runtime} {runner.version}, {threads} ({result.pinning}), "
-        f"fp32 micro-models, medians of {result.rounds} interleaved rounds, {today} — docs/cost-model.md"
+        f"{_what(result)}, medians of {result.rounds} interleaved rounds, {today} — docs/cost-model.md"
     )
+
+
+def _what(result: Any) -> str:
+    if getattr(result, "precisions", None):
+        return "fp32, int8 and int16x8 micro-models"
+    if getattr(result, "kernels", None) is not None:
+        return "fp32 micro-models and ORT-profiled kernels"
+    return "fp32 micro-models"
 
 
 def target_document(base: dict[str, Any], result: Any, name: str) -> dict[str, Any]:
@@ -165,10 +214,33 @@ def target_document(base: dict[str, Any], result: Any, name: str) -> dict[str, A
         else:
             del cost["assumed"]
     cost["source"] = source
+    cost.pop("accuracy", None)  # measured for the base's numbers, not these: benchmark this target anew
+    precisions = getattr(result, "precisions", None) or {}
+    if precisions:  # LiteRT: a float precision and the quantized ones it was measured in (int16x8: reference kernels)
+        target["precisions"] = ["fp32", *precisions]
+        target["default_precision"] = "fp32"
+        cost["precision"] = {
+            name: {
+                k: round(v, 4) for k, v in fitted.numbers().items() if k in COST_NUMBERS and k != "kernel_overhead_us"
+            }
+            for name, fitted in precisions.items()
+        }
+    kernels = getattr(result, "kernels", None)
+    if kernels is not None:
+        from netlint.cost.kernels import rates_table
+
+        table = rates_table(kernels.rates)
+        table["source"] = source  # the run's details are in the file's header
+        cost["kernels"] = table
+    else:
+        cost.pop("kernels", None)  # another runtime's kernels
+        if cost.get("backend", {}).get("name") == "onnxruntime":
+            cost.pop("backend")
     document["cost"] = cost
     fusion = document.get("fusion", {})
     fusion.pop("conditional", None)  # chip/precision conditions do not apply to one measured machine
-    fusion["precision"] = {"all": {"activations": list(result.fusions)}}
+    names = target.get("precisions") or ["all"]
+    fusion["precision"] = {name: {"activations": list(result.fusions)} for name in names}
     fusion["source"] = source
     fusion.setdefault("requires_lone_consumer", True)
     fusion["hosts"] = ["Conv"]  # the pairs measured are conv + activation
@@ -239,6 +311,18 @@ def _header(result: Any) -> str:
             if getattr(result, "reorder_samples", None)
             else []
         ),
+        *(
+            [
+                f"Per-kernel-class fit ([cost.kernels]): {result.kernels.samples} kernels profiled by onnxruntime over "
+                f"{result.kernels.rounds} interleaved rounds, load average {result.kernels.load[0]:.1f} -> "
+                f"{result.kernels.load[1]:.1f}; ORT's profiler adds {result.kernels.bias:.2f} us to each kernel it "
+                f"times (taken off); executor {result.kernels.rates.launch_us:.2f} us per kernel, "
+                f"{result.kernels.rates.call_us:.1f} us per run; median |predicted / profiled - 1| per class:",
+                "  " + ", ".join(f"{kind} {error:.0%}" for kind, error in result.kernels.residuals.items()),
+            ]
+            if getattr(result, "kernels", None) is not None
+            else []
+        ),
         "Fusion test (nn-Meter): fused iff T1 + T2 - T12 > 0.5 min(T1, T2), each less the per-call cost; inconclusive",
         "when the pair saves more than 1.5 min(T1, T2) or min(T1, T2) < 0.2 max(T1, T2); T in us:",
     ]
@@ -259,6 +343,59 @@ def validate(text: str, where: str) -> None:
     from netlint.targets.schema import validate_target
 
     validate_target(tomllib.loads(text), where)
+
+
+# --- --update: the [cost] tables of an existing file ---------------------------------------------------------------
+_HEADER = re.compile(r"^\[\[?\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
+
+
+def updated(text: str, document: dict[str, Any], header: str) -> str:
+    """`text` (a target file) with its [cost] and [cost.*] tables replaced by the document's, where the first of them
+    was, and the document's sources added to [target].sources; every other line is kept as it is."""
+    lines = text.splitlines()
+    blocks: list[tuple[str, int, int]] = []  # (table name, first line, end line) of each table
+    starts = [(index, match.group(1)) for index, line in enumerate(lines) if (match := _HEADER.match(line.strip()))]
+    for position, (index, name) in enumerate(starts):
+        end = starts[position + 1][0] if position + 1 < len(starts) else len(lines)
+        blocks.append((name, index, end))
+    cost = [(start, end) for name, start, end in blocks if name == "cost" or name.startswith("cost.")]
+    rendered: list[str] = [header, ""]
+    _table(document["cost"], ["cost"], rendered)
+    kept: list[str] = []
+    inserted = False
+    for index, line in enumerate(lines):
+        inside = any(start <= index < end for start, end in cost)
+        if inside and not inserted:
+            while kept and kept[-1].startswith("#"):  # the comment written above the old table goes with it
+                kept.pop()
+            kept += rendered
+            inserted = True
+        if not inside:
+            kept.append(line)
+    if not inserted:
+        kept += ["", *rendered]
+    result = "\n".join(kept).rstrip("\n") + "\n"
+    return _with_sources(result, document["target"].get("sources", []))
+
+
+def _with_sources(text: str, sources: list[str]) -> str:
+    """Add to the [target] table's `sources` array the ones it lacks (one item a line, before its closing bracket)."""
+    listed = tomllib.loads(text).get("target", {}).get("sources", [])
+    missing = [source for source in sources if source not in listed]
+    if not missing:
+        return text
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.strip().startswith("sources = [")), None)
+    if start is None:
+        return text
+    end = next(i for i in range(start, len(lines)) if lines[i].rstrip().endswith("]"))
+    if end == start:  # a one-line array
+        inner = lines[start].split("[", 1)[1].rsplit("]", 1)[0].strip().rstrip(",")
+        items = [inner] if inner else []
+        lines[start : start + 1] = ["sources = ["] + [f"    {item}," for item in items] + ["]"]
+        end = start + len(items) + 1
+    lines[end:end] = [f"    {_string(source)}," for source in missing]
+    return "\n".join(lines) + "\n"
 
 
 # --- a small TOML writer (tomllib reads only) ---------------------------------------------------------------------

@@ -13,7 +13,8 @@ import argparse
 import json
 from typing import Any
 
-from netlint.cost.model import ModelCost, NodeCost, cost_model
+from netlint.cost import backends
+from netlint.cost.model import ModelCost, NodeCost
 from netlint.cost.ops import MOVER, VIEW
 from netlint.errors import EXIT_CLEAN, ModelLoadError
 from netlint.io import load_model
@@ -30,9 +31,15 @@ def run_cost(args: argparse.Namespace) -> int:
         model = load_model(args.path)
     except ModelLoadError as exc:
         raise ModelLoadError(f"{args.path}: {exc}") from None
-    cost = cost_model(model, target)
+    cost = backends.cost(model.graph, target)
     summary = summarize(cost, target, str(args.path), args.top)
+    if getattr(args, "measure", False):
+        from netlint.calibrate.measure import measure, render_measured
+
+        summary["measured"] = measure(model, target, str(args.path), runs=args.runs)
     text = json.dumps(summary, indent=2) if args.format == "json" else render_text(summary)
+    if getattr(args, "measure", False) and args.format != "json":
+        text += "\n\n" + render_measured(summary["measured"])
     print(text)
     return EXIT_CLEAN
 
@@ -64,7 +71,13 @@ def summarize(cost: ModelCost, target: Target, path: str, top: int = DEFAULT_TOP
         "coverage": cost.coverage,
         "coverage_line": cost.coverage_line(),
         "gaps": {entry.id: entry.gap for entry in cost.gaps},
-        "rates_origin": rates.origin if rates is not None else None,
+        "rates_origin": rates.origin if rates is not None else cost.pricing.summary,
+        "pricing": {
+            "basis": cost.pricing.basis,
+            "band": cost.pricing.model_band,
+            "graph": cost.pricing.graph,
+            "by": cost.pricing.summary,
+        },
         "assumed": list(rates.assumed) if rates is not None else [],
         "notes": list(cost.notes),
         "top_kernels": [_kernel(members, latency) for members in cost.top_kernels(top)],
@@ -139,6 +152,9 @@ def render_text(summary: dict[str, Any]) -> str:
         f"({_bytes(summary['param_bytes'])} parameters), {summary['nodes']} nodes"
     )
     lines.append(summary["coverage_line"])
+    pricing = summary["pricing"]
+    band = f"±{pricing['band'] * 100:.0f}%" if pricing["band"] is not None else "no measured error band"
+    lines.append(f"graph: {pricing['graph']}; basis: {pricing['basis']} ({band})")
     if summary["rates_origin"]:
         assumed = ", ".join(summary["assumed"]) or "none"
         lines.append(f"numbers: {summary['rates_origin']}; assumed (not sourced): {assumed}")

@@ -17,13 +17,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from netlint.collector import paused
+from netlint.commands.common import cache_dir, model_settings, overrides_from, select_models, write_atomically
 from netlint.errors import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, ModelLoadError, NetlintError, UsageError
 from netlint.terminal import safe
 
 if TYPE_CHECKING:  # onnx and the fix engine are imported where a model is fixed: a run whose models have nothing
     import onnx  # to fix (a pre-commit hook's second run) spends no time importing them
 
-    from netlint.fixes.engine import FixResult
+    from netlint.fix_loop import FixResult
     from netlint.ir import Model
 
 
@@ -37,7 +38,6 @@ def run_fix(args: argparse.Namespace) -> int:
 
 
 def _run_fix(args: argparse.Namespace) -> int:
-    from netlint.cli import model_settings, overrides_from, select_models
     from netlint.config import FileConfig, read_config_file
 
     if args.diff and (args.output or args.in_place):
@@ -73,7 +73,7 @@ def _fix_one(args: argparse.Namespace, path: Path, settings: Any) -> int:
     if report is not None and report.resolve() == path.resolve():
         raise UsageError(f"--report {report}: is the input")
     to_fp16 = bool(getattr(args, "to_fp16", False))
-    from netlint.fixes.engine import fix_model
+    from netlint.fix_loop import fix_model
     from netlint.io.save import external_layout, save_bytes, save_onnx
 
     # of the input: with keep_original=False the proto is edited
@@ -119,11 +119,10 @@ def _fix_many(args: argparse.Namespace, work: list[tuple[Path, Any]], fixed_conf
     the run; the exit status is the worst of the models'."""
     from netlint.batch import default_jobs, lint_many
     from netlint.cache import Cache
-    from netlint.cli import _cache_dir
-    from netlint.engine import ModelReport
+    from netlint.results import ModelReport
 
     jobs = getattr(args, "jobs", None) or default_jobs()
-    cache = None if getattr(args, "no_cache", False) else Cache(_cache_dir(args, fixed_config))
+    cache = None if getattr(args, "no_cache", False) else Cache(cache_dir(args, fixed_config))
     reports = lint_many(work, jobs=jobs, cache=cache)
     done_keys = [_nothing_key(cache, path, settings, args) if cache else None for path, settings in work]
     to_fp16 = bool(getattr(args, "to_fp16", False))
@@ -236,7 +235,7 @@ def _fix_in_pool(
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    from netlint.batch import start_method
+    from netlint.processes import start_method
 
     context = multiprocessing.get_context(start_method())
     with ProcessPoolExecutor(workers, mp_context=context) as pool:
@@ -261,7 +260,6 @@ def _write_report(
     records: list[dict[str, Any]],
 ) -> None:
     """`--report FILE`: the HTML page of the fixes (netlint.report.html.render_fix_report), written atomically."""
-    from netlint.cli import write_atomically
     from netlint.report.html import render_fix_report
 
     original = _model_of(result.original, result.format, path)
@@ -375,7 +373,7 @@ def verification_lines(
     beyond tolerance. Fixes that are not exact (unsafe ones, and keep-fp32 / --to-fp16, whose float16 is never bit
     for bit) are measured: max abs error and cosine similarity per output. `required` (--in-place): a rewrite that
     cannot be verified because the runtime is missing is refused unless verification was turned off (--no-verify)."""
-    from netlint.fixes.engine import FixError
+    from netlint.fix_loop import FixError
     from netlint.fixes.verify import ATOL, RTOL, VerifyUnavailable
 
     records = records if records is not None else []

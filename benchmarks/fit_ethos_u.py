@@ -1,0 +1,277 @@
+"""Fit the static ethos-u55 / ethos-u65 numbers to Arm's Vela, and measure how close the static model comes to Vela.
+
+Without ethos-u-vela installed, netlint prices Ethos-U with its static model; its [cost] numbers are fitted here
+against Vela's own performance estimator (so a user without Vela gets Vela's behaviour, approximately):
+
+1. Synthetic int8 (and int16x8) TFLite layers, built in memory (dense 1x1 and 3x3 convs, depthwise 3x3, fully
+   connected, Add, Mul, pools, over a grid of shapes; none of them a corpus model), each compiled alone by Vela for
+   the chip; Vela's per-layer cycles are the samples.
+2. The static model's numbers that explain those cycles best (least squares on log time, one number at a time,
+   coordinate descent): conv and depthwise MAC rates, the vector rate (per element), the per-output-element rate,
+   the activation memory rate and the weight memory rate (Vela's default system reads weights from off-chip
+   flash), the per-operator overhead; the int16x8 precision's own MAC and vector rates.
+3. Evaluation on the corpus' int8 / int16x8 TFLite models (never seen by the fit): the static model's latency
+   against Vela's, per model (median error), and the operators each places on the CPU.
+
+    python benchmarks/fit_ethos_u.py --chip ethos-u55-128              # prints the [cost] numbers and the table
+    python benchmarks/fit_ethos_u.py --chip ethos-u55-128 --json out.json
+
+Vela's defaults (system config and memory mode) are used, as the ethos-u55 target's Vela backend does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from netlint.cost import cost_model  # noqa: E402
+from netlint.cost.backends.vela import Compiled, compile_many  # noqa: E402
+from netlint.cost.backends.vela import version as vela_version  # noqa: E402
+from netlint.io import load_model  # noqa: E402
+from netlint.targets import Target, load_target  # noqa: E402
+from netlint.testing.tflite_builder import TfliteBuilder  # noqa: E402
+
+FITTED = (
+    "conv_gmacs_per_s",
+    "depthwise_gmacs_per_s",
+    "vector_gops_per_s",
+    "output_gelements_per_s",
+    "memory_gb_per_s",
+    "weight_gb_per_s",
+    "kernel_overhead_us",
+)
+PER_PRECISION = ("conv_gmacs_per_s", "depthwise_gmacs_per_s", "vector_gops_per_s", "output_gelements_per_s")
+
+
+CONVS = (  # (channels, size, kernel, output channels, stride)
+    (16, 112, 3, 32, 2), (32, 56, 1, 64, 1), (64, 56, 1, 64, 1), (64, 28, 3, 64, 1), (128, 28, 1, 128, 1),
+    (128, 14, 3, 128, 1), (256, 14, 1, 256, 1), (256, 7, 3, 256, 1), (96, 28, 1, 24, 1), (24, 28, 1, 144, 1),
+    (512, 7, 1, 512, 1), (3, 112, 3, 16, 2),
+)  # fmt: skip
+
+
+def layer_models(precision: str) -> list[tuple[str, bytes]]:
+    """(name, TFLite bytes) of one-layer models."""
+    rng = np.random.default_rng(0)
+    act = "int16" if precision == "int16x8" else "int8"
+    bias_type = np.int64 if precision == "int16x8" else np.int32
+    quant = {"scale": [0.05], "zero_point": [0]}
+    found = []
+
+    def model(name: str, body) -> None:
+        b = TfliteBuilder(name)
+        out = body(b)
+        b.output(out)
+        found.append((name, b.build()))
+
+    def conv(b: TfliteBuilder, c: int, h: int, k: int, out: int, stride: int = 1) -> int:
+        x = b.input("x", [1, h, h, c], act, quant)
+        w = rng.integers(-100, 100, (out, k, k, c)).astype(np.int8)
+        wq = {"scale": [0.01] * out, "zero_point": [0] * out, "axis": 0}
+        return b.conv_2d(x, w, np.zeros(out, bias_type), stride=stride, out_quant=quant, weight_quant=wq)
+
+    def dw(b: TfliteBuilder, c: int, h: int, k: int, stride: int = 1) -> int:
+        x = b.input("x", [1, h, h, c], act, quant)
+        w = rng.integers(-100, 100, (1, k, k, c)).astype(np.int8)
+        wq = {"scale": [0.01] * c, "zero_point": [0] * c, "axis": 3}
+        return b.depthwise_conv_2d(x, w, np.zeros(c, bias_type), stride=stride, out_quant=quant, weight_quant=wq)
+
+    def binary(b: TfliteBuilder, opcode: str, c: int, h: int) -> int:
+        x = b.input("x", [1, h, h, c], act, quant)
+        y = b.input("y", [1, h, h, c], act, quant)
+        out = b.tensor("out", [1, h, h, c], act, quant)
+        b.op(opcode, [x, y], [out], {"fused_activation_function": "NONE"})
+        return out
+
+    def pool(b: TfliteBuilder, opcode: str, c: int, h: int) -> int:
+        x = b.input("x", [1, h, h, c], act, quant)
+        out = b.tensor("out", [1, h // 2, h // 2, c], act, quant)
+        options = {"padding": "VALID", "stride_w": 2, "stride_h": 2, "filter_width": 2, "filter_height": 2}
+        b.op(opcode, [x], [out], options)
+        return out
+
+    def dense(b: TfliteBuilder, n: int, m: int) -> int:
+        x = b.input("x", [1, n], act, quant)
+        w = b.const("w", rng.integers(-100, 100, (m, n)).astype(np.int8), quant={"scale": [0.01], "zero_point": [0]})
+        bias = b.const("b", np.zeros(m, bias_type), quant={"scale": [0.0005], "zero_point": [0]})
+        out = b.tensor("out", [1, m], act, quant)
+        b.op("FULLY_CONNECTED", [x, w, bias], [out], {})
+        return out
+
+    for c, h, k, out, stride in CONVS:
+        model(f"conv{k}_{c}_{h}_{out}_s{stride}", lambda b, c=c, h=h, k=k, o=out, s=stride: conv(b, c, h, k, o, s))
+    for c, h, k, stride in ((32, 112, 3, 1), (96, 56, 3, 2), (144, 56, 3, 1), (192, 28, 3, 1), (384, 14, 3, 1),
+                            (576, 7, 3, 1), (240, 14, 5, 1)):  # fmt: skip
+        model(f"dw{k}_{c}_{h}_s{stride}", lambda b, c=c, h=h, k=k, s=stride: dw(b, c, h, k, s))
+    for opcode in ("ADD", "MUL"):
+        for c, h in ((16, 56), (32, 56), (64, 28), (128, 14), (24, 112)):
+            model(f"{opcode.lower()}_{c}_{h}", lambda b, op=opcode, c=c, h=h: binary(b, op, c, h))
+    for opcode in ("AVERAGE_POOL_2D", "MAX_POOL_2D"):
+        for c, h in ((32, 56), (64, 28)):
+            model(f"{opcode.lower()}_{c}_{h}", lambda b, op=opcode, c=c, h=h: pool(b, op, c, h))
+    for n, m in ((1280, 1000), (512, 512), (1024, 1024)):
+        model(f"fc_{n}_{m}", lambda b, n=n, m=m: dense(b, n, m))
+    return found
+
+
+def compile_all(models: list[tuple[str, bytes]], chip: str, folder: Path) -> dict[str, Compiled]:
+    files = []
+    for name, data in models:
+        path = folder / f"{name}.tflite"
+        path.write_bytes(data)
+        files.append(path)
+    results = compile_many(files, ["--accelerator-config", chip, "--verbose-performance"], budget_s=3600)
+    return {name: r for (name, _), r in zip(models, results, strict=True) if isinstance(r, Compiled)}
+
+
+def predicted(path: Path, target: Target) -> float | None:
+    return cost_model(load_model(path), target).latency_us
+
+
+def with_numbers(base: Target, numbers: dict[str, float], precision: dict[str, dict[str, float]]) -> Target:
+    from dataclasses import replace
+
+    cost = dict(base.data["cost"])
+    cost.update(numbers)
+    cost.pop("clock_ghz", None)
+    tables = dict(cost.get("precision", {}))
+    for name, values in precision.items():
+        tables[name] = {**tables.get(name, {}), **values}
+    cost["precision"] = tables
+    cost["assumed"] = [key for key in cost.get("assumed", []) if key not in numbers and "clock" not in key]
+    return replace(base, data={**base.data, "cost": cost})
+
+
+def fit(samples: dict[str, tuple[Path, float]], base: Target, keys: tuple[str, ...], start: dict[str, float],
+        precision: str | None = None) -> dict[str, float]:  # fmt: skip
+    """Coordinate descent on log error: each number scaled by factors from 1/8 to 8 in turn, eight passes."""
+    numbers = dict(start)
+
+    def error(values: dict[str, float]) -> float:
+        target = with_numbers(base, values, {}) if precision is None else with_numbers(base, {}, {precision: values})
+        if precision is not None:
+            target = target.select(precision=precision)
+        total = 0.0
+        for path, vela_us in samples.values():
+            mine = predicted(path, target)
+            if mine and vela_us > 0:
+                total += float(np.log(mine / vela_us) ** 2)
+        return total
+
+    best = error(numbers)
+    for _ in range(8):
+        for key in keys:
+            for factor in (0.125, 0.25, 0.5, 0.7, 0.85, 0.93, 1.07, 1.2, 1.4, 2.0, 4.0, 8.0):
+                trial = {**numbers, key: numbers[key] * factor}
+                found = error(trial)
+                if found < best:
+                    best, numbers = found, trial
+    return numbers
+
+
+def evaluate(corpus: Path, chip: str, target: Target, folder: Path) -> list[dict]:
+    models = sorted(p for p in corpus.glob("*.tflite") if "int" in p.name)
+    compiled = compile_all([(p.stem, p.read_bytes()) for p in models], chip, folder)
+    rows = []
+    for path in models:
+        vela = compiled.get(path.stem)
+        if vela is None:
+            continue
+        precision = "int16x8" if "int16x8" in path.name else "int8"
+        model = load_model(path)
+        cost = cost_model(model, target.select(precision=precision, chip=chip))
+        vela_cpu = sorted({layer["op"] for layer in vela.layers if layer["target"] == "CPU"})
+        mine_cpu = sorted({model.graph.node(n).source_op for n in cost.fallback_nodes})
+        rows.append(
+            {
+                "model": path.name,
+                "vela_us": vela.inference_us,
+                "static_us": cost.latency_us,
+                "error": (cost.latency_us or 0) / vela.inference_us - 1,
+                "vela_cpu_ops": vela_cpu,
+                "static_cpu_ops": mine_cpu,
+            }
+        )
+    return rows
+
+
+def _sig(value: float) -> float:
+    return float(f"{value:.3g}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--chip", default="ethos-u55-128")
+    parser.add_argument("--target", default="ethos-u55")
+    parser.add_argument("--corpus", default=str(REPO.parent / "shared" / "corpus"))
+    parser.add_argument("--json", metavar="FILE")
+    args = parser.parse_args(argv)
+    base = load_target(args.target, None, args.chip)
+    folder = Path(tempfile.mkdtemp(prefix="netlint-fit-ethos-u-"))
+    results: dict = {"chip": args.chip, "target": args.target}
+    before = evaluate(Path(args.corpus), args.chip, base, folder)
+    results["before"] = before
+    samples: dict[str, dict[str, tuple[Path, float]]] = {}
+    for precision in ("int8", "int16x8"):
+        models = layer_models(precision)
+        compiled = compile_all(models, args.chip, folder)
+        samples[precision] = {
+            name: (folder / f"{name}.tflite", compiled[name].inference_us) for name, _ in models if name in compiled
+        }
+        print(f"{precision}: {len(samples[precision])} layers compiled by Vela", file=sys.stderr)
+    rates = base.data["cost"]
+    clock = float(rates.get("clock_ghz", 0.5))
+    macs = int(args.chip.rsplit("-", 1)[1])
+    start = {
+        "conv_gmacs_per_s": clock * macs,
+        "depthwise_gmacs_per_s": clock * macs / 8,
+        "vector_gops_per_s": float(rates.get("vector_gops_per_s", 8.0)),
+        "output_gelements_per_s": clock * 8,
+        "memory_gb_per_s": float(rates.get("memory_gb_per_s", 4.0)),
+        "weight_gb_per_s": 0.5,
+        "kernel_overhead_us": float(rates.get("kernel_overhead_us", 2.0)),
+    }
+    numbers = fit(samples["int8"], base.select(precision="int8"), FITTED, start)
+    fitted_base = with_numbers(base, numbers, {})
+    int16 = fit(
+        samples["int16x8"],
+        fitted_base,
+        PER_PRECISION,
+        {key: numbers[key] for key in PER_PRECISION},
+        precision="int16x8",
+    )
+    results["numbers"] = numbers
+    results["int16x8"] = int16
+    after = evaluate(Path(args.corpus), args.chip, with_numbers(base, numbers, {"int16x8": int16}), folder)
+    results["after"] = after
+    for label, rows in (("before", before), ("after", after)):
+        errors = [abs(row["error"]) for row in rows]
+        results[f"{label}_median_error"] = float(np.median(errors)) if errors else None
+    print(json.dumps({k: v for k, v in results.items() if k not in ("before", "after")}, indent=2))
+    print(f"\n[cost.chip.{args.chip}]  # fitted to Vela {vela_version()} by benchmarks/fit_ethos_u.py")
+    print("\n".join(f"{key} = {_sig(value)}" for key, value in numbers.items() if key != "kernel_overhead_us"))
+    print(f"kernel_overhead_us = {round(numbers['kernel_overhead_us'], 2)}")
+    print(f"\n[cost.chip.{args.chip}.precision.int16x8]")
+    print("\n".join(f"{key} = {_sig(value)}" for key, value in int16.items()))
+    for label in ("before", "after"):
+        print(f"\n{label}: static vs Vela per model")
+        for row in results[label]:
+            print(
+                f"  {row['model']:44s} vela {row['vela_us']:9.0f} us  static {row['static_us'] or 0:9.0f} us "
+                f"({row['error']:+.0%})  CPU ops vela {row['vela_cpu_ops']} static {row['static_cpu_ops']}"
+            )
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2, default=str) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,68 @@
+"""Per-precision rates: Qualcomm HTP's A16 against FP16 and A8, and a CPU runtime (LiteRT) that runs each kernel in
+the precision its tensors have."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from netlint.cost import cost_model
+from netlint.targets import load_target
+from netlint.testing import GraphBuilder, load
+from netlint.testing.tflite_builder import TfliteBuilder
+
+
+def conv_stack():
+    b = GraphBuilder(seed=4)
+    x = b.input("x", [1, 64, 56, 56])
+    for index in range(3):
+        x = b.relu(b.conv(x, 64, name=f"conv{index}"))
+    b.output(x)
+    return load(b.build())
+
+
+@pytest.mark.usefixtures("static_cost")
+def test_htp_a16_is_faster_than_fp16_and_a8_s_rate_is_not_assumed() -> None:
+    model = conv_stack()
+    latency = {p: cost_model(model, load_target("qualcomm-htp", p)).latency_us for p in ("a8", "a16", "fp16")}
+    assert latency["a16"] < latency["fp16"]  # the HTP guide: A16 is faster than FP16
+    rates = {p: load_target("qualcomm-htp", p).data["cost"] for p in ("a16",)}
+    assert "conv_gmacs_per_s" not in rates["a16"].get("precision", {}).get("a16", {})  # no A8 vs A16 MAC ratio
+    assert latency["a8"] <= latency["a16"]  # A16 moves 16-bit activations: bytes only
+
+
+def int16_conv() -> bytes:
+    b = TfliteBuilder("int16")
+    quant = {"scale": [0.001], "zero_point": [0]}
+    x = b.input("x", [1, 28, 28, 16], "int16", quant)
+    weights = np.ones((16, 3, 3, 16), np.int8)
+    wq = {"scale": [0.01] * 16, "zero_point": [0] * 16, "axis": 0}
+    b.output(b.conv_2d(x, weights, np.zeros(16, np.int64), out_quant=quant, weight_quant=wq))
+    return b.build()
+
+
+def test_a_cpu_runtime_prices_an_int16_kernel_at_its_int16x8_rates() -> None:
+    base = load_target("generic")
+    data = {
+        **base.data,
+        "target": {
+            **base.data["target"],
+            "kind": "cpu",
+            "precisions": ["fp32", "int16x8"],
+            "default_precision": "fp32",
+        },
+        "cost": {
+            "conv_gmacs_per_s": 100.0,
+            "vector_gops_per_s": 10.0,
+            "memory_gb_per_s": 10.0,
+            "source": base.sources[0] if base.sources else "x",
+            "precision": {"int16x8": {"conv_gmacs_per_s": 1.0}},
+        },
+    }
+    target = replace(base, data=data, kind="cpu", precisions=("fp32", "int16x8"), precision="fp32")
+    model = load(int16_conv())
+    slow = cost_model(model, target).latency_us
+    plain = replace(target, data={**data, "cost": {k: v for k, v in data["cost"].items() if k != "precision"}})
+    assert slow > 50 * cost_model(model, plain).latency_us  # LiteRT's int16x8 reference kernels
