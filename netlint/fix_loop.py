@@ -27,6 +27,7 @@ from netlint.engine import lint_model
 from netlint.errors import ModelLoadError, NetlintError
 from netlint.fixes import keep_fp32
 from netlint.fixes.registry import Plans, all_passes
+from netlint.fp16 import unsafe_ops
 from netlint.ir import Model
 from netlint.ir.edit import Edit, InvariantError
 from netlint.rule import Finding, Impact
@@ -201,7 +202,7 @@ def _to_fp16(model: Model, settings: Settings, result: FixResult, snapshot: Any,
         result.notes.append("--to-fp16: the model stores float16 weights already")
         return
     if any(value.dtype == keep_fp32.HALF and not value.is_const for value in values) or (
-        model.format == "onnx" and keep_fp32.unsafe_in(model.graph, keep_fp32.HALF)
+        model.format == "onnx" and unsafe_ops(model.graph, keep_fp32.HALF)
     ):
         result.notes.append("--to-fp16: the model computes in float16 already (keep-fp32 moves unsafe ops back)")
         return

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from netlint.rules.dm001_data_mover_heavy import dynamic_axes, static_values
-
 from netlint.ir import Graph, Node
+from netlint.ir.sizes import dynamic_axes, static_values
 from netlint.rule import Context, Finding, FixRef, Rule, register
 
 # TFLite RESHAPE, SQUEEZE and EXPAND_DIMS arrive under these canonical names (netlint/io/tflite_io.py OP_MAP).

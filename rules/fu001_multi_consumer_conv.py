@@ -6,16 +6,12 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+from netlint.fusion import HOST_NAMES, activation_kind, fuses_into_host, fusing_selections, host_of, prelu_atol
 from netlint.ir import Graph, Node
-from netlint.ir.ops import CONV_OPS, prelu_kind
+from netlint.ir.ops import CONV_OPS
 from netlint.pattern import Match, Op
 from netlint.rule import PORTABLE, Context, FixRef, Rule, register
-from netlint.targets import Target, builtin_selections
-from netlint.targets.schema import FUSION_HOSTS
-
-HOST_OF = {op: host for host, ops in FUSION_HOSTS.items() for op in ops}
-HOST_NAMES = {"Conv": "conv", "ConvTranspose": "transposed conv", "Gemm": "Gemm", "MatMul": "MatMul"}
-PRELU_ATOL = 1e-6  # FU004's `atol` default: both rules judge a PRelu by its slopes alike
+from netlint.targets import Target
 
 
 @dataclass
@@ -108,10 +104,10 @@ class MultiConsumerConv(Rule[Blocked]):
         activations = list(graph.activation_uses(conv.output))
         if not activations:
             return "no activation reads the conv's output"
-        atol = float(ctx.options.get("FU004", {}).get("atol", PRELU_ATOL))
-        kinds = [(node, kind) for node in activations if (kind := _kind(graph, node, atol)) is not None]
+        atol = prelu_atol(ctx)
+        kinds = [(node, kind) for node in activations if (kind := activation_kind(graph, node, atol)) is not None]
         target = ctx.target
-        host = HOST_OF.get(conv.op, conv.op)
+        host = host_of(conv.op)
         if target.portable:
             blocked = [(node, kind) for node, kind in kinds if _blocked_somewhere(kind, host)]
         else:
@@ -164,15 +160,8 @@ class MultiConsumerConv(Rule[Blocked]):
         return f"{count} {name}{'s feed' if count != 1 else ' feeds'} {kind} and another consumer"
 
 
-def _kind(graph: Graph, node: Node, atol: float) -> str | None:
-    kind = graph.activation(node)
-    if kind == "PRelu":
-        return prelu_kind(graph, node, atol)
-    return kind
-
-
 def _verdict(kind: str, host: str, target: Target) -> tuple[bool, str] | None:
-    if target.fused_activations() is None or not any(target.fuses_into(op) for op in FUSION_HOSTS[host]):
+    if not fuses_into_host(target, host):
         return None
     if not target.fuses(kind):
         return False, "never fuses"
@@ -185,7 +174,5 @@ def _verdict(kind: str, host: str, target: Target) -> tuple[bool, str] | None:
 def _blocked_somewhere(kind: str, host: str) -> bool:
     """Whether some built-in target selection would report this kind after this op."""
     return any(
-        (verdict := _verdict(kind, host, selection)) is not None and verdict[0]
-        for _target, chosen in builtin_selections()
-        for selection in chosen
+        (verdict := _verdict(kind, host, selection)) is not None and verdict[0] for selection in fusing_selections()
     )

@@ -7,25 +7,18 @@ from functools import cache
 from typing import Any
 
 from netlint._lazy import numpy as np  # loaded on first use: a run served by the cache needs no numpy
+from netlint.fusion import ELTWISE_OPS, FUSES_AFTER_ELTWISE, prelu_atol
 from netlint.ir import Graph, Node
 from netlint.ir.ops import CONV_OPS, prelu_kind
 from netlint.pattern import Match, Op
 from netlint.rule import PORTABLE, Context, FixRef, Rule, Severity, register
 from netlint.targets import Target, builtin_selections
 
-ELTWISE_OPS = frozenset({"Add", "Sub", "Mul", "Sum"})  # Sum of two inputs (TFLite ADD_N) is an Add
 # Relu and clips: TFLite fuses them into ADD/SUB/MUL (fused_activation_function), Vela into any elementwise NPU op, and
 # the issue scopes this rule to non-trivial activations; they are never reported.
 TRIVIAL = frozenset({"Relu", "Relu6", "ReluN1To1", "Relu0To1", "ReluPow2", "Clip"})
-# Targets whose compiler also fuses the activations of its conv table into an elementwise op, so converting the op to
-# a conv gains nothing. Not (yet) a fact of the target schema, hence a constant here: Arm Vela's
-# fuse_activation_function_with_prev moves a standalone activation onto any preceding NPU operation whose block type
-# is not Default (ElementWise included), and SUPPORTED_OPS lists the fused activation constraint for every operator.
-FUSES_AFTER_ELTWISE = frozenset({"ethos-u55", "ethos-u65"})  # both compiled by Vela
 # netlint's own measurement of the rewrite on ONNX Runtime's CPU provider (slower in every case measured).
 CPU_MEASUREMENT = "0.40-0.94x on ONNX Runtime CPU"
-# FU004's tolerance on PRelu slopes (its `atol` option), so both rules agree on what a PRelu really is.
-PRELU_ATOL = 1e-6
 
 
 @dataclass
@@ -132,8 +125,7 @@ class EltwiseActivation(Rule[Unfused]):
             return "the target fuses Conv -> Add -> activation as one kernel"
         verdict = self._verdict(ctx, kind)
         if verdict is not None and kind == "PRelu" and act is not node:
-            atol = float(ctx.options.get("FU004", {}).get("atol", PRELU_ATOL))
-            real = prelu_kind(graph, act, atol)
+            real = prelu_kind(graph, act, prelu_atol(ctx))
             if real is None or real in TRIVIAL:
                 verdict = None
             elif real != kind:
@@ -218,10 +210,9 @@ def _activation_after(graph: Graph, node: Node) -> tuple[Node, str] | None:
     activation), and its kind."""
     if node.fused_activation is not None:
         return node, node.fused_activation
-    uses, reaches_output = graph.uses_view(node.output)
-    if len(uses) != 1 or reaches_output:
+    act = graph.only_use(node.output)
+    if act is None:
         return None
-    act = uses[0]
     kind = graph.activation(act)
     if kind is None:
         return None
@@ -259,8 +250,8 @@ def _folds_into_conv(graph: Graph, node: Node, tensor: str) -> bool:
     producer = graph.effective_producer(tensor)
     if producer is None or producer.op not in CONV_OPS or producer.fused_activation is not None:
         return False
-    uses, reaches_output = graph.uses_view(producer.output)
-    return not reaches_output and [use.id for use in uses] == [node.id]
+    only = graph.only_use(producer.output)
+    return only is not None and only.id == node.id
 
 
 def _shape(graph: Graph, name: str) -> tuple[int | str | None, ...] | None:
@@ -304,8 +295,8 @@ def _residual_fuses(graph: Graph, node: Node, kind: str, target: Target) -> bool
             continue
         if residual["requires_bias"] and (len(conv.inputs) < 3 or not conv.inputs[2]):
             continue
-        uses, reaches_output = graph.uses_view(conv.output)
-        if not reaches_output and [use.id for use in uses] == [node.id]:
+        only = graph.only_use(conv.output)
+        if only is not None and only.id == node.id:
             return True
     return False
 

@@ -6,11 +6,12 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, NamedTuple
 
+from netlint.fusion import HOST_NAMES, fuses_into_host, fusing_selections, host_of, prelu_atol
 from netlint.ir import Graph, Node
 from netlint.ir.ops import CONV_OPS, prelu_kind
 from netlint.pattern import Match, Op
 from netlint.rule import PORTABLE, Context, Finding, FixRef, Rule, Severity, register
-from netlint.targets import Target, builtin_selections
+from netlint.targets import Target
 from netlint.targets.schema import FUSION_HOSTS
 
 # A conv's output scaled or shifted by a constant (MatMul + bias Add is how torch exports a Linear on 3-D input) still
@@ -32,14 +33,9 @@ ORDER = (
     "Tanh",
 )
 SHOWN = {"ReluPow2": "Clip(0, 2^k)"}  # kind names a reader would not know
-# FU004's tolerance (its `atol` option): a PRelu whose slopes are all within it of 0 is Relu, of 1 the identity, of
-# each other a LeakyRelu. Reading FU004's setting keeps the two rules from disagreeing about what a PRelu is.
-PRELU_ATOL = 1e-6
 GATES = frozenset({"Sigmoid", "HardSigmoid"})  # squeeze-excite and attention gates: [0, 1] scales of another tensor
 # Smooth activations and what the same family offers where it fuses (the accuracy changes either way).
 SMOOTH = frozenset({"SiLU", "Gelu", "Mish", "Elu", "Selu", "Celu", "Softplus", "Softsign", "HardSwish"})
-HOST_OF = {op: host for host, ops in FUSION_HOSTS.items() for op in ops}
-HOST_NAMES = {"Conv": "conv", "ConvTranspose": "transposed conv", "Gemm": "Gemm", "MatMul": "MatMul"}
 
 
 class _Activation(NamedTuple):  # not a frozen dataclass: built for every activation after a conv, 3x cheaper
@@ -171,7 +167,7 @@ class UnfusableActivation(Rule[Unfusable]):
         found, via = _activations_after(graph, conv)
         if not found:
             return "no activation reads the conv's output"
-        atol = float(ctx.options.get("FU004", {}).get("atol", PRELU_ATOL))
+        atol = prelu_atol(ctx)
         unfusable = [real for act in found if (real := _unfusable(graph, act, target, fusable, atol))]
         if not unfusable:
             return "the target fuses the activation (another consumer of the conv is FU001's business)"
@@ -184,8 +180,8 @@ class UnfusableActivation(Rule[Unfusable]):
         found, via = _activations_after(graph, conv)
         if not found:
             return "no activation reads the conv's output"
-        atol = float(ctx.options.get("FU004", {}).get("atol", PRELU_ATOL))
-        host = HOST_OF.get(conv.op, conv.op)
+        atol = prelu_atol(ctx)
+        host = host_of(conv.op)
         kinds = [
             real for act in found if (real := _judged(graph, act, atol)) and not _fused_everywhere(real.kind, host)
         ]
@@ -284,7 +280,7 @@ class UnfusableActivation(Rule[Unfusable]):
     # --- without a target --------------------------------------------------------------------------------------------
     def verdict(self, key: tuple[str, ...], target: Target) -> tuple[bool, str] | None:
         kind, host = key
-        if target.fused_activations() is None or not any(target.fuses_into(op) for op in FUSION_HOSTS[host]):
+        if not fuses_into_host(target, host):
             return None  # the target says nothing about activations after this op
         if target.fuses(kind):
             return False, "fuses"
@@ -304,10 +300,9 @@ def _activations_after(graph: Graph, conv: Node) -> tuple[list[_Activation], Nod
     if conv.fused_activation is not None:
         return [_Activation(conv, conv.fused_activation, True)], None
     value = conv.output
-    uses, reaches_output = graph.uses_view(value)
-    via = None
-    if len(uses) == 1 and not reaches_output and uses[0].op in AFFINE_OPS and _is_affine(graph, uses[0], value):
-        via = uses[0]
+    only, via = graph.only_use(value), None
+    if only is not None and only.op in AFFINE_OPS and _is_affine(graph, only, value):
+        via = only
         if via.fused_activation is not None:
             return [_Activation(via, via.fused_activation, True)], via
         value = via.output
@@ -361,13 +356,11 @@ def _left_to_qt001(kind: str, target: Target) -> bool:
 @cache
 def _fused_everywhere(kind: str, host: str) -> bool:
     """Whether every built-in target selection that fuses into `host` fuses `kind` (nothing to say about it)."""
-    for _target, chosen in builtin_selections():
-        for selection in chosen:
-            if selection.fused_activations() is None or not selection.fuses_into(next(iter(FUSION_HOSTS[host]))):
-                continue
-            if not selection.fuses(kind) and not _left_to_qt001(kind, selection):
-                return False
-    return True
+    return all(
+        selection.fuses(kind) or _left_to_qt001(kind, selection)
+        for selection in fusing_selections()
+        if selection.fuses_into(next(iter(FUSION_HOSTS[host])))
+    )
 
 
 def _is_gate(graph: Graph, act: _Activation) -> bool:

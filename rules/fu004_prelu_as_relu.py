@@ -7,16 +7,14 @@ from functools import cache
 from typing import Any as AnyType
 from typing import ClassVar
 
-from netlint.rules.fu002_eltwise_activation import ELTWISE_OPS, FUSES_AFTER_ELTWISE
-
+from netlint.fusion import ELTWISE_OPS, FUSES_AFTER_ELTWISE, PRELU_ATOL, fusing_selections, host_of
 from netlint.ir import Graph, Node
 from netlint.ir.ops import CONV_OPS, range_kind, slope_range
 from netlint.pattern import Any, Match, Op
 from netlint.rule import PORTABLE, Context, FixRef, Option, Rule, Severity, register
-from netlint.targets import Target, builtin_selections
+from netlint.targets import Target
 from netlint.targets.schema import FUSION_HOSTS
 
-HOST_OF = {op: host for host, ops in FUSION_HOSTS.items() for op in ops}
 # After an elementwise op (no conv before the PRelu): FU002's targets whose compiler fuses the activations of its conv
 # table into the elementwise op before them (Arm Vela: "fuse_activation_function_with_prev").
 ELTWISE = "Eltwise"
@@ -101,7 +99,7 @@ class PreluAsRelu(Rule[Slopes]):
     fix = FixRef("prelu-to-relu", "safe")
     pattern = Op("PRelu", None, Any("slope"), name="prelu")
     options: ClassVar[dict[str, Option]] = {
-        "atol": Option(1e-6, "slopes within this of 0 (or 1, or of each other) count as exactly that"),
+        "atol": Option(PRELU_ATOL, "slopes within this of 0 (or 1, or of each other) count as exactly that"),
     }
 
     def check(self, graph: Graph, match: Match[Slopes], ctx: Context) -> str | Slopes:
@@ -200,7 +198,7 @@ def _host(graph: Graph, prelu: Node) -> str:
         return ELTWISE
     if producer.op not in CONV_OPS:
         return ""
-    return HOST_OF.get(producer.op, producer.op)
+    return host_of(producer.op)
 
 
 def _fuses_after(kind: str, host: str, target: Target) -> bool:
@@ -251,11 +249,7 @@ def _verdict(kind: str, host: str, target: Target) -> tuple[bool, str, str] | No
 @cache
 def _matters_somewhere(kind: str, host: str) -> bool:
     """Whether some built-in target selection says something about this kind after this op."""
-    for _target, chosen in builtin_selections():
-        for selection in chosen:
-            if selection.fused_activations() is None:
-                continue
-            found = _verdict(kind, host, selection)
-            if found is not None and (kind != "LeakyRelu" or found[0]):
-                return True
-    return False
+    return any(
+        (found := _verdict(kind, host, selection)) is not None and (kind != "LeakyRelu" or found[0])
+        for selection in fusing_selections()
+    )

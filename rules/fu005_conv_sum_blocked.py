@@ -232,11 +232,11 @@ class ConvSumBlocked(Rule[Blocked]):
         fusable = set(residual.get("activations", []))
         if add.fused_activation is not None:
             return (add.fused_activation, None) if add.fused_activation not in fusable else None
-        uses, reaches_output = graph.uses_view(add.output)
-        if len(uses) != 1 or reaches_output:
+        act = graph.only_use(add.output)
+        if act is None:
             return None
-        kind = graph.activation(uses[0])
-        return (kind, uses[0]) if kind is not None and kind not in fusable else None
+        kind = graph.activation(act)
+        return (kind, act) if kind is not None and kind not in fusable else None
 
     # --- report -----------------------------------------------------------------------------------------------------
     def message(self, graph: Graph, match: Match[Blocked], ctx: Context) -> str:

@@ -287,17 +287,12 @@ def _shape(graph: Graph, name: str) -> tuple[int | str | None, ...] | None:
     return found.shape if found is not None else None
 
 
-def _single_use(graph: Graph, name: str) -> Node | None:
-    uses, reaches_output = graph.uses_view(name)
-    return uses[0] if len(uses) == 1 and not reaches_output else None
-
-
 def _chains_into(graph: Graph, node: Node) -> bool:
     """`node` is itself an affine step whose only use continues the chain (so the chain starts earlier)."""
     return (
         node.fused_activation is None
         and _affine_data(graph, node) is not None
-        and _single_use(graph, node.output) is not None
+        and graph.only_use(node.output) is not None
     )
 
 
@@ -308,7 +303,7 @@ def _folds_backward(graph: Graph, node: Node) -> bool:
         and node.fused_activation is None
         and len(node.inputs) >= 2
         and graph.is_const(node.inputs[1])
-        and _single_use(graph, node.output) is not None
+        and graph.only_use(node.output) is not None
     )
 
 
@@ -317,7 +312,7 @@ def _chain(graph: Graph, head: Node) -> tuple[list[Node], str | None]:
     chain = [head]
     while chain[-1].fused_activation is None:
         current = chain[-1]
-        following = _single_use(graph, current.output)
+        following = graph.only_use(current.output)
         if following is None:
             return chain, "the batchnorm's output has other uses, so its scale cannot move into one conv"
         data = _affine_data(graph, following)
@@ -331,7 +326,7 @@ def _activation_after(graph: Graph, last: Node) -> tuple[Node | None, str | None
     """The activation applied to the chain's output: fused into its last node (TFLite), or the single next node."""
     if last.fused_activation is not None:
         return None, last.fused_activation
-    following = _single_use(graph, last.output)
+    following = graph.only_use(last.output)
     if following is None or graph.composite(following) is not None:
         return None, None
     kind = graph.activation(following)
@@ -369,14 +364,14 @@ def _mean_then_fc(graph: Graph, name: str) -> tuple[list[Node], list[Node]]:
     axes only), the reshapes after it and the fully-connected layer with constant weights reading it, each the only
     use of what comes before; the per-channel scale crosses the mean (linear) into the FC's input rows. ([], []) if
     the activation's output does not go there."""
-    mean = _single_use(graph, name)
+    mean = graph.only_use(name)
     if mean is None or mean.op not in MEANS or not _spatial_mean(graph, mean):
         return [], []
     tail = [mean]
-    node = _single_use(graph, mean.output)
+    node = graph.only_use(mean.output)
     while node is not None and node.op in RESHAPES:
         tail.append(node)
-        node = _single_use(graph, node.output)
+        node = graph.only_use(node.output)
     if node is None or node.op not in FC_OPS or len(node.inputs) < 2 or not graph.is_const(node.inputs[1]):
         return [], []
     if graph.source(node.inputs[0]) != graph.source(tail[-1].output):

@@ -105,7 +105,7 @@ class UnfoldedAffine(Rule[Unfolded]):
             return "the conv has a fused activation: the op comes after it"
         if len(conv.inputs) < 2 or not graph.is_const(conv.inputs[1]):
             return "the conv's weights are not constant"
-        if not _only_use(graph, conv, first):
+        if graph.only_use(conv.output) is not first:
             return "the conv's output has other consumers"
         out = graph.value(conv.output)
         kinds: list[str] = []
@@ -168,23 +168,18 @@ def _operands(graph: Graph, node: Node) -> tuple[str, str] | None:
     return (b, a) if const_a else (a, b)
 
 
-def _only_use(graph: Graph, producer: Node, reader: Node) -> bool:
-    uses, reaches_output = graph.uses_view(producer.output)
-    return not reaches_output and len(uses) == 1 and uses[0] is reader
-
-
 def _next_affine(graph: Graph, node: Node) -> Node | None:
     """The affine op that is `node`'s only consumer and reads it as its data operand, if any. A TFLite op with a
     fused activation ends the chain: what follows comes after the activation."""
     if node.fused_activation is not None:
         return None
-    uses, reaches_output = graph.uses_view(node.output)
-    if reaches_output or len(uses) != 1 or uses[0].op not in AFFINE_OPS:
+    following = graph.only_use(node.output)
+    if following is None or following.op not in AFFINE_OPS:
         return None
-    operands = _operands(graph, uses[0])
+    operands = _operands(graph, following)
     if operands is None or graph.source(operands[0]) != graph.source(node.output):
         return None
-    return uses[0]
+    return following
 
 
 def _foldable(graph: Graph, node: Node, const: str, out: Value | None) -> str | None:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from itertools import filterfalse
 
-from netlint._lazy import numpy as np  # loaded on first use: a run served by the cache needs no numpy
 from netlint.ir import ConstantUnavailable, Graph, Node
-from netlint.ir.liveness import all_live, live_nodes, reads
+from netlint.ir.liveness import all_live, live_nodes, reads, unused_constants
+from netlint.ir.ops import dropout_not_identity
+from netlint.ir.sizes import nbytes_of
 from netlint.ir.unionfind import UnionFind
 from netlint.rule import Context, Finding, FixRef, Rule, Severity, register
 
@@ -103,7 +103,7 @@ class DeadCode(Rule):
         for region in _regions(graph, dead):
             yield self._dead_finding(region)
         yield from self._no_op_findings(graph, alive, ctx)
-        unused = _unused_constants(graph)
+        unused = unused_constants(graph)
         if unused:
             yield self._unused_finding(graph, unused)
 
@@ -158,7 +158,7 @@ class DeadCode(Rule):
             )
 
     def _unused_finding(self, graph: Graph, unused: list[str]) -> Finding:
-        size = sum(_nbytes(graph, name) for name in unused)
+        size = sum(_declared_nbytes(graph, name) for name in unused)
         count = len(unused)
         return self._finding(
             "info",
@@ -187,17 +187,12 @@ def _removable(graph: Graph, node: Node, rule: Rule, ctx: Context) -> bool:
     if not node.inputs or not node.inputs[0] or not node.outputs:
         return False
     if node.op == "Dropout":
-        if any(graph.consumers(out) or graph.is_graph_output(out) for out in node.outputs[1:] if out):
-            return False  # the mask is used
-        mode = node.inputs[2] if len(node.inputs) > 2 else ""
-        if mode:
-            try:
-                value = graph.const(mode)
-            except ConstantUnavailable as exc:
-                ctx.skip(rule, node, f"needs the training_mode value: {exc}")
-                return False
-            if value is None or bool(np.asarray(value).reshape(-1)[0]):
-                return False  # training mode, or decided at run time
+        try:
+            if dropout_not_identity(graph, node) is not None:
+                return False  # the mask is used, or training mode (or decided at run time)
+        except ConstantUnavailable as exc:
+            ctx.skip(rule, node, f"needs the training_mode value: {exc}")
+            return False
     source, out = node.inputs[0], node.outputs[0]
     if graph.is_graph_output(out):
         # The output keeps its name only if the producer can be renamed: a node of this graph, not a boundary value.
@@ -205,36 +200,10 @@ def _removable(graph: Graph, node: Node, rule: Rule, ctx: Context) -> bool:
     return True
 
 
-def _unused_constants(graph: Graph) -> list[str]:
-    """Constants nothing reads, writes or exports (the cheapest test first: most constants have a reader)."""
-    read, written = graph.consumer_index(), graph.producer_index()
-    # the values nothing reads or writes, in graph order: two filters at C speed, no set of every name
-    candidates = list(filterfalse(written.__contains__, filterfalse(read.__contains__, graph.values)))
-    if not candidates:
-        return []
-    values = graph.values
-    boundary = {*graph.input_initializers, *graph.inputs}
-    return [
-        name
-        for name in candidates
-        if values[name].data is not None  # Value.is_const, without the property call per value
-        and not graph.is_graph_output(name)
-        and name not in boundary
-    ]
-
-
-def _nbytes(graph: Graph, name: str) -> int:
+def _declared_nbytes(graph: Graph, name: str) -> int:
     """Size from the declared shape and dtype (no data is read, so it works for missing external data too)."""
-    value = graph.value(name)
-    if value is None or value.shape is None or not value.dtype:
-        return 0
-    if not all(isinstance(dim, int) for dim in value.shape):
-        return 0
-    try:
-        itemsize = np.dtype(value.dtype).itemsize
-    except TypeError:
-        return 0
-    return int(np.prod(value.shape, dtype=np.int64)) * itemsize
+    value = graph.values[name]
+    return nbytes_of(value.shape, value.dtype) or 0
 
 
 def _human(size: int) -> str:

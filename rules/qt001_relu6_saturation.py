@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from netlint._lazy import numpy as np  # loaded on first use: a run served by the cache needs no numpy
 from netlint.ir import ConstantUnavailable, Graph, Node
-from netlint.ir.ops import activation_kind, clip_bounds
+from netlint.ir.ops import activation_kind, clip_bounds, scalar_operand
 from netlint.rule import PORTABLE, Context, Finding, FixRef, Rule, Severity, register
 from netlint.targets import Target
 
@@ -185,44 +184,30 @@ def _relu6_form(graph: Graph, node: Node) -> tuple[str, list[Node]] | None:
 
 def _min6_below_max0(graph: Graph, node: Node) -> Node | None:
     """For Max(x, 0): the Min(·, 6) computing x, unless that Min is itself already a ReLU6 (its input ≥ 0)."""
-    if _scalar_input(graph, node, 0.0) is None:
+    if scalar_operand(graph, node, 0.0) is None:
         return None
     inner = _producer_of_other(graph, node, 0.0)
-    if inner is None or inner.op != "Min" or _scalar_input(graph, inner, 6.0) is None:
+    if inner is None or inner.op != "Min" or scalar_operand(graph, inner, 6.0) is None:
         return None
     return inner if _relu_below_min6(graph, inner) is None else None
 
 
 def _relu_below_min6(graph: Graph, node: Node) -> Node | None:
     """For Min(x, 6): the node that makes x ≥ 0 (Relu, Clip(0, inf), a fused RELU, or Max(·, 0)), or None."""
-    if _scalar_input(graph, node, 6.0) is None:
+    if scalar_operand(graph, node, 6.0) is None:
         return None
     producer = _producer_of_other(graph, node, 6.0)
     if producer is None:
         return None
     if activation_kind(graph, producer) == "Relu" or producer.fused_activation == "Relu":
         return producer
-    if producer.op == "Max" and _scalar_input(graph, producer, 0.0) is not None:
+    if producer.op == "Max" and scalar_operand(graph, producer, 0.0) is not None:
         return producer
-    return None
-
-
-def _scalar_input(graph: Graph, node: Node, value: float) -> str | None:
-    """The input of a binary `node` that is a scalar constant equal to `value` (the other one not constant)."""
-    if len(node.inputs) != 2:
-        return None
-    for const, other in ((1, 0), (0, 1)):
-        name = node.inputs[const]
-        if not name or not graph.is_const(name) or graph.is_const(node.inputs[other]):
-            continue
-        array = graph.const(name)
-        if array is not None and array.size == 1 and float(np.asarray(array, dtype=np.float64).reshape(-1)[0]) == value:
-            return name
     return None
 
 
 def _producer_of_other(graph: Graph, node: Node, value: float) -> Node | None:
     """The node computing the non-constant input of a binary `node` whose other input is the scalar `value`."""
-    const = _scalar_input(graph, node, value)
+    const = scalar_operand(graph, node, value)
     other = node.inputs[0] if node.inputs[1] == const else node.inputs[1]
     return graph.effective_producer(other)

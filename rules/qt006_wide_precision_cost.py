@@ -154,12 +154,7 @@ def _cost(ctx: Context) -> str:
 def _has_fixed_point(graph: Graph) -> bool:
     """Whether any value in scope (the graph's, its enclosing graphs') has a fixed-point type `_activation_bits`
     knows: one set per scope."""
-    scope: Graph | None = graph
-    while scope is not None:
-        if not BITS.keys().isdisjoint({value.dtype for value in scope.values.values()}):
-            return True
-        scope = scope.parent
-    return False
+    return any(not BITS.keys().isdisjoint({value.dtype for value in scope.values.values()}) for scope in graph.scopes())
 
 
 def _activation_bits(graph: Graph, node: Node) -> int | None:

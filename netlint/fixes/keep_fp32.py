@@ -39,6 +39,7 @@ import numpy as np
 
 from netlint.fixes._common import names, new_node
 from netlint.fixes.registry import FixPass, Plan, register_fix
+from netlint.fp16 import unsafe_ops
 from netlint.ir import Graph
 from netlint.ir.edit import Edit
 from netlint.rule import Context, Finding, all_rules
@@ -94,7 +95,7 @@ class KeepFp32(FixPass):
             return "the op is gone"
         if not any(_dtype(graph, name) == HALF for name in [*node.inputs, *node.outputs] if name):
             return "the op computes in float32 already: `netlint fix --to-fp16` converts the rest of the model"
-        island = next(group for group in islands(graph, unsafe_in(graph, HALF) | {node.id}, HALF) if node.id in group)
+        island = next(group for group in islands(graph, unsafe_ops(graph, HALF) | {node.id}, HALF) if node.id in group)
         members = [graph.node(node_id) for node_id in island]
         if any(member.op in OPAQUE for member in members):  # type: ignore[union-attr]
             return "the island contains an op whose types are fixed (Quantize/Dequantize, a subgraph, ...)"
@@ -245,16 +246,6 @@ def _halved(data: Any) -> Any:
 def _dtype(graph: Graph, name: str) -> str | None:
     value = graph.value(name)
     return value.dtype if value is not None else None
-
-
-def unsafe_in(graph: Graph, dtype: str) -> set[str]:
-    """Ids of the ops QT005 reports when they compute in `dtype` (the rule is the single source of the list)."""
-    module = __import__(all_rules()["QT005"].__module__, fromlist=["UNSAFE_OPS"])
-    return {
-        node.id
-        for node in graph.nodes
-        if node.op in module.UNSAFE_OPS and not module._stashed(node) and module._compute_dtype(graph, node) == dtype
-    }
 
 
 def unsafe_findings(graph: Graph, settings: Any) -> list[Finding]:

@@ -34,7 +34,7 @@ from netlint.fixes._common import bypass, lone_reader, names, new_node
 from netlint.fixes.registry import FixPass, Plan, register_fix
 from netlint.ir import Graph, Node
 from netlint.ir.edit import Edit
-from netlint.ir.ops import activation_kind, clip_bounds
+from netlint.ir.ops import activation_kind, clip_bounds, scalar_operand
 from netlint.rule import Finding
 
 RELU8 = 8.0  # the new upper bound: 2**3, a power of two (QT001's reasoning)
@@ -119,11 +119,11 @@ def _min_after(edit: Edit, graph: Graph, node_id: str, inner: str, out: str, upp
 
 def _pair(graph: Graph, outer: Node, inner: Node, upper: float | None) -> Plan | str:
     minimum = outer if outer.op == "Min" else inner if inner.op == "Min" else None
-    six = _scalar(graph, minimum, 6.0) if minimum is not None else None
+    six = scalar_operand(graph, minimum, 6.0) if minimum is not None else None
     if minimum is None or six is None:
         return "the pair no longer has a Min(·, 6)"
     other = inner if minimum is outer else outer
-    if other.op == "Max" and _scalar(graph, other, 0.0) is None:
+    if other.op == "Max" and scalar_operand(graph, other, 0.0) is None:
         return f"{other.label()} no longer takes the maximum with 0"
     relu = other.op in ("Relu", "Max") or (other.op == "Clip" and activation_kind(graph, other) == "Relu")
     data = next((name for name in inner.inputs if name and not graph.is_const(name)), None)
@@ -148,17 +148,3 @@ def _pair(graph: Graph, outer: Node, inner: Node, upper: float | None) -> Plan |
 
     plan = Plan(names(minimum), f"raised the bound of {minimum.label()} from 6 to {upper:g} (unsafe)", apply, "unsafe")
     return plan
-
-
-def _scalar(graph: Graph, node: Node, wanted: float) -> str | None:
-    """The input of a binary `node` that is a one-element constant equal to `wanted`, the other one not constant."""
-    if len(node.inputs) != 2:
-        return None
-    for const, other in ((1, 0), (0, 1)):
-        name = node.inputs[const]
-        if not name or not graph.is_const(name) or graph.is_const(node.inputs[other]):
-            continue
-        value = graph.const(name)
-        if value is not None and np.size(value) == 1 and float(np.asarray(value).reshape(-1)[0]) == wanted:
-            return name
-    return None

@@ -22,12 +22,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from netlint.fixes._common import bypass, captured, finding_nodes, names
 from netlint.fixes.registry import FixPass, Plan, register_fix
 from netlint.ir import Graph, Node
 from netlint.ir.edit import Edit
+from netlint.ir.liveness import unused_constants
+from netlint.ir.ops import dropout_not_identity
 from netlint.rule import Finding
 
 NO_OPS = ("Identity", "Dropout")
@@ -91,17 +91,7 @@ def _remove_region(nodes: list[Node]) -> Plan:
 
 
 def _unused_constants(graph: Graph, tensors: list[str]) -> Plan | str:
-    unused = [
-        name
-        for name in tensors
-        if (value := graph.values.get(name)) is not None
-        and value.data is not None
-        and graph.producer(name) is None
-        and not graph.consumers(name)
-        and not graph.is_graph_output(name)
-        and name not in graph.inputs
-        and name not in graph.input_initializers
-    ]
+    unused = unused_constants(graph, tensors)
     if not unused:
         return "the constants are read, or are graph inputs or outputs"
     noun = "initializer" if graph.format == "onnx" else "constant"
@@ -119,21 +109,9 @@ def _bypass_no_op(graph: Graph, node: Node) -> Plan | str:
     if not node.inputs or not node.inputs[0] or not node.outputs:
         return "nothing to bypass"
     if node.op == "Dropout":
-        reason = _dropout_is_identity(graph, node)
+        reason = dropout_not_identity(graph, node)  # ConstantUnavailable: the precheck says it needs the value
         if reason:
             return reason
     elif node.op not in NO_OPS:
         return f"{node.label()} is not an Identity or Dropout"
     return bypass(graph, node, node.inputs[0], "")
-
-
-def _dropout_is_identity(graph: Graph, node: Node) -> str | None:
-    if any(out and (graph.consumers(out) or graph.is_graph_output(out)) for out in node.outputs[1:]):
-        return f"the mask of {node.label()} is used"
-    mode = node.inputs[2] if len(node.inputs) > 2 else ""
-    if not mode:
-        return None
-    value = graph.const(mode)  # ConstantUnavailable: the precheck says it needs the value
-    if value is None or bool(np.asarray(value).reshape(-1)[0]):
-        return f"{node.label()} may run in training mode"
-    return None

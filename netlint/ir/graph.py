@@ -236,6 +236,13 @@ class Graph:
             graph = graph.parent
         return None
 
+    def scopes(self) -> Iterator[Graph]:
+        """This graph, then each enclosing graph out to the main one: the scopes whose values a body can read."""
+        scope: Graph | None = self
+        while scope is not None:
+            yield scope
+            scope = scope.parent
+
     def producer(self, name: str) -> Node | None:
         return self._producer.get(name)
 
@@ -433,6 +440,11 @@ class Graph:
         """`uses`, as the remembered tuple itself (no copy): for rules that ask it of every conv and only read it."""
         known = self._uses.get(name)
         return known if known is not None else self._find_uses(name)
+
+    def only_use(self, name: str) -> Node | None:
+        """The one use of `name` (as `uses` finds it) when it has exactly one and is not a graph output, else None."""
+        uses, reaches_output = self.uses_view(name)
+        return uses[0] if len(uses) == 1 and not reaches_output else None
 
     def _find_uses(self, name: str) -> tuple[tuple[Node, ...], bool]:
         direct = self._consumers.get(name)

@@ -8,6 +8,8 @@ docs/performance.md says what each buys."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from netlint.ir.graph import Graph, Node, _captured
 
 # TFLite ops that matter for their effect on state, not for an output (they have none, or none that is read).
@@ -109,3 +111,20 @@ def _live_by_walk(graph: Graph) -> set[Node]:
 
 def reads(node: Node) -> list[str]:
     return [*node.inputs, *_captured(node)] if node.subgraphs else list(node.inputs)
+
+
+def unused_constants(graph: Graph, names: Iterable[str] | None = None) -> list[str]:
+    """The constants among `names` (by default every value of the graph, in its order) that no node reads or writes
+    and that are not graph inputs or outputs: GR001 reports them, remove-dead-code drops them."""
+    values, read, written = graph.values, graph.consumer_index(), graph.producer_index()
+    return [
+        name
+        for name in (values if names is None else names)
+        if name not in read
+        and name not in written
+        and (value := values.get(name)) is not None
+        and value.data is not None
+        and not graph.is_graph_output(name)
+        and name not in graph.inputs
+        and name not in graph.input_initializers
+    ]

@@ -271,3 +271,33 @@ def concat_of_convs(graph: Graph, concat: Node, reader: Node) -> list[Node]:
             return []
         convs.append(conv)
     return convs
+
+
+def dropout_not_identity(graph: Graph, node: Node) -> str | None:
+    """Why a Dropout is not an identity at inference (its mask is read, or its training_mode is not a constant
+    false), or None when it is (GR001 reports it, remove-dead-code bypasses it). Raises ConstantUnavailable when the
+    training_mode constant's data is missing."""
+    if any(out and (graph.consumers(out) or graph.is_graph_output(out)) for out in node.outputs[1:]):
+        return f"the mask of {node.label()} is used"
+    mode = node.inputs[2] if len(node.inputs) > 2 else ""
+    if not mode:
+        return None
+    value = graph.const(mode)
+    if value is None or bool(np.asarray(value).reshape(-1)[0]):
+        return f"{node.label()} may run in training mode"
+    return None
+
+
+def scalar_operand(graph: Graph, node: Node, value: float) -> str | None:
+    """The input of a binary `node` that is a one-element constant equal to `value`, the other input not constant
+    (Min(x, 6), Max(x, 0): QT001 finds them, relu6-to-relu8 rewrites them); None if there is none."""
+    if len(node.inputs) != 2:
+        return None
+    for const, other in ((1, 0), (0, 1)):
+        name = node.inputs[const]
+        if not name or not graph.is_const(name) or graph.is_const(node.inputs[other]):
+            continue
+        array = graph.const(name)
+        if array is not None and array.size == 1 and float(np.asarray(array, dtype=np.float64).reshape(-1)[0]) == value:
+            return name
+    return None

@@ -413,10 +413,10 @@ def test_time_share_threshold_uses_max_share() -> None:
 
 
 def test_every_name_sized_still_checks_that_count_keeping_ops_keep_the_count() -> None:
-    """When every name the nodes touch has its own size, `_tally` skips the per-name test but still checks each
-    element-preserving op: a Relu whose declared output holds fewer elements than its input sends DM001 to the
-    union-find sizing (None from the own-size pass), and the same graph with consistent shapes does not."""
-    from netlint.rules.dm001_data_mover_heavy import _Sizer, _tally, static_values
+    """When every name the nodes touch has its own size, DM001 still checks each element-preserving op before
+    taking the own sizes: a Relu whose declared output holds fewer elements than its input sends it to the sizes
+    inferred through those ops, and the same graph with consistent shapes does not."""
+    from netlint.ir.sizes import own_sizes_suffice, tensor_sizes
 
     b = GraphBuilder()
     x = b.input("x", [1, 8, 8, 8])
@@ -424,14 +424,14 @@ def test_every_name_sized_still_checks_that_count_keeping_ops_keep_the_count() -
     b.output(b.node("Transpose", [y], name="t", perm=[0, 2, 3, 1]))
     model = b.build()
 
-    def own_pass(shrink: bool) -> object:
+    def own_sizes(shrink: bool) -> bool:
         graph = load(model).graph
         if shrink:
             graph.values[y].shape = (1, 8, 4, 8)
-        return _tally(graph, static_values(graph), _Sizer(graph, own_sizes=True), check_own_sizes=True, limit=0.25)
+        return own_sizes_suffice(graph, tensor_sizes(graph))
 
-    assert own_pass(shrink=False) is not None
-    assert own_pass(shrink=True) is None
+    assert own_sizes(shrink=False)
+    assert not own_sizes(shrink=True)
 
 
 def test_a_share_from_too_few_sized_nodes_is_info() -> None:

@@ -1,8 +1,7 @@
-"""netlint.cost.sizes: the per-graph tensor-size index the cost model and DM001 share."""
+"""netlint.ir.sizes: the per-graph tensor-size index the cost model and the rules share, and the sizes inferred
+through element-preserving ops (DM001)."""
 
 from __future__ import annotations
-
-import sys
 
 import numpy as np
 import pytest
@@ -10,9 +9,9 @@ from onnx import TensorProto
 
 from netlint.config import FileConfig, Overrides, settings_for
 from netlint.cost import cost_model
-from netlint.cost.sizes import tensor_sizes
 from netlint.engine import lint_model
-from netlint.rule import all_rules
+from netlint.ir import sizes
+from netlint.ir.sizes import tensor_sizes
 from netlint.testing import GraphBuilder, load
 
 
@@ -68,11 +67,6 @@ def test_cost_model_counts_the_const_chain_as_parameters() -> None:
     assert add.param_bytes == 4 * 8 * 8 * 4 and add.bytes_read == 4 * 8 * 8 * 4
 
 
-def _dm001_module() -> object:
-    all_rules()
-    return sys.modules["netlint.rules.dm001_data_mover_heavy"]
-
-
 def _shuffle() -> object:
     """Conv, channel shuffle (Reshape -> Transpose -> Reshape), Concat: mostly data movement."""
     b = GraphBuilder()
@@ -97,7 +91,6 @@ def test_dm001_shared_sizes_agree_with_its_union_find(transposed_shape: tuple | 
     """DM001 takes sizes from the shared index only when its union-find would give every value its own size: the
     finding is the same with the shortcut forced off. A shape that disagrees with its element-preserving producer
     (here a Transpose's output, edited in the IR) turns the shortcut off."""
-    module = _dm001_module()
     proto = _shuffle()
 
     def model() -> object:
@@ -107,25 +100,22 @@ def test_dm001_shared_sizes_agree_with_its_union_find(transposed_shape: tuple | 
         return loaded
 
     graph = model().graph
-    assert module._own_sizes_suffice(graph, tensor_sizes(graph)) is (transposed_shape is None)  # type: ignore[attr-defined]
+    assert sizes.own_sizes_suffice(graph, tensor_sizes(graph)) is (transposed_shape is None)
     fast = _dm001_messages(model())
-    monkeypatch.setattr(module, "_own_sized", lambda *args: False)
+    monkeypatch.setattr(sizes, "_own_sized", lambda *args: False)
     slow = _dm001_messages(model())
     assert fast == slow and len(fast) == 1
 
 
-def test_dm001_shared_sizes_agree_on_light_models(light_dir, monkeypatch) -> None:
-    module = _dm001_module()
+def test_dm001_shared_sizes_agree_on_light_models(light_dir) -> None:
     for name in ("light_shufflenet.onnx", "light_resnet50.onnx"):
         path = light_dir / name
         graph = load(path).graph
-        sizer = module._Sizer(graph)  # type: ignore[attr-defined]
-        monkeypatch.setattr(module, "_own_sized", lambda *args: False)
-        union = module._Sizer(graph)  # type: ignore[attr-defined]
-        monkeypatch.undo()
+        own = sizes.value_bytes(graph)
+        union = sizes.InferredSizes(graph)
         names = {n for node in graph.nodes for n in (*node.inputs, *node.outputs) if n}
-        assert module._own_sizes_suffice(graph, tensor_sizes(graph))  # type: ignore[attr-defined]
-        assert {n: sizer.bytes(n) for n in names} == {n: union.bytes(n) for n in names}
+        assert sizes.own_sizes_suffice(graph, tensor_sizes(graph))
+        assert {n: own(n) for n in names} == {n: union.bytes(n) for n in names}
 
 
 def _known_before_run(graph: object, const: frozenset[str], sourceless_count: bool) -> set[str]:
@@ -147,9 +137,9 @@ def test_static_names_are_both_definitions_in_one_pass(seed: int) -> None:
     the cost model's does not. Random graphs mixing Shape, constants, input-less nodes and omitted inputs."""
     import random
 
-    from netlint.cost.sizes import static_names
     from netlint.ir import Graph, Node
     from netlint.ir.graph import ConstData, Value
+    from netlint.ir.sizes import static_names
 
     rng = random.Random(seed)
     values = {"x": Value("x"), "c": Value("c", data=ConstData(lambda: np.ones(1)))}

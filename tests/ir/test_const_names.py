@@ -1,4 +1,4 @@
-"""netlint.cost.sizes.const_names: the constants of a graph without (re)building its size index."""
+"""netlint.ir.sizes.const_names: the constants of a graph without (re)building its size index."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from onnx import TensorProto
 
-from netlint.cost.sizes import _INDEX, TensorSizes, const_names, release, tensor_sizes
 from netlint.ir import Graph
+from netlint.ir.sizes import _INDEX, TensorSizes, const_names, release, tensor_sizes
 from netlint.testing import GraphBuilder, load
 
 
