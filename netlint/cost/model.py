@@ -61,10 +61,10 @@ from netlint.cost.ops import (
     signatures,
 )
 from netlint.cost.rates import Rates, rates_for
-from netlint.cost.sizes import release
 from netlint.ir import Graph, Model, Node
 from netlint.ir.graph import PASS_THROUGH_OPS
 from netlint.ir.ops import CONV_OPS, clip_bounds
+from netlint.ir.sizes import release
 from netlint.targets import Target, load_target, runs_type
 
 CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan", "WHILE", "IF"})
@@ -262,7 +262,7 @@ def cost_model(
         target = load_target(target)
     graph = model.graph if isinstance(model, Model) else model
     try:
-        with paused():  # allocates a few objects per node and frees none (see netlint.cost.sizes)
+        with paused():  # allocates a few objects per node and frees none (see netlint.ir.sizes)
             return _cost_model(graph, target, dims, totals_only, borders)
     finally:
         release(graph)  # DM001 (which runs before) and this were its users: free its memory for the report

@@ -34,9 +34,9 @@ from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass, field, replace
 from functools import cache
 
-from netlint.cost.sizes import TensorSizes, itemsize_of, static_names, tensor_sizes
 from netlint.ir import Graph, Node, Value
 from netlint.ir.ops import ACTIVATION_OPS
+from netlint.ir.sizes import TensorSizes, itemsize_of, static_names, tensor_sizes
 
 # --- op classes ----------------------------------------------------------------------------------------------------
 CONV = "conv"  # Conv, ConvTranspose, their Integer/QLinear variants
@@ -259,7 +259,7 @@ class CostContext:
     qdq: bool = True  # the graph has Quantize/DequantizeLinear nodes (else storage dtypes are the values' own)
     assumed: list[str] = field(default_factory=list)  # filled while one node is costed
     # memos (a tensor is read by its producer and every consumer: compute its shape, dtype and size once)
-    sizes: TensorSizes = field(init=False, repr=False)  # the graph's shared size index (netlint.cost.sizes)
+    sizes: TensorSizes = field(init=False, repr=False)  # the graph's shared size index (netlint.ir.sizes)
     const: Set[str] = field(init=False, repr=False)  # sizes.const: the names Graph.is_const is true for
     _own_nbytes: bool = field(default=False, repr=False)  # without QDQ: a kinded name's size is sizes.sizes[kind]
     _shapes: dict[str, tuple[tuple[int, ...], tuple[str, ...]]] = field(default_factory=dict, repr=False)
@@ -387,7 +387,7 @@ def build_context(graph: Graph, dims: Mapping[str, int] | None = None) -> CostCo
     ctx = CostContext(graph, dict(dims or {}))
     markers = ctx.markers
     # shape arithmetic: a Shape/Size or Constant output, or what a node computes from those and constants only (a
-    # node without inputs does not count); found with DM001's in one pass (netlint.cost.sizes.static_names)
+    # node without inputs does not count); found with DM001's in one pass (netlint.ir.sizes.static_names)
     static = ctx.static = static_names(graph)[1]
     qdq = False
     for node in graph.nodes:
@@ -463,7 +463,7 @@ def _signature(ctx: CostContext, node: Node) -> tuple | None:
     """What node_cost's answer depends on, as a hashable key, or None when the node is not memoised: in a QDQ graph
     (storage widths depend on the neighbours), for a node with subgraphs, and when a tensor it reads or writes lacks
     a fully static shape or a sized dtype (dynamic dims add per-name notes to `assumed`), or when it reads shape
-    arithmetic or a constant without data of its own. A tensor stands as its kind (netlint.cost.sizes: shape, dtype,
+    arithmetic or a constant without data of its own. A tensor stands as its kind (netlint.ir.sizes: shape, dtype,
     layout, whether it holds data, which then is whether it is a constant)."""
     if ctx.qdq or node.subgraphs:
         return None

@@ -1,5 +1,5 @@
-"""Static shapes: the one test rules use for "every dimension is a known integer". (The tensor-size index the cost
-model and DM001 share is netlint.cost.sizes; it belongs here too, see issue 24.)"""
+"""Static shapes: the one test rules use for "every dimension is a known integer" (the tensor-size index the cost
+model and DM001 share is netlint.ir.sizes)."""
 
 from __future__ import annotations
 
