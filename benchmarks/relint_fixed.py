@@ -24,16 +24,11 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from golden import FIX_CONFIGS  # benchmarks/golden.py, beside this script
+
 ROOT = Path(__file__).resolve().parent.parent
 SUBPROCESS = False
-CONFIGS: dict[str, list[str]] = {
-    "generic-safe": [],
-    "generic-unsafe": ["--unsafe-fixes"],
-    "ort-cpu-safe": ["--target", "ort-cpu"],
-    "htp-a8-unsafe": ["--target", "qualcomm-htp", "--unsafe-fixes"],
-    "ti-unsafe": ["--target", "ti-tda4vm", "--unsafe-fixes"],
-    "ethos-safe": ["--target", "ethos-u55"],
-}
+CONFIGS = FIX_CONFIGS  # the fix configurations the golden harness records
 
 
 def models(folders: list[Path]) -> list[Path]:
