@@ -6,7 +6,7 @@ cost = cost_model(load("model.onnx"), "ti-tda4vm")
 cost.macs, cost.param_bytes, cost.coverage_line(), cost.latency_us, cost.latency_range_us
 cost.fallback_nodes, cost.partitions, cost.top_kernels(10)
 
-`netlint cost MODEL --target T` (netlint/cost/command.py) prints the breakdown.
+`netlint cost MODEL --target T` (netlint/commands/cost.py) prints the breakdown.
 """
 
 from netlint.cost.model import ModelCost, NodeCost, OpTypeCost, cost_model
