@@ -24,6 +24,15 @@ from netlint.testing import codes, findings_of
 from netlint.testing import fix as fix_in_memory
 
 FORMATS = ("onnx", "tflite")
+needs_litert = pytest.mark.skipif(not litert.available(), reason="ai-edge-litert is not installed")
+
+
+def runs(fmt: str) -> bool:
+    """Whether a model of this format can be run here to compare outputs (onnxruntime is a test dependency; LiteRT
+    may be missing)."""
+    return fmt == "onnx" or litert.available()
+
+
 PASS_MODELS = Path(__file__).parents[1] / "data" / "passes"
 MANIFEST = json.loads((PASS_MODELS / "MANIFEST.json").read_text())["files"]
 # what issue 19 changed on purpose in the manifest's negatives: now fixed, or refused in other words

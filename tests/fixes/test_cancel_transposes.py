@@ -15,18 +15,16 @@ from conftest import (
     assert_priced_as_written,
     check_pass_model,
     fixed,
+    needs_litert,
     op_list,
     ops,
     pass_models,
     randomized,
     rechecked,
+    runs,
 )
 
 from netlint.testing import GraphBuilder, TfliteBuilder
-
-needs_litert = pytest.mark.skipif(
-    not __import__("netlint.fixes.litert", fromlist=["available"]).available(), reason="ai-edge-litert not installed"
-)
 
 
 def perms(model: onnx.ModelProto) -> list[list[int]]:
@@ -270,7 +268,7 @@ def test_merge_advertised_safe_is_applied_and_exact(fmt: str) -> None:
     result = fixed(model, ["DM002"])
     assert [(a.fix, a.exact) for a in result.applied] == [("cancel-transposes", True)]
     assert ops(result.fixed)["Transpose" if fmt == "onnx" else "TRANSPOSE"] == 1
-    if fmt == "onnx" or not needs_litert.args[0]:
+    if runs(fmt):
         assert_equivalent(model, result.fixed, rtol=0, atol=0)
     assert rechecked(result.fixed, "DM002") == []
 

@@ -17,6 +17,7 @@ from conftest import (
     check_pass_model,
     fixed,
     ints,
+    needs_litert,
     op_list,
     operators,
     ops,
@@ -29,8 +30,6 @@ from netlint.fixes import litert as verify
 from netlint.io.tflite_writer import read_tree
 from netlint.testing import GraphBuilder, TfliteBuilder, codes, findings_of, priced_severity
 
-litert = pytest.mark.skipif(not verify.available(), reason="ai-edge-litert is not installed")
-needs_litert = litert
 EXACT = {"rtol": 1e-4, "atol": 1e-5}
 
 
@@ -170,7 +169,7 @@ def buffers_with_data(data: bytes) -> int:
     return sum(1 for buffer in read_tree(data)["Buffers"] if buffer["Data"] is not None and len(buffer["Data"]))
 
 
-@litert
+@needs_litert
 def test_relu_is_fused_into_a_copy_that_shares_the_weights():
     data = conv_act_add()
     assert rechecked(data, "FU001", target=FUSES_ALL) == ["FU001"]
@@ -186,7 +185,7 @@ def test_relu_is_fused_into_a_copy_that_shares_the_weights():
     assert rechecked(result.fixed, "FU001", target=FUSES_ALL) == []
 
 
-@litert
+@needs_litert
 @pytest.mark.parametrize(
     ("act", "kind", "function"),
     [
@@ -205,7 +204,7 @@ def test_relu_family_fuses_into_each_conv_kind(act, kind, function):
     assert rechecked(result.fixed, "FU001", target=FUSES_ALL) == []
 
 
-@litert
+@needs_litert
 @pytest.mark.parametrize("conv_is_output", [False, True])
 def test_silu_composite_reads_its_own_copy_and_subgraph_outputs_stay(conv_is_output):
     data = conv_act_add("silu", conv_is_output=conv_is_output)
@@ -227,7 +226,7 @@ def test_silu_composite_reads_its_own_copy_and_subgraph_outputs_stay(conv_is_out
     assert rechecked(result.fixed, "FU001", target=FUSES_ALL) == []
 
 
-@litert
+@needs_litert
 def test_tflite_two_activations_each_get_a_copy_over_two_rounds():
     rng = np.random.default_rng(4)
     b = TfliteBuilder()
@@ -244,7 +243,7 @@ def test_tflite_two_activations_each_get_a_copy_over_two_rounds():
     assert rechecked(result.fixed, "FU001", target=FUSES_ALL) == []
 
 
-@litert
+@needs_litert
 def test_int8_relu_with_the_conv_quantization_is_fused_exactly():
     data = conv_act_add(quant={"scale": [0.08], "zero_point": [-3]})
     result = fixed(data, ["FU001"], target=FUSES_ALL)
@@ -254,7 +253,7 @@ def test_int8_relu_with_the_conv_quantization_is_fused_exactly():
     assert rechecked(result.fixed, "FU001", target=FUSES_ALL) == []
 
 
-@litert
+@needs_litert
 def test_int8_relu_that_requantizes_keeps_its_operator_and_reads_an_exact_copy():
     data = conv_act_add(quant={"scale": [0.05], "zero_point": [-128]})
     result = fixed(data, ["FU001"], target=FUSES_ALL)
@@ -295,7 +294,7 @@ def test_nothing_to_duplicate_where_the_target_fuses_relu_whatever_reads_the_con
     assert result.applied == [] and result.skipped == [] and result.fixed == data
 
 
-@litert
+@needs_litert
 def test_netlint_fix_on_a_tflite_file_applies_it(tmp_path, capsys):
     source = tmp_path / "m.tflite"
     source.write_bytes(conv_act_add())
@@ -308,7 +307,7 @@ def test_netlint_fix_on_a_tflite_file_applies_it(tmp_path, capsys):
     assert main(["check", str(out), "--select", "FU001", *target]) == 0  # `netlint check` no longer reports it
 
 
-@litert
+@needs_litert
 def test_on_ort_cpu_a_realistic_conv_is_not_duplicated_unless_asked():
     """The cost model prices the extra conv against the fused RELU: for a 32-channel 3x3 conv on ONNX Runtime's CPU
     the copy costs more than it saves (the rule's measurement: 1.6-1.9x slower), so the engine skips it."""

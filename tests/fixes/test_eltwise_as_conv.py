@@ -17,6 +17,7 @@ from conftest import (
     check_pass_model,
     fixed,
     fixed_path,
+    needs_litert,
     op_list,
     operators,
     ops,
@@ -31,8 +32,6 @@ from netlint.fixes import litert as verify
 from netlint.io.tflite_writer import read_tree
 from netlint.testing import GraphBuilder, TfliteBuilder, findings_of
 
-litert = pytest.mark.skipif(not verify.available(), reason="ai-edge-litert is not installed")
-needs_litert = litert
 EXACT = {"rtol": 1e-4, "atol": 1e-5}
 HTP = {"target": "qualcomm-htp", "chip": "8550"}  # fuses PRelu and HardSwish into convs, not after an Add
 
@@ -155,7 +154,7 @@ def tensor_names(data: bytes) -> set[str]:
     return {t["Name"].decode() for t in read_tree(data)["Subgraphs"][0]["Tensors"]}
 
 
-@litert
+@needs_litert
 @pytest.mark.parametrize(
     ("op", "k", "first"),
     [
@@ -180,7 +179,7 @@ def test_tflite_constant_ops_become_depthwise_convs_exactly(op, k, first):
     assert rechecked(result.fixed, "FU002", **HTP) == []
 
 
-@litert
+@needs_litert
 @pytest.mark.parametrize("op", ["ADD", "SUB", "ADD_N"])
 def test_tflite_two_tensor_add_and_sub_become_concat_and_identity_conv(op):
     data = two_tensors(op)
@@ -195,7 +194,7 @@ def test_tflite_two_tensor_add_and_sub_become_concat_and_identity_conv(op):
     assert rechecked(result.fixed, "FU002", **HTP) == []
 
 
-@litert
+@needs_litert
 def test_without_a_target_nothing_is_rewritten_and_a_target_without_a_cost_model_rewrites():
     data = tflite_const_then_act("MUL", np.arange(1, 5, dtype=np.float32), act="PRELU")
     assert fixed(data, ["FU002"]).applied == []  # without a target: an info summary naming the accelerators
@@ -204,7 +203,7 @@ def test_without_a_target_nothing_is_rewritten_and_a_target_without_a_cost_model
     assert_equivalent(data, result.fixed, **EXACT)
 
 
-@litert
+@needs_litert
 def test_the_cost_model_decides_on_the_target():
     """On HTP the depthwise form pays (the PRELU fuses for C MACs per pixel); the concat form's 2·C² MACs and copy
     do not, so it is skipped unless --keep-slower-fixes."""
@@ -231,7 +230,7 @@ def test_tflite_three_d_tensors_are_skipped():
     assert result.applied == [] and "4-D" in result.skipped[0].reason
 
 
-@litert
+@needs_litert
 def test_netlint_fix_on_a_tflite_file_applies_it(tmp_path, capsys):
     source = tmp_path / "m.tflite"
     source.write_bytes(tflite_const_then_act("SUB", np.arange(4, dtype=np.float32), act="PRELU"))

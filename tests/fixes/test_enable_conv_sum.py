@@ -20,6 +20,7 @@ from conftest import (
     assert_priced_as_written,
     check_pass_model,
     fixed,
+    needs_litert,
     operators,
     ops,
     outputs,
@@ -38,8 +39,6 @@ from netlint.fixes.enable_conv_sum import EnableConvSum
 from netlint.io.tflite_writer import read_tree
 from netlint.testing import GraphBuilder, TfliteBuilder, findings_of, load
 
-litert = pytest.mark.skipif(not verify.available(), reason="ai-edge-litert is not installed")
-needs_litert = litert
 ORT = {"target": "ort-cpu"}  # states a residual fusion that needs a bias and an Add node
 
 
@@ -190,7 +189,7 @@ def conv_inputs(data: bytes) -> list[int]:
     return next(op[1] for op in operators(data) if op[0].endswith("CONV_2D"))
 
 
-@litert
+@needs_litert
 @needs_litert
 def test_bias_less_conv_gets_a_zero_bias():
     data = tflite_residual()
@@ -207,7 +206,7 @@ def test_bias_less_conv_gets_a_zero_bias():
     assert rechecked(result.fixed, "FU005", **ORT) == []
 
 
-@litert
+@needs_litert
 @needs_litert
 def test_add_n_becomes_add_with_the_bias():
     result = fix_on_ort(tflite_residual(op="ADD_N"))
@@ -217,7 +216,7 @@ def test_add_n_becomes_add_with_the_bias():
     assert rechecked(result.fixed, "FU005", **ORT) == []
 
 
-@litert
+@needs_litert
 @needs_litert
 def test_depthwise_conv_takes_its_channels_from_the_last_weight_dimension():
     result = fix_on_ort(tflite_residual(depthwise=True))
@@ -227,7 +226,7 @@ def test_depthwise_conv_takes_its_channels_from_the_last_weight_dimension():
     assert rechecked(result.fixed, "FU005", **ORT) == []
 
 
-@litert
+@needs_litert
 @needs_litert
 def test_int8_conv_gets_an_int32_bias_quantized_as_the_kernel_requires():
     result = fix_on_ort(int8_residual(bias=False))
@@ -274,7 +273,7 @@ def test_tflite_the_pass_reads_the_findings_data_not_its_message():
     assert "zero bias" in plan.description and "written as Add" in plan.description
 
 
-@litert
+@needs_litert
 @needs_litert
 def test_netlint_fix_on_a_tflite_file_applies_it(tmp_path, capsys):
     source = tmp_path / "m.tflite"
@@ -288,7 +287,7 @@ def test_netlint_fix_on_a_tflite_file_applies_it(tmp_path, capsys):
     assert main(["check", str(out), "--target", "ort-cpu", "--select", "FU005"]) == 0
 
 
-@litert
+@needs_litert
 @needs_litert
 def test_a_model_that_crashes_litert_is_fixed_and_says_verification_was_unavailable(tmp_path, capsys):
     """LiteRT segfaults in allocate_tensors on a DEPTHWISE_CONV_2D without a bias: verification runs in a child

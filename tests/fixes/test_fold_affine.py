@@ -15,6 +15,7 @@ from conftest import (
     check_pass_model,
     fixed,
     fixed_path,
+    needs_litert,
     op_list,
     ops,
     outputs,
@@ -29,7 +30,6 @@ from netlint.fixes import litert
 from netlint.testing import GraphBuilder, TfliteBuilder, findings_of
 
 RTOL, ATOL = 1e-4, 1e-5
-needs_litert = pytest.mark.skipif(not litert.available(), reason="ai-edge-litert is not installed")
 
 
 def per_channel(b: GraphBuilder, name: str, channels: int, low: float = -1.0, high: float = 1.0) -> str:

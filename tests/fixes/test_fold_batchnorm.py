@@ -18,6 +18,7 @@ from conftest import (
     assert_priced_as_written,
     check_pass_model,
     fixed,
+    needs_litert,
     op_list,
     ops,
     outputs,
@@ -36,7 +37,6 @@ from netlint.testing import GraphBuilder, TfliteBuilder
 
 RTOL, ATOL = 1e-4, 1e-5
 C = 4
-needs_litert = pytest.mark.skipif(not litert.available(), reason="ai-edge-litert is not installed")
 
 
 def conv_bn(bias: bool = True, group: int = 1, output_bn: bool = True) -> onnx.ModelProto:

@@ -15,6 +15,7 @@ from conftest import (
     assert_priced_as_written,
     check_pass_model,
     fixed,
+    needs_litert,
     op_list,
     ops,
     pass_models,
@@ -29,7 +30,6 @@ from netlint.testing import GraphBuilder, TfliteBuilder, codes, findings_of
 
 RTOL, ATOL = 1e-4, 1e-5
 C = 4
-needs_litert = pytest.mark.skipif(not litert.available(), reason="ai-edge-litert is not installed")
 
 
 def preact(

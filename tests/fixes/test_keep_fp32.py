@@ -19,6 +19,7 @@ from conftest import (
     assert_priced_as_written,
     check_pass_model,
     fixed,
+    needs_litert,
     ops,
     outputs,
     pass_models,
@@ -35,8 +36,6 @@ from netlint.io.tflite_io import model_from_buffer
 from netlint.io.tflite_writer import read_tree
 from netlint.ir.edit import Edit
 from netlint.testing import GraphBuilder, TfliteBuilder, findings_of, load
-
-needs_litert = pytest.mark.skipif(not litert.available(), reason="ai-edge-litert is not installed")
 
 
 def to_fp16(model: onnx.ModelProto, select: list[str] | None = None):

@@ -15,19 +15,17 @@ from conftest import (
     assert_priced_as_written,
     check_pass_model,
     fixed,
+    needs_litert,
     op_list,
     ops,
     outputs,
     pass_models,
     rechecked,
+    runs,
 )
 from onnx import TensorProto, external_data_helper, helper, numpy_helper
 
 from netlint.testing import GraphBuilder, TfliteBuilder
-
-needs_litert = pytest.mark.skipif(
-    not __import__("netlint.fixes.litert", fromlist=["available"]).available(), reason="ai-edge-litert not installed"
-)
 
 
 def reshape(b: GraphBuilder, x: str, shape: list[int], name: str) -> str:
@@ -233,7 +231,7 @@ def test_chain_advertised_safe_is_merged_and_exact(fmt: str) -> None:
     result = fixed(model, ["DM003"])
     assert [(a.fix, a.exact) for a in result.applied] == [("merge-reshapes", True)]
     assert ops(result.fixed)["Reshape" if fmt == "onnx" else "RESHAPE"] == 1
-    if fmt == "onnx" or not needs_litert.args[0]:
+    if runs(fmt):
         assert_equivalent(model, result.fixed, rtol=0, atol=0)
     assert rechecked(result.fixed, "DM003") == []
 

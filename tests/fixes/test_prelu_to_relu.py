@@ -14,18 +14,16 @@ from conftest import (
     assert_priced_as_written,
     check_pass_model,
     fixed,
+    needs_litert,
     op_list,
     ops,
     outputs,
     pass_models,
     rechecked,
+    runs,
 )
 
 from netlint.testing import GraphBuilder, TfliteBuilder
-
-needs_litert = pytest.mark.skipif(
-    not __import__("netlint.fixes.litert", fromlist=["available"]).available(), reason="ai-edge-litert not installed"
-)
 
 
 def prelu_model(slopes) -> onnx.ModelProto:
@@ -194,7 +192,7 @@ def test_exact_rewrite_advertised_safe_is_applied_and_exact(fmt: str, slopes, op
     counts = ops(result.fixed)
     assert counts["PRelu" if fmt == "onnx" else "PRELU"] == 0
     assert op is None or counts[names.get(op, op)] == 1
-    if fmt == "onnx" or not needs_litert.args[0]:
+    if runs(fmt):
         assert_equivalent(model, result.fixed)
     assert rechecked(result.fixed, "FU004", target=RELU_ONLY) == []
 
@@ -209,7 +207,7 @@ def test_NEG_varying_slopes_are_unsafe_and_only_applied_on_request(fmt: str) -> 
     assert result.applied == [] and ops(result.fixed) == ops(model)
     unsafe = fixed(model, ["FU004"], target=RELU_ONLY, unsafe=True)
     assert [(a.applicability, a.exact) for a in unsafe.applied] == [("unsafe", False)]
-    if fmt == "onnx" or not needs_litert.args[0]:
+    if runs(fmt):
         with pytest.raises(AssertionError):
             assert_equivalent(model, unsafe.fixed)
 

@@ -18,6 +18,7 @@ from conftest import (
     assert_priced_as_written,
     check_pass_model,
     fixed,
+    needs_litert,
     op_list,
     ops,
     outputs,
@@ -32,7 +33,6 @@ from netlint.testing import GraphBuilder, TfliteBuilder, codes, findings_of
 TI = "ti-tda4vm"  # relu6_cost = "lut": QT001 reports every ReLU6 at its default precision
 # QT001 reports ReLU6 on fixed-point precisions of a target that says what it costs: TIDL runs it as ReLU8 (info)
 INT8 = {"target": "ti-tda4vm", "precision": "int8"}
-needs_litert = pytest.mark.skipif(not litert.available(), reason="ai-edge-litert is not installed")
 
 
 def fix(model: onnx.ModelProto, unsafe: bool = True, target: str = TI):

@@ -13,10 +13,12 @@ from conftest import (
     assert_priced_as_written,
     check_pass_model,
     fixed,
+    needs_litert,
     op_list,
     ops,
     pass_models,
     rechecked,
+    runs,
 )
 from onnx import TensorProto, helper
 
@@ -24,10 +26,6 @@ import netlint.cost.impact
 from netlint.io.tflite_writer import Table, read_tree, write_tree
 from netlint.rule import Impact
 from netlint.testing import GraphBuilder, TfliteBuilder
-
-needs_litert = pytest.mark.skipif(
-    not __import__("netlint.fixes.litert", fromlist=["available"]).available(), reason="ai-edge-litert not installed"
-)
 
 
 def test_dead_branch_and_its_weights_are_removed():
@@ -207,7 +205,7 @@ def test_dead_code_advertised_safe_is_removed_and_exact(fmt: str) -> None:
     result = fixed(model, ["GR001"])
     assert [(a.fix, a.exact) for a in result.applied] == [("remove-dead-code", True)]
     assert sum(ops(result.fixed).values()) == 1
-    if fmt == "onnx" or not needs_litert.args[0]:
+    if runs(fmt):
         assert_equivalent(model, result.fixed)
     assert rechecked(result.fixed, "GR001") == []
 

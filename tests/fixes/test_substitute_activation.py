@@ -17,6 +17,7 @@ from conftest import (
     assert_priced_as_written,
     check_pass_model,
     fixed,
+    needs_litert,
     op_list,
     ops,
     outputs,
@@ -32,7 +33,6 @@ from netlint.fixes.substitute_activation import SubstituteActivation
 from netlint.io.tflite_writer import read_tree
 from netlint.testing import GraphBuilder, TfliteBuilder, findings_of
 
-needs_litert = pytest.mark.skipif(not verify.available(), reason="ai-edge-litert is not installed")
 TI = {"target": "ti-tda4vm"}  # fuses Relu only
 
 
