@@ -1056,8 +1056,10 @@ def _kernel_time(
     if rates.weight_gb_per_s is not None:  # weights stream from their own memory (Ethos-U: flash), in parallel
         traffic -= cost.param_bytes * scale
         weights = cost.param_bytes / (rates.weight_gb_per_s * 1e3)
-    if rates.output_gelements_per_s is not None and head.node.outputs:  # the NPU's cost per output element
-        compute += _elements(ctx, head.node) / (rates.output_gelements_per_s * 1e3)
+    if rates.output_gelements_per_s is not None and head.node.outputs:  # the NPU's cost per output element ...
+        # ... overlaps the MACs: Vela prices each output block at the larger of its MAC (DPU) and output cycles
+        # (ethosu/vela/npu_performance.py, _estimate_conv_cycles; an elementwise op at its output cycles alone)
+        compute = max(compute, _elements(ctx, head.node) / (rates.output_gelements_per_s * 1e3))
     if rates.mac_output_gelements_per_s is not None and macs and head.node.outputs:  # a reference kernel's loop
         compute += _elements(ctx, head.node) / (rates.mac_output_gelements_per_s * 1e3)
     time = max(compute, traffic / (rates.memory_gb_per_s * 1e3), weights)

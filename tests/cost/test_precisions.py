@@ -126,3 +126,17 @@ def test_a_fused_clamp_runs_inside_a_cpu_kernel_and_outside_an_npu_one() -> None
     assert cost_model(relu6, cpu).latency_us == pytest.approx(cost_model(plain, cpu).latency_us)
     npu = litert_like(kind="npu")
     assert cost_model(relu6, npu).latency_us > cost_model(plain, npu).latency_us
+
+
+def test_an_npus_output_time_overlaps_its_macs_as_in_vela() -> None:
+    # Vela prices an output block at the larger of its MAC cycles and its output cycles (npu_performance.py,
+    # _estimate_conv_cycles): a 1x1 conv of 8 input channels is bound by its outputs, not by outputs + MACs
+    fast = litert_like(kind="npu", int16x8={"conv_gmacs_per_s": 1000.0, "output_gelements_per_s": 0.5})
+    slow = litert_like(kind="npu", int16x8={"conv_gmacs_per_s": 1.0, "output_gelements_per_s": 0.5})
+    fast_macs, slow_macs = fast.select(precision="int16x8"), slow.select(precision="int16x8")
+    model = load(int16_layers())
+    outputs, macs = 28 * 28 * 48, 28 * 28 * 48 * 8
+    conv_fast = cost_model(model, fast_macs).nodes[0].latency_us
+    conv_slow = cost_model(model, slow_macs).nodes[0].latency_us
+    assert conv_fast == pytest.approx(outputs / 0.5e3)  # output-bound: the MACs hide behind it
+    assert conv_slow == pytest.approx(macs / 1.0e3)  # MAC-bound: the outputs hide behind them
