@@ -140,6 +140,7 @@ class Fitted:
     kernel_overhead_us: float
     call_overhead_us: float  # the per-run intercept of the kernel chain: the runtime's own cost per call
     reorder: Reorder | None = None  # NCHW <-> NCHWc copy rates (onnxruntime only)
+    mac_output_gelements_per_s: float | None = None  # reference convs' per-output-element cost (fit_reference_conv)
 
     def numbers(self) -> dict[str, float]:
         numbers = {
@@ -149,6 +150,8 @@ class Fitted:
             "memory_gb_per_s": self.memory_gb_per_s,
             "kernel_overhead_us": self.kernel_overhead_us,
         }
+        if self.mac_output_gelements_per_s is not None:
+            numbers["mac_output_gelements_per_s"] = self.mac_output_gelements_per_s
         if self.reorder is not None:
             numbers.update(self.reorder.numbers())
         return numbers
@@ -226,6 +229,26 @@ def fit_cost(samples: Sequence[Sample]) -> Fitted:
         call_overhead_us=max(overhead.intercept_us, 0.0),
         reorder=fit_reorder(reorders, kernel_overhead_us) if reorders else None,
     )
+
+
+def fit_reference_conv(samples: Sequence[Sample], call_overhead_us: float) -> tuple[float, float, float] | None:
+    """(conv, depthwise MAC rates in 1e9 MACs/s, output elements per second in 1e9) of convs that run on TFLite's
+    reference kernels (LiteRT's int16x8): a loop per output element (its requantization, bounds checks and int64
+    bias) around a loop per MAC, so time = call + conv MACs / conv rate + depthwise MACs / depthwise rate + outputs /
+    output rate, fitted by least squares on relative error over the CONV and DEPTHWISE samples (`work` MACs, `ops`
+    output elements), whose MACs per output element must vary. None when a coefficient comes out non-positive (the
+    shapes or the noise do not separate the terms: the per-family lines stand)."""
+    rows = [s for s in samples if s.family in (CONV, DEPTHWISE) and s.ops > 0]
+    if len({round(s.work / s.ops, 3) for s in rows}) < 3 or not any(s.family == DEPTHWISE for s in rows):
+        return None
+    times = np.array([max(s.time_us - call_overhead_us, 1e-3) for s in rows])
+    design = np.array(
+        [[s.work if s.family == CONV else 0.0, s.work if s.family == DEPTHWISE else 0.0, s.ops] for s in rows]
+    )
+    (conv, depthwise, output), *_ = np.linalg.lstsq(design / times[:, None], np.ones_like(times), rcond=None)
+    if min(conv, depthwise, output) <= 0:
+        return None
+    return float(1 / conv / 1e3), float(1 / depthwise / 1e3), float(1 / output / 1e3)  # us per unit -> 1e9 / s
 
 
 def observed_fusions(pairs: dict[str, tuple[float, float, float]], baseline_us: float = 0.0) -> list[str]:

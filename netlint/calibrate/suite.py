@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from netlint.calibrate.bench import (
@@ -41,6 +41,7 @@ from netlint.calibrate.fit import (
     Sample,
     fit_cost,
     fit_line,
+    fit_reference_conv,
     observed_fusions,
     relu_equivalents,
     relu_ops_per_element,
@@ -144,19 +145,26 @@ PRECISION_SHAPES = {
     DEPTHWISE: ((3, 32, 28), (3, 64, 14), (3, 16, 56)),
     MEMORY: ((16, 28), (32, 28), (32, 56)),  # (channels, size): Add of two inputs
 }
+# int16x8 only: dense convs whose MACs per output element vary (1x1 from 8 to 144 input channels, a 3-channel 3x3
+# stem), so the reference kernels' per-output cost separates from their per-MAC cost (fit.fit_reference_conv)
+REFERENCE_CONVS = ((1, 8, 48, 28), (1, 48, 8, 28), (1, 16, 96, 14), (1, 96, 16, 14), (1, 144, 24, 14), (3, 3, 16, 56))
 
 
 def precision_suite() -> list[MicroModel]:
     """Conv, depthwise and Add micro-models in int8 and int16x8 (TFLite): the per-precision rates."""
     models = []
     for precision in PRECISIONS:
-        for k, c, h in PRECISION_SHAPES[CONV]:
-            spec = MicroModel(
-                f"{precision}_conv{k}_{c}_{h}", c, h, h, [Layer("conv", c, k)], CONV, h * h * c * c * k * k
-            )
+        convs = [(k, c, c, h) for k, c, h in PRECISION_SHAPES[CONV]]
+        for k, c, out, h in convs + list(REFERENCE_CONVS if precision == "int16x8" else ()):
+            name = f"{precision}_conv{k}_{c}_{h}" + (f"_{out}" if out != c else "")
+            outputs = h * h * out  # `ops`: the output elements (the reference kernels' per-output cost)
+            spec = MicroModel(name, c, h, h, [Layer("conv", out, k)], CONV, outputs * c * k * k, outputs)
             models.append(MicroModel(**{**spec.__dict__, "precision": precision}))
         for k, c, h in PRECISION_SHAPES[DEPTHWISE]:
-            spec = MicroModel(f"{precision}_dw{k}_{c}_{h}", c, h, h, [Layer("dw", k=k)], DEPTHWISE, h * h * c * k * k)
+            outputs = h * h * c
+            spec = MicroModel(
+                f"{precision}_dw{k}_{c}_{h}", c, h, h, [Layer("dw", k=k)], DEPTHWISE, outputs * k * k, outputs
+            )
             models.append(MicroModel(**{**spec.__dict__, "precision": precision}))
         width = 2 if precision == "int16x8" else 1
         for c, h in PRECISION_SHAPES[MEMORY]:
@@ -322,7 +330,17 @@ def run_suite(
             for spec in models
             if spec.precision == precision
         ]
-        by_precision[precision] = fit_cost(mine + [s for s in samples if s.family == OVERHEAD])
+        fitted_precision = fit_cost(mine + [s for s in samples if s.family == OVERHEAD])
+        reference = fit_reference_conv(mine, call) if precision == "int16x8" else None
+        if reference is not None:  # LiteRT's int16x8 convs run on TFLite's reference kernels
+            conv, depthwise, outputs = reference
+            fitted_precision = replace(
+                fitted_precision,
+                conv_gmacs_per_s=conv,
+                depthwise_gmacs_per_s=depthwise,
+                mac_output_gelements_per_s=outputs,
+            )
+        by_precision[precision] = fitted_precision
     factors = activation_ops(timings, models, call, fitted.vector_gops_per_s)
     pairs = {}
     for spec in models:

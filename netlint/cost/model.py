@@ -12,7 +12,8 @@ The runtime is modelled on the IR, in one linear pass per step (no fix pass runs
    (`Target.residual_fusion()`: ORT's ConvAddActivationFusion, oneDNN's sum post-op): a conv (with a bias where
    required) whose lone consumer is an Add of two same-shape tensors runs the Add, and an activation after it, in its
    own kernel; the kernel reads the residual once more. A TFLite activation fused into the conv (`fused_activation`)
-   that the target cannot apply inside the conv costs an extra elementwise pass.
+   that the target cannot apply inside the conv costs an extra elementwise pass; on a CPU a fused clamp (Relu, Relu6,
+   ReluN1To1) is applied by the kernel itself, like a fused Relu (TFLITE_CLAMPS).
 3. CPU fallback: a node the target does not support (`Target.supports_op(op) is False`, [ops].fallback not "none")
    runs alone on the CPU at `fallback_intercept_us + fallback_us_per_mb * MB touched` (Vela-style linear cost, MB =
    1e6 bytes); every tensor that crosses between the accelerator and the CPU costs `transfer_overhead_us + bytes /
@@ -91,6 +92,8 @@ class NodeCost:
     rewritten: str | None = None  # the runtime rewrite (fix pass name) that folds or removes this node
     fallback: bool = False  # the target does not support the op: it runs on the CPU
     extra_pass: bool = False  # a TFLite fused activation the target runs as a separate pass
+    # a TFLite fused clamp (Relu, Relu6, ReluN1To1) a CPU kernel applies in its output stage, as a fused Relu hides
+    in_kernel_clamp: bool = False
     # a fused activation whose efficiency the target's guide gives as "good", not "best" (Qualcomm HTP FP16): its
     # elementwise work is counted in the kernel instead of hidden behind the MACs
     partial: bool = False
@@ -568,6 +571,14 @@ def _typed(graph: Graph, node: Node, types: frozenset[str]) -> bool:
 
 
 # --- kernels -------------------------------------------------------------------------------------------------------
+# TFLite's fused activations that are clamps: LiteRT's CPU kernels (float, int8 and the int16x8 reference ones) apply
+# them to the result before writing it (CalculateActivationRange's bounds, tflite/kernels/conv.cc and
+# depthwise_conv.cc, google-ai-edge/LiteRT), whatever separate activation ops the runtime fuses. Measured on
+# keras_mobilenet_v2_a035_int16x8 (benchmarks/litert_ops.py): 1x1 convs with and without RELU6 cost the same per
+# output element for the same MACs per output (docs/cost-model.md, "LiteRT int16x8").
+TFLITE_CLAMPS = frozenset({"Relu", "Relu6", "ReluN1To1"})
+
+
 def _group_kernels(
     graph: Graph,
     ctx: CostContext,
@@ -594,7 +605,10 @@ def _group_kernels(
         kinds = fused if node.op in hosts else others[node.op]
         kind = entry.node.fused_activation
         if kind is not None and kind not in kinds:
-            entry.extra_pass = True
+            if target.kind == "cpu" and kind in TFLITE_CLAMPS:
+                entry.in_kernel_clamp = True
+            else:
+                entry.extra_pass = True
         tail = tails.get(entry.id, entry.node.outputs[0] if entry.node.outputs else "")
         if kind is not None:
             if saturating and kind == "Relu" and (clamp := _saturation(graph, tail)) is not None:
@@ -1027,7 +1041,10 @@ def _kernel_time(
     for m in working:
         factor = per_element.get(m.op, 1.0)
         hides = m.fusion == ACTIVATION and not m.partial  # a "good" (not "best") fusion does its work in the kernel
-        ops += m.cost.ops * (max(factor - hidden, 0.0) if hides else factor)  # type: ignore[union-attr]
+        own = m.cost.ops  # type: ignore[union-attr]
+        if m.in_kernel_clamp:  # the clamp's ops (ops.py counts one per output element) hide like a fused Relu's
+            own = max(own - ctx.numel(m.node.outputs[0]), 0)
+        ops += own * (max(factor - hidden, 0.0) if hides else factor)
     # fused members add no traffic (they are applied before the kernel writes) but a bias a runtime's fold gives it...
     traffic = (cost.bytes + _runtime_bias_bytes(ctx, head.node, members)) * scale
     for member in working:  # ...and the residual, which the kernel reads
@@ -1039,8 +1056,12 @@ def _kernel_time(
     if rates.weight_gb_per_s is not None:  # weights stream from their own memory (Ethos-U: flash), in parallel
         traffic -= cost.param_bytes * scale
         weights = cost.param_bytes / (rates.weight_gb_per_s * 1e3)
-    if rates.output_gelements_per_s is not None and head.node.outputs:  # the NPU's cost per output element
-        compute += _elements(ctx, head.node) / (rates.output_gelements_per_s * 1e3)
+    if rates.output_gelements_per_s is not None and head.node.outputs:  # the NPU's cost per output element ...
+        # ... overlaps the MACs: Vela prices each output block at the larger of its MAC (DPU) and output cycles
+        # (ethosu/vela/npu_performance.py, _estimate_conv_cycles; an elementwise op at its output cycles alone)
+        compute = max(compute, _elements(ctx, head.node) / (rates.output_gelements_per_s * 1e3))
+    if rates.mac_output_gelements_per_s is not None and macs and head.node.outputs:  # a reference kernel's loop
+        compute += _elements(ctx, head.node) / (rates.mac_output_gelements_per_s * 1e3)
     time = max(compute, traffic / (rates.memory_gb_per_s * 1e3), weights)
     worst = time
     if rates.data_dependent_ratio > 1.0 and rates.data_dependent_ops:

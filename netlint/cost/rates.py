@@ -34,6 +34,9 @@ KEYS = (
     "reorder_cache_mb",  # ... the size past which a reorder's tensors no longer stay in the cache
     "output_gelements_per_s",  # output elements a kernel writes per second (1e9): an NPU's per-output cost
     "weight_gb_per_s",  # constant bytes (weights) per second (1e9) from where they are stored (Ethos-U: flash)
+    # output elements per second (1e9) of a kernel with MACs (conv, depthwise, matmul) only: the per-output loop of
+    # TFLite's reference kernels (requantization, bounds checks, int64 bias; LiteRT's int16x8)
+    "mac_output_gelements_per_s",
 )
 
 
@@ -64,6 +67,7 @@ class Rates:
     reorder_cache_mb: float | None = None
     output_gelements_per_s: float | None = None  # None: writing the output costs only its bytes
     weight_gb_per_s: float | None = None  # None: weights move at memory_gb_per_s with the activations
+    mac_output_gelements_per_s: float | None = None  # None: a MAC kernel's outputs cost no more than other kernels'
 
     @property
     def calibrated(self) -> bool:
@@ -120,6 +124,7 @@ def rates_for(target: Target) -> Rates | None:
             reorder_cache_mb=_optional(merged, "reorder_cache_mb"),
             output_gelements_per_s=_optional(merged, "output_gelements_per_s"),
             weight_gb_per_s=_optional(merged, "weight_gb_per_s"),
+            mac_output_gelements_per_s=_optional(merged, "mac_output_gelements_per_s"),
         )
     except KeyError:
         return None

@@ -92,6 +92,7 @@ COST_NUMBERS = frozenset(
         "reorder_cache_mb",  # ... this many MB (1e6 bytes); the two go together
         "output_gelements_per_s",  # output elements written per second (1e9): a per-output-element cost
         "weight_gb_per_s",  # weight bytes per second (1e9) from where the weights are stored
+        "mac_output_gelements_per_s",  # output elements per second (1e9) of a MAC kernel: a reference kernel's loop
     }
 )
 COST_FLAGS = frozenset({"views_free"})

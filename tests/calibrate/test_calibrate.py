@@ -20,6 +20,7 @@ from netlint.calibrate.fit import (
     Sample,
     fit_cost,
     fit_line,
+    fit_reference_conv,
     fit_reorder,
     fit_vector_rate,
     fused,
@@ -117,6 +118,45 @@ def test_fit_cost_tracks_a_different_machine():
     assert fitted.depthwise_gmacs_per_s == pytest.approx(9.0, rel=1e-6)
     assert fitted.vector_gops_per_s == pytest.approx(1.5, rel=0.01)
     assert fitted.kernel_overhead_us == pytest.approx(2.0, rel=1e-6)
+
+
+def reference_samples(conv: float, depthwise: float, outputs: float, call: float = 5.0) -> list[Sample]:
+    """int16x8 micro-models as precision_suite builds them, timed as TFLite's reference kernels would run them:
+    call + MACs / MAC rate + output elements / output rate (rates in 1e9 per second)."""
+    from netlint.calibrate.suite import precision_suite
+
+    samples = []
+    for spec in precision_suite():
+        if spec.precision != "int16x8" or spec.family not in (CONV, DEPTHWISE):
+            continue
+        rate = conv if spec.family == CONV else depthwise
+        time = call + spec.work / (rate * 1e3) + spec.ops / (outputs * 1e3)
+        samples.append(Sample(spec.family, spec.name, spec.work, time, spec.ops))
+    return samples
+
+
+def test_reference_kernels_per_output_cost_separates_from_the_per_mac_one():
+    # the shape of the int16x8 measurements on LiteRT 2.3 (docs/cost-model.md): 0.32 ns per MAC, 8 ns per output
+    conv, depthwise, outputs = fit_reference_conv(reference_samples(3.1, 2.3, 0.124), call_overhead_us=5.0)
+    assert conv == pytest.approx(3.1, rel=1e-6)
+    assert depthwise == pytest.approx(2.3, rel=1e-6)
+    assert outputs == pytest.approx(0.124, rel=1e-6)
+    # one line per family through the same timings (the int16x8 rates before) cannot follow the MACs per output:
+    # it misses the convs with few MACs per output by far
+    convs = [s for s in reference_samples(3.1, 2.3, 0.124) if s.family == CONV]
+    line = fit_line([s.work for s in convs], [s.time_us for s in convs])
+    worst = max(abs(line.intercept_us + s.work * line.slope_us - s.time_us) / s.time_us for s in convs)
+    assert worst > 0.3
+
+
+def test_reference_fit_declines_when_the_terms_cannot_be_separated():
+    samples = reference_samples(3.1, 2.3, 0.124)
+    same_ratio = [s for s in samples if s.family == DEPTHWISE]  # every depthwise 3x3 has 9 MACs per output
+    assert fit_reference_conv(same_ratio, call_overhead_us=5.0) is None
+    assert fit_reference_conv([s for s in samples if s.family == CONV], call_overhead_us=5.0) is None  # no depthwise
+    # times that fall as the outputs grow (noise, not a kernel): a negative per-output cost, so no fit
+    falling = [Sample(s.family, s.name, s.work, s.work / 3.1e3 - s.ops * 0.002, s.ops) for s in samples]
+    assert fit_reference_conv(falling, call_overhead_us=0.0) is None
 
 
 def test_vector_rate_above_the_memory_roofline_is_the_smallest_that_explains_it():
@@ -271,6 +311,9 @@ def test_calibrate_litert_writes_a_target_that_loads(run_cli, tmp_path):
     assert target.precisions[0] == "fp32" and set(target.precisions) <= {"fp32", "int8", "int16x8"}
     measured = target.section("cost").get("precision", {})
     assert all(measured[name]["conv_gmacs_per_s"] > 0 for name in target.precisions[1:])
+    # int16x8: the reference kernels' per-output cost, fitted apart from the MAC rate (when the run separated them)
+    assert set(measured["int16x8"]) <= COST_NUMBERS - {"kernel_overhead_us"}
+    assert "mac_output_gelements_per_s" not in measured["int8"]  # XNNPACK's int8 kernels: the MAC rate alone
 
 
 # --- errors: one line, exit 2 --------------------------------------------------------------------------------------

@@ -66,3 +66,77 @@ def test_a_cpu_runtime_prices_an_int16_kernel_at_its_int16x8_rates() -> None:
     slow = cost_model(model, target).latency_us
     plain = replace(target, data={**data, "cost": {k: v for k, v in data["cost"].items() if k != "precision"}})
     assert slow > 50 * cost_model(model, plain).latency_us  # LiteRT's int16x8 reference kernels
+
+
+def litert_like(kind: str = "cpu", int16x8: dict | None = None, fused: tuple[str, ...] = ()):
+    """generic made a CPU target like `netlint calibrate --runtime litert` writes: fp32 and int16x8 rates, the
+    fusion list the standalone-activation test found."""
+    base = load_target("generic")
+    source = base.sources[0] if base.sources else "x"
+    data = {
+        **base.data,
+        "target": {**base.data["target"], "kind": kind, "precisions": ["fp32", "int16x8"], "default_precision": "fp32"},
+        "cost": {
+            "conv_gmacs_per_s": 100.0,
+            "vector_gops_per_s": 10.0,
+            "memory_gb_per_s": 100.0,
+            "kernel_overhead_us": 0.0,
+            "source": source,
+            "precision": {"int16x8": int16x8 or {"conv_gmacs_per_s": 3.1}},
+        },
+        "fusion": {"source": source, "precision": {p: {"activations": list(fused)} for p in ("fp32", "int16x8")}},
+    }
+    return replace(base, data=data, kind=kind, precisions=("fp32", "int16x8"), precision="fp32")
+
+
+def int16_layers(activation: str = "NONE") -> bytes:
+    """A 1x1 conv 8 -> 48 channels at 28x28 (8 MACs per output) then an Add of its output with itself, int16x8."""
+    b = TfliteBuilder("int16")
+    quant = {"scale": [0.001], "zero_point": [0]}
+    x = b.input("x", [1, 28, 28, 8], "int16", quant)
+    wq = {"scale": [0.01] * 48, "zero_point": [0] * 48, "axis": 0}
+    y = b.conv_2d(x, np.ones((48, 1, 1, 8), np.int8), np.zeros(48, np.int64), out_quant=quant, weight_quant=wq,
+                  activation=activation)  # fmt: skip
+    out = b.tensor("sum", [1, 28, 28, 48], "int16", quant)
+    b.op("ADD", [y, y], [out], {"fused_activation_function": "NONE", "pot_scale_int16": False})
+    b.output(out)
+    return b.build()
+
+
+def test_litert_int16x8_convs_pay_the_reference_kernels_per_output_cost() -> None:
+    # LiteRT runs int16x8 convs on TFLite's reference kernels: a per-output loop around the MACs (the fitted
+    # mac_output_gelements_per_s); an Add has no MACs and no such term
+    per_mac = litert_like(int16x8={"conv_gmacs_per_s": 3.1})
+    reference = litert_like(int16x8={"conv_gmacs_per_s": 3.1, "mac_output_gelements_per_s": 0.124})
+    model = load(int16_layers())
+    before, after = cost_model(model, per_mac), cost_model(model, reference)
+    outputs, macs = 28 * 28 * 48, 28 * 28 * 48 * 8
+    conv_before, add_before = (entry.latency_us for entry in before.nodes)
+    conv_after, add_after = (entry.latency_us for entry in after.nodes)
+    assert conv_before == pytest.approx(macs / 3.1e3)
+    assert conv_after == pytest.approx(macs / 3.1e3 + outputs / 0.124e3)  # 3.9x: 8 MACs per output
+    assert add_after == add_before
+
+
+def test_a_fused_clamp_runs_inside_a_cpu_kernel_and_outside_an_npu_one() -> None:
+    # TFLite's CPU kernels clamp to the fused activation's range before writing (no pass of its own), whatever the
+    # target's fusion list says of standalone activation ops; an accelerator that cannot fuse it runs a pass
+    plain, relu6 = load(int16_layers()), load(int16_layers("RELU6"))
+    cpu = litert_like()
+    assert cost_model(relu6, cpu).latency_us == pytest.approx(cost_model(plain, cpu).latency_us)
+    npu = litert_like(kind="npu")
+    assert cost_model(relu6, npu).latency_us > cost_model(plain, npu).latency_us
+
+
+def test_an_npus_output_time_overlaps_its_macs_as_in_vela() -> None:
+    # Vela prices an output block at the larger of its MAC cycles and its output cycles (npu_performance.py,
+    # _estimate_conv_cycles): a 1x1 conv of 8 input channels is bound by its outputs, not by outputs + MACs
+    fast = litert_like(kind="npu", int16x8={"conv_gmacs_per_s": 1000.0, "output_gelements_per_s": 0.5})
+    slow = litert_like(kind="npu", int16x8={"conv_gmacs_per_s": 1.0, "output_gelements_per_s": 0.5})
+    fast_macs, slow_macs = fast.select(precision="int16x8"), slow.select(precision="int16x8")
+    model = load(int16_layers())
+    outputs, macs = 28 * 28 * 48, 28 * 28 * 48 * 8
+    conv_fast = cost_model(model, fast_macs).nodes[0].latency_us
+    conv_slow = cost_model(model, slow_macs).nodes[0].latency_us
+    assert conv_fast == pytest.approx(outputs / 0.5e3)  # output-bound: the MACs hide behind it
+    assert conv_slow == pytest.approx(macs / 1.0e3)  # MAC-bound: the outputs hide behind them
