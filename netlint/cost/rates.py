@@ -34,6 +34,7 @@ KEYS = (
     "reorder_cache_mb",  # ... the size past which a reorder's tensors no longer stay in the cache
     "output_gelements_per_s",  # output elements a kernel writes per second (1e9): an NPU's per-output cost
     "weight_gb_per_s",  # constant bytes (weights) per second (1e9) from where they are stored (Ethos-U: flash)
+    "weight_bits",  # bits per weight in this precision when it differs from the activations' (QNN A16: 8)
 )
 
 
@@ -64,6 +65,7 @@ class Rates:
     reorder_cache_mb: float | None = None
     output_gelements_per_s: float | None = None  # None: writing the output costs only its bytes
     weight_gb_per_s: float | None = None  # None: weights move at memory_gb_per_s with the activations
+    weight_bits: int | None = None  # None: a float model's weights are deployed at the activations' width
 
     @property
     def calibrated(self) -> bool:
@@ -103,7 +105,7 @@ def rates_for(target: Target) -> Rates | None:
             kernel_overhead_us=float(merged.get("kernel_overhead_us", 0.0)),
             views_free=bool(merged.get("views_free", False)),
             origin=origin,
-            sources=(table["source"],),
+            sources=(table["source"], *([precision_table["source"]] if "source" in precision_table else [])),
             assumed=tuple(assumed),
             fallback_intercept_us=_optional(merged, "fallback_intercept_us"),
             fallback_us_per_mb=_optional(merged, "fallback_us_per_mb"),
@@ -120,6 +122,7 @@ def rates_for(target: Target) -> Rates | None:
             reorder_cache_mb=_optional(merged, "reorder_cache_mb"),
             output_gelements_per_s=_optional(merged, "output_gelements_per_s"),
             weight_gb_per_s=_optional(merged, "weight_gb_per_s"),
+            weight_bits=int(merged["weight_bits"]) if "weight_bits" in merged else None,
         )
     except KeyError:
         return None
