@@ -898,7 +898,7 @@ def _latency(result: ModelCost, rates: Rates, target: Target, ctx: CostContext) 
             key = (id(rates), *key) if key is not None and rates is not base_rates else key
             known = times.get(key) if key is not None else None
             if known is None:
-                known = _kernel_time(head, members, rates, ctx, scale)
+                known = _kernel_time(head, members, rates, ctx, scale, numeric)
                 if key is not None:
                     times[key] = known
             time, worst = known
@@ -1023,7 +1023,12 @@ def _kernel_key(head: NodeCost, members: list[NodeCost], scale: float) -> tuple 
 
 
 def _kernel_time(
-    head: NodeCost, members: list[NodeCost], rates: Rates, ctx: CostContext, scale: float
+    head: NodeCost,
+    members: list[NodeCost],
+    rates: Rates,
+    ctx: CostContext,
+    scale: float,
+    numeric: tuple[str, int] | None = None,
 ) -> tuple[float, float]:
     """(estimate, worst case) of one kernel; they differ only for data-dependent ops."""
     cost = head.cost
@@ -1047,6 +1052,9 @@ def _kernel_time(
         ops += own * (max(factor - hidden, 0.0) if hides else factor)
     # fused members add no traffic (they are applied before the kernel writes) but a bias a runtime's fold gives it...
     traffic = (cost.bytes + _runtime_bias_bytes(ctx, head.node, members)) * scale
+    weight_scale = _weight_scale(scale, rates, numeric)
+    if weight_scale != scale:  # weights deployed narrower than the activations
+        traffic -= cost.param_bytes * (scale - weight_scale)
     for member in working:  # ...and the residual, which the kernel reads
         if member.fusion == RESIDUAL and member.cost is not None and member.cost.op_class == ELTWISE:
             traffic += _residual_bytes(ctx, member.node, head) * scale
@@ -1054,7 +1062,7 @@ def _kernel_time(
     compute = macs / (mac_rate * 1e3) + ops / (rates.vector_gops_per_s * 1e3)  # G/s -> per microsecond
     weights = 0.0
     if rates.weight_gb_per_s is not None:  # weights stream from their own memory (Ethos-U: flash), in parallel
-        traffic -= cost.param_bytes * scale
+        traffic -= cost.param_bytes * weight_scale
         weights = cost.param_bytes / (rates.weight_gb_per_s * 1e3)
     if rates.output_gelements_per_s is not None and head.node.outputs:  # the NPU's cost per output element ...
         # ... overlaps the MACs: Vela prices each output block at the larger of its MAC (DPU) and output cycles
@@ -1080,6 +1088,15 @@ def _kernel_time(
         time += extra_pass + rates.kernel_overhead_us
         worst += extra_pass + rates.kernel_overhead_us
     return time, worst
+
+
+def _weight_scale(scale: float, rates: Rates, numeric: tuple[str, int] | None) -> float:
+    """`_byte_scale` for a kernel's weights: the activations' unless the precision stores weights narrower (QNN's
+    A16 keeps 8-bit weights under 16-bit activations: [cost.precision.a16].weight_bits). Only a float model is
+    narrowed (scale < 1); weights already stored quantized keep their bytes."""
+    if rates.weight_bits is None or scale >= 1.0 or numeric is None:
+        return scale
+    return scale * min(1.0, rates.weight_bits / numeric[1])
 
 
 def _runtime_bias_bytes(ctx: CostContext, conv: Node, members: list[NodeCost]) -> int:

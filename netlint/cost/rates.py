@@ -37,6 +37,7 @@ KEYS = (
     # output elements per second (1e9) of a kernel with MACs (conv, depthwise, matmul) only: the per-output loop of
     # TFLite's reference kernels (requantization, bounds checks, int64 bias; LiteRT's int16x8)
     "mac_output_gelements_per_s",
+    "weight_bits",  # bits per weight in this precision when it differs from the activations' (QNN A16: 8)
 )
 
 
@@ -68,6 +69,7 @@ class Rates:
     output_gelements_per_s: float | None = None  # None: writing the output costs only its bytes
     weight_gb_per_s: float | None = None  # None: weights move at memory_gb_per_s with the activations
     mac_output_gelements_per_s: float | None = None  # None: a MAC kernel's outputs cost no more than other kernels'
+    weight_bits: int | None = None  # None: a float model's weights are deployed at the activations' width
 
     @property
     def calibrated(self) -> bool:
@@ -107,7 +109,7 @@ def rates_for(target: Target) -> Rates | None:
             kernel_overhead_us=float(merged.get("kernel_overhead_us", 0.0)),
             views_free=bool(merged.get("views_free", False)),
             origin=origin,
-            sources=(table["source"],),
+            sources=(table["source"], *([precision_table["source"]] if "source" in precision_table else [])),
             assumed=tuple(assumed),
             fallback_intercept_us=_optional(merged, "fallback_intercept_us"),
             fallback_us_per_mb=_optional(merged, "fallback_us_per_mb"),
@@ -125,6 +127,7 @@ def rates_for(target: Target) -> Rates | None:
             output_gelements_per_s=_optional(merged, "output_gelements_per_s"),
             weight_gb_per_s=_optional(merged, "weight_gb_per_s"),
             mac_output_gelements_per_s=_optional(merged, "mac_output_gelements_per_s"),
+            weight_bits=int(merged["weight_bits"]) if "weight_bits" in merged else None,
         )
     except KeyError:
         return None

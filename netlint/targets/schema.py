@@ -93,6 +93,7 @@ COST_NUMBERS = frozenset(
         "output_gelements_per_s",  # output elements written per second (1e9): a per-output-element cost
         "weight_gb_per_s",  # weight bytes per second (1e9) from where the weights are stored
         "mac_output_gelements_per_s",  # output elements per second (1e9) of a MAC kernel: a reference kernel's loop
+        "weight_bits",  # bits per weight of a float model deployed in this precision, when not the activations'
     }
 )
 COST_FLAGS = frozenset({"views_free"})
@@ -525,7 +526,9 @@ class _Validator:
             key = f"cost.precision.{name}"
             self.declared_precision(name, key)
             entry = self.table(entry, key)
-            self.keys(entry, key, (frozenset(), COST_NUMBERS | COST_FLAGS | COST_LISTS | COST_TABLES))
+            self.keys(entry, key, (frozenset(), COST_NUMBERS | COST_FLAGS | COST_LISTS | COST_TABLES | {"source"}))
+            if "source" in entry:  # numbers of this precision that cite where (else [cost].source covers them)
+                self.source(entry, key)
             present |= {f"precision.{name}.{number}" for number in self.cost_numbers(entry, key)}
         for chip, entry in self.table(table.get("chip", {}), "cost.chip").items():  # per chip, then per precision
             key = f"cost.chip.{chip}"

@@ -33,6 +33,32 @@ def test_htp_a16_is_faster_than_fp16_and_a8_s_rate_is_not_assumed() -> None:
     assert latency["a8"] <= latency["a16"]  # A16 moves 16-bit activations: bytes only
 
 
+def weight_bound_layer():
+    """A 1x1 conv on a 1x1 map with 1024x1024 weights: its time is moving its weights."""
+    b = GraphBuilder(seed=5)
+    x = b.input("x", [1, 1024, 1, 1])
+    b.output(b.conv(x, 1024, kernel=1, name="fc"))
+    return load(b.build())
+
+
+@pytest.mark.usefixtures("static_cost")
+def test_htp_a16_moves_8_bit_weights_so_it_beats_fp16_where_the_mac_rate_does_not_matter() -> None:
+    model = weight_bound_layer()
+    a16, fp16 = (cost_model(model, load_target("qualcomm-htp", p)) for p in ("a16", "fp16"))
+    assert load_target("qualcomm-htp", "a16").data["cost"]["precision"]["a16"]["weight_bits"] == 8
+    assert a16.node("fc").latency_us < 0.6 * fp16.node("fc").latency_us  # half the weight bytes, plus overhead
+
+
+@pytest.mark.usefixtures("static_cost")
+def test_htp_data_movers_cost_the_same_in_a16_and_fp16() -> None:
+    b = GraphBuilder(seed=6)
+    x = b.input("x", [1, 64, 56, 56])
+    b.output(b.node("Transpose", [x], perm=[0, 2, 3, 1], name="move", shape=[1, 56, 56, 64]))
+    model = load(b.build())
+    a16, fp16 = (cost_model(model, load_target("qualcomm-htp", p)).node("move").latency_us for p in ("a16", "fp16"))
+    assert a16 == pytest.approx(fp16)  # "similar performance on FP16 vs A16, as the data size is the same"
+
+
 def int16_conv() -> bytes:
     b = TfliteBuilder("int16")
     quant = {"scale": [0.001], "zero_point": [0]}
