@@ -7,7 +7,7 @@ from typing import ClassVar, NamedTuple
 
 from netlint.ir import Graph, Node
 from netlint.ir.sizes import dynamic_axes, runs, static_values, traffic
-from netlint.rule import Context, Finding, Option, Rule, Severity, register
+from netlint.rule import Advice, Context, Finding, Option, Rule, Severity, register
 
 # Ops that only move or copy data (TFLite's RESHAPE, TRANSPOSE, CONCATENATION, PACK, SPLIT(_V), UNPACK, SLICE,
 # STRIDED_SLICE, GATHER, SQUEEZE, EXPAND_DIMS, PAD(V2), MIRROR_PAD, TILE, DEPTH_TO_SPACE, SPACE_TO_DEPTH arrive under
@@ -145,6 +145,7 @@ class DataMoverHeavy(Rule):
     name = "data-mover-heavy"
     category = "data-movement"
     fix = None
+    advice = Advice("remove-data-movers")  # the change its help advises, as netlint.cost.advice prices it
     options: ClassVar[dict[str, Option]] = {
         "max-share": Option(0.25, "report when data movers carry more than this share (0..1) of the tensor traffic"),
     }

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 from netlint.ir import Graph, Node
 from netlint.ir.partition import Split
-from netlint.rule import Context, Finding, Rule, Severity, register
+from netlint.rule import Advice, Context, Finding, Rule, Severity, register
 from netlint.targets import runs_type
 
 FALLBACK_NAMES = {"cpu": "the CPU", "dsp": "the DSP"}
@@ -83,6 +83,7 @@ class UnsupportedOp(Rule):
     name = "unsupported-op"
     category = "target"
     fix = None
+    advice = Advice("on-the-accelerator")  # the change its help advises, as netlint.cost.advice prices it
 
     def scan(self, graph: Graph, ctx: Context) -> Iterator[Finding]:
         target = ctx.target

@@ -9,7 +9,7 @@ from typing import ClassVar
 from netlint.ir import Graph
 from netlint.ir.quant import WeightQuant, is_depthwise, range_ratio, weight_channels, weight_quant
 from netlint.pattern import Match, Op
-from netlint.rule import Context, Option, Rule, Severity, register
+from netlint.rule import Advice, Context, Option, Rule, Severity, register
 
 
 @dataclass
@@ -91,6 +91,10 @@ class PerTensorDepthwise(Rule[Spread]):
     category = "quantization"
     aim = "accuracy"
     fix = None  # manual: re-quantize per channel (the help line says how for the selected target)
+    advice = Advice.unmodelled(
+        "accuracy finding, not a latency one: per-channel weight scales fold into the requantization the layer does "
+        "anyway (same MACs and bytes), so no latency change is modelled"
+    )
     pattern = Op({"Conv", "QLinearConv"}, name="conv")
     options: ClassVar[dict[str, Option]] = {
         "max-range-ratio": Option(
