@@ -22,7 +22,7 @@ FC_OPS = frozenset({"Gemm", "MatMul"})
 def affine_data(graph: Graph, node: Node) -> str | None:
     """The data input of an inference-mode, per-channel affine node, or None if `node` is not one. Remembered per
     node: the chain walks ask it again of the nodes around each candidate."""
-    key = ("FU007.affine_data", node)  # the node itself: hashing it does not read its id string (see graph.memo)
+    key = ("affine data", node)  # the node itself: hashing it does not read its id string (see graph.memo)
     memo = graph.memo
     if key not in memo:
         memo[key] = _affine_data_of(graph, node)

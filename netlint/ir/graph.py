@@ -212,11 +212,9 @@ class Graph:
         self._activations: dict[Node, str | None] = {}  # memo of `activation`, by node (see `_composite_index`)
         self._uses: dict[str, tuple[tuple[Node, ...], bool]] = {}  # memo of `uses`: several rules ask it of every conv
         self._activation_uses: dict[str, tuple[Node, ...]] = {}  # memo of `activation_uses`
-        # The graph's analysis cache: what rules, the shared analyses (tensor sizes, static values) and the cost
-        # model (the model's cost, node positions, pricing started) derive from the structure and would otherwise
-        # recompute, keyed by (what, node or value name, ...): valid until the next reindex. A node keys by
-        # identity, which unlike its id string costs no memory read to hash (on a 100k-node graph most of a memo's
-        # cost is cache misses).
+        # The graph's analysis cache: what rules, shared analyses and the cost model derive from the structure,
+        # keyed by (what, node or value name, ...): valid until the next reindex. A node keys by identity, which
+        # unlike its id string costs no memory read to hash (on a 100k-node graph most of its cost is cache misses).
         self.memo: dict[tuple[Any, ...], Any] = {}
 
     # --- plain structure -------------------------------------------------------------------------------------------
@@ -414,8 +412,7 @@ class Graph:
         return list(found.values()), reaches_output
 
     def pass_through_after(self, name: str) -> list[Node]:
-        """The pass-through nodes (Identity/Cast/Q/DQ) the data of `name` flows through on its way to the nodes that
-        really read it (`effective_consumers`), in walk order."""
+        """The pass-through nodes the data of `name` flows through to its `effective_consumers`, in walk order."""
         return self._walk_forward(name)[1]
 
     def _walk_forward(self, name: str) -> tuple[dict[str, Node], list[Node], bool]:
