@@ -17,7 +17,7 @@ import inspect
 import os
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -133,6 +133,9 @@ class Context:
     skipped: list[Skip] = field(default_factory=list)
     options: dict[str, dict[str, Any]] = field(default_factory=dict)  # rule code -> configured option values
     format: str | None = None  # the model file's format ("onnx", "tflite"), when the engine knows it
+    # the model's predicted cost on the target (a netlint.cost ModelCost, memoised per graph; None where the target
+    # has no rates), given by the engine when the target has a cost model: DM001 reports a share of it
+    model_cost: Callable[[Graph], Any] | None = None
 
     def skip(self, rule: Rule, node: Node, reason: str) -> None:
         self.skipped.append(Skip(rule.code, node.id, reason))
