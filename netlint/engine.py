@@ -92,7 +92,7 @@ def lint_model(model: Model, settings: Settings, *, cores: int = 1, plans: Plans
     prechecked plans (the fix loop applies them)."""
     target = settings.target
     report = ModelReport(model.path, model.format, target.name, target.precision, target.chip, notes=list(model.notes))
-    ctx = Context(settings.target, options=settings.rule_options, format=model.format)
+    ctx = Context(settings.target, options=settings.rule_options, format=model.format, model_cost=_cost_of(target))
     rules = [cls() for cls in settings.rules]
     by_anchor: dict[str, list[Rule]] = defaultdict(list)
     scanners: list[Rule] = []
@@ -254,6 +254,21 @@ def _add_sources(model: Model, report: ModelReport, rules: list[Rule]) -> None:
         finding.source = source
         if related:
             finding.other_sources = related
+
+
+def _cost_of(target: Target) -> Callable[[Graph], Any] | None:
+    """What a rule asks for the model's predicted cost on the target (`Context.model_cost`: netlint.cost.impact's,
+    memoised per graph and shared with the pricing; None without rates); None when the target has no cost model."""
+    if target.section("cost") is None:
+        return None
+
+    def cost_of(graph: Graph) -> Any:
+        from netlint.cost import rates_for  # not at the top: start-up stays cheap
+        from netlint.cost.impact import model_cost
+
+        return model_cost(graph, target) if rates_for(target) is not None else None
+
+    return cost_of
 
 
 def _warm_cost(graph: Graph, target: Target) -> None:

@@ -17,7 +17,7 @@ import inspect
 import os
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -55,6 +55,22 @@ class Option:
 
     default: float | int | bool | str
     help: str
+
+
+@dataclass(frozen=True)
+class Advice:
+    """The change a manual rule advises (no fix pass rewrites it), declared beside the rule's docs so the cost model
+    can price it: `kind` names how netlint.cost.advice prices that kind of change. A change that keeps every layer's
+    MACs and bytes (an accuracy finding) is `Advice.unmodelled(why)`: a saving of 0, with `why` as its basis."""
+
+    kind: str
+    basis: str = ""  # for UNMODELLED: why no latency change is modelled
+
+    UNMODELLED: ClassVar[str] = "unmodelled"
+
+    @classmethod
+    def unmodelled(cls, why: str) -> Advice:
+        return cls(cls.UNMODELLED, why)
 
 
 @dataclass(frozen=True)
@@ -117,6 +133,9 @@ class Context:
     skipped: list[Skip] = field(default_factory=list)
     options: dict[str, dict[str, Any]] = field(default_factory=dict)  # rule code -> configured option values
     format: str | None = None  # the model file's format ("onnx", "tflite"), when the engine knows it
+    # the model's predicted cost on the target (a netlint.cost ModelCost, memoised per graph; None where the target
+    # has no rates), given by the engine when the target has a cost model: DM001 reports a share of it
+    model_cost: Callable[[Graph], Any] | None = None
 
     def skip(self, rule: Rule, node: Node, reason: str) -> None:
         self.skipped.append(Skip(rule.code, node.id, reason))
@@ -142,6 +161,8 @@ class Rule(Generic[E]):
     # "latency": the finding is worth its predicted saving, so a warning predicted to save nothing on the target is
     # info (the engine); "accuracy": it is about the numbers, whatever its latency price
     aim: ClassVar[Literal["latency", "accuracy"]] = "latency"
+    # a manual rule's advised change, as the cost model prices it (None: not priced)
+    advice: ClassVar[Advice | None] = None
 
     # --- what a rule implements -------------------------------------------------------------------------------------
     def applies(self, ctx: Context) -> bool:
@@ -328,6 +349,14 @@ def _packs_possible() -> bool:
                 except OSError:
                     continue  # no entry points (or an .egg-info file, which holds none)
     return False
+
+
+def advice_of(code: str) -> Advice | None:
+    """The advised change the rule `code` declares (`Rule.advice`); None for a rule that declares none, or that is
+    not registered."""
+    _load_rule_packs()
+    rule = _REGISTRY.get(code)
+    return rule.advice if rule is not None else None
 
 
 def all_rules() -> dict[str, type[Rule]]:

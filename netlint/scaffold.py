@@ -61,7 +61,7 @@ class $cls(Rule[Evidence]):
     code = "$code"
     name = "$name"
     category = "$category"
-    fix = $fix_ref
+    fix = $fix_ref$advice
     pattern = Op("$op", name="anchor")
 
     def check(self, graph: Graph, match: Match[Evidence], ctx: Context) -> str | Evidence:
@@ -148,9 +148,14 @@ def scaffold(root: Path, code: str, name: str, op: str, category: str, fix: str 
     cls = "".join(part.capitalize() for part in name.split("-"))
     fix_ref = f'FixRef("{fix}", "safe")' if fix else "None"
     fix_doc = f"`{fix}` (safe: exact): what the pass rewrites." if fix else "What to change by hand (manual)."
+    # a manual rule declares the change it advises, so that `cost` prices it (CONTRIBUTING.md)
+    advice = "" if fix else '\n    # advice = Advice("pad-channels")  # the change its help advises, as cost prices it'
+
     fields = {"code": code, "name": name, "op": op, "category": category, "cls": cls, "lower": code.lower()}
     files = {
-        root / "rules" / f"{stem(code, name)}.py": RULE.substitute(fields, fix_ref=fix_ref, fix_doc=fix_doc),
+        root / "rules" / f"{stem(code, name)}.py": RULE.substitute(
+            fields, fix_ref=fix_ref, fix_doc=fix_doc, advice=advice
+        ),
         root / "tests" / "rules" / f"test_{stem(code, name)}.py": TEST.substitute(fields),
     }
     if fix:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 from netlint.ir import Graph, Node
 from netlint.ir.sizes import dynamic_axes, runs, static_values, traffic
-from netlint.rule import Context, Finding, Option, Rule, Severity, register
+from netlint.rule import Advice, Context, Finding, Option, Rule, Severity, register
 
 # Ops that only move or copy data (TFLite's RESHAPE, TRANSPOSE, CONCATENATION, PACK, SPLIT(_V), UNPACK, SLICE,
 # STRIDED_SLICE, GATHER, SQUEEZE, EXPAND_DIMS, PAD(V2), MIRROR_PAD, TILE, DEPTH_TO_SPACE, SPACE_TO_DEPTH arrive under
@@ -145,13 +145,15 @@ class DataMoverHeavy(Rule):
     name = "data-mover-heavy"
     category = "data-movement"
     fix = None
+    advice = Advice("remove-data-movers")  # the change its help advises, as netlint.cost.advice prices it
     options: ClassVar[dict[str, Option]] = {
         "max-share": Option(0.25, "report when data movers carry more than this share (0..1) of the tensor traffic"),
     }
 
     def scan(self, graph: Graph, ctx: Context) -> Iterator[Finding]:
         limit = float(ctx.option(self, "max-share"))
-        share = self._time_share(graph, ctx) if _priced(ctx) else self._byte_share(graph, ctx)
+        cost = ctx.model_cost(graph) if ctx.model_cost is not None else None
+        share = self._time_share(cost, ctx) if cost is not None else self._byte_share(graph, ctx)
         if share.total <= 0 or share.moved / share.total <= limit:
             return
         worst = sorted(share.movers, key=lambda item: -item[0])[:TOP]
@@ -188,11 +190,9 @@ class DataMoverHeavy(Rule):
                 caveat += f": the share is from {sized} of {counted} nodes, too few to judge the graph"
         return Share(movers, moved, total, _mb, "carry {} of the tensor traffic", per, caveat, judged)
 
-    def _time_share(self, graph: Graph, ctx: Context) -> Share:
-        """The predicted time share of data movers on the target (netlint.cost; shared with the engine's pricing)."""
-        from netlint.cost.impact import model_cost
-
-        cost = model_cost(graph, ctx.target)
+    def _time_share(self, cost: Any, ctx: Context) -> Share:
+        """The predicted time share of data movers on the target (netlint.cost's ModelCost, `Context.model_cost`:
+        shared with the engine's pricing)."""
         movers = [(e.latency_us or 0.0, e.node) for e in cost.nodes if e.op in DATA_MOVERS and e.cost is not None]
         moved = sum(time for time, _ in movers)
         caveat = f"; {cost.coverage_line()}" if cost.gaps else ""
@@ -209,12 +209,3 @@ class DataMoverHeavy(Rule):
             same = " and ".join(section["same_cost_precisions"])
             return f"; on {ctx.target.label} they cost the same in {same}, so A16 will not speed them up"
         return ""
-
-
-def _priced(ctx: Context) -> bool:
-    """Whether the target has a cost model to predict the movers' time share (else the byte share stands in)."""
-    if ctx.target.section("cost") is None:
-        return False
-    from netlint.cost import rates_for  # not at the top: `netlint rules` does not need the cost model
-
-    return rates_for(ctx.target) is not None

@@ -6,10 +6,9 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from netlint._lazy import numpy as np  # loaded on first use: a run served by the cache needs no numpy
-from netlint.fusion import ELTWISE_OPS, FUSES_AFTER_ELTWISE, prelu_atol
-from netlint.ir import Graph, Node
-from netlint.ir.ops import CONV_OPS, prelu_kind
+from netlint.fusion import ELTWISE_OPS, FUSES_AFTER_ELTWISE, conv_form, eltwise_activation, prelu_atol, residual_fuses
+from netlint.ir import Graph
+from netlint.ir.ops import prelu_kind
 from netlint.pattern import Match, Op
 from netlint.rule import PORTABLE, Context, FixRef, Rule, Severity, register
 from netlint.targets import Target, builtin_selections
@@ -112,16 +111,16 @@ class EltwiseActivation(Rule[Unfused]):
         node = match.anchor
         if graph.composite(node) is not None:
             return "the op is part of a composite activation"
-        found = _activation_after(graph, node)
+        found = eltwise_activation(graph, node)
         if found is None:
             return "no activation is the op's only use"
         act, kind = found
         if kind in TRIVIAL:
             return "Relu and clips fuse after elementwise ops"
-        form = _conv_form(graph, node)
+        form = conv_form(graph, node)
         if form is None:
             return "no convolution computes this elementwise op"
-        if _residual_fuses(graph, node, kind, ctx.target):
+        if residual_fuses(graph, node, kind, ctx.target):
             return "the target fuses Conv -> Add -> activation as one kernel"
         verdict = self._verdict(ctx, kind)
         if verdict is not None and kind == "PRelu" and act is not node:
@@ -203,102 +202,6 @@ class EltwiseActivation(Rule[Unfused]):
         if match.evidence.form == "depthwise":
             return "replace the op with a 1x1 depthwise Conv (exact), so the activation fuses into it"
         return "replace the op with a 1x1 Conv over the concatenated inputs (identity weights, exact)"
-
-
-def _activation_after(graph: Graph, node: Node) -> tuple[Node, str] | None:
-    """The activation applied to `node`'s output when it is the only use (the node itself for a TFLite fused
-    activation), and its kind."""
-    if node.fused_activation is not None:
-        return node, node.fused_activation
-    act = graph.only_use(node.output)
-    if act is None:
-        return None
-    kind = graph.activation(act)
-    if kind is None:
-        return None
-    composite = graph.composite(act)
-    data = composite.input if composite is not None else (act.inputs[0] if act.inputs else "")
-    if graph.source(data) != graph.source(node.output):
-        return None  # e.g. the op computes a PRelu's slope or a Clip's bound
-    return act, kind
-
-
-def _conv_form(graph: Graph, node: Node) -> str | None:
-    """ "depthwise" (tensor with a per-channel constant), "concat" (two same-shape tensors), or None when no 1x1
-    convolution computes the op (or when a conv computes it already)."""
-    if len(node.inputs) != 2 or not all(node.inputs):
-        return None
-    consts = [graph.is_const(name) for name in node.inputs]
-    if all(consts):
-        return None
-    if any(consts):
-        tensor = node.inputs[consts.index(False)]
-        const = node.inputs[consts.index(True)]
-        if _folds_into_conv(graph, node, tensor) or not _per_channel(graph, const, node.output):
-            return None
-        return "depthwise"
-    if node.op == "Mul":
-        return None  # no convolution multiplies two tensors
-    shapes = [_shape(graph, name) for name in node.inputs]
-    if all(shape is not None for shape in shapes) and shapes[0] != shapes[1]:
-        return None
-    return "concat"
-
-
-def _folds_into_conv(graph: Graph, node: Node, tensor: str) -> bool:
-    """`tensor` is a conv's only output use: a constant op on it folds into the conv's weights or bias."""
-    producer = graph.effective_producer(tensor)
-    if producer is None or producer.op not in CONV_OPS or producer.fused_activation is not None:
-        return False
-    only = graph.only_use(producer.output)
-    return only is not None and only.id == node.id
-
-
-def _shape(graph: Graph, name: str) -> tuple[int | str | None, ...] | None:
-    value = graph.value(name)
-    return value.shape if value is not None else None
-
-
-def _per_channel(graph: Graph, const: str, output: str) -> bool:
-    """The constant is a scalar or varies only along the output's channel axis (what a depthwise 1x1 conv's weight
-    or bias can hold)."""
-    shape = _shape(graph, const)
-    if shape is None:
-        array = graph.const(const)  # raises ConstantUnavailable when the data is missing: the node is skipped
-        if array is None:
-            return False
-        shape = tuple(np.shape(array))
-    varying = [axis for axis, dim in enumerate(shape) if dim != 1]
-    if not varying:
-        return True
-    if len(varying) > 1:
-        return False
-    out = graph.value(output)
-    if out is None or out.shape is None or out.channel_axis is None:
-        return True
-    axis = varying[0] + len(out.shape) - len(shape)  # broadcasting aligns shapes from the right
-    return axis == out.channel_axis and shape[varying[0]] == out.shape[out.channel_axis]
-
-
-def _residual_fuses(graph: Graph, node: Node, kind: str, target: Target) -> bool:
-    """Conv -> Add -> activation that the target runs as one kernel ([fusion.residual]: ONNX Runtime's
-    ConvAddActivationFusion, oneDNN's sum post-op)."""
-    residual = target.residual_fusion()
-    if residual is None or node.op != "Add" or kind not in residual["activations"] or node.fused_activation:
-        return False
-    shapes = [_shape(graph, name) for name in node.inputs]
-    if residual["requires_same_shape"] and (None in shapes or shapes[0] != shapes[1]):
-        return False
-    for name in node.inputs:
-        conv = graph.effective_producer(name)
-        if conv is None or conv.op != "Conv":
-            continue
-        if residual["requires_bias"] and (len(conv.inputs) < 3 or not conv.inputs[2]):
-            continue
-        only = graph.only_use(conv.output)
-        if only is not None and only.id == node.id:
-            return True
-    return False
 
 
 def _verdict(target: Target, kind: str) -> tuple[Severity, str, str] | None:

@@ -7,17 +7,12 @@ from functools import cache
 from typing import Any as AnyType
 from typing import ClassVar
 
-from netlint.fusion import ELTWISE_OPS, FUSES_AFTER_ELTWISE, PRELU_ATOL, fusing_selections, host_of
-from netlint.ir import Graph, Node
-from netlint.ir.ops import CONV_OPS, range_kind, slope_range
+from netlint.fusion import ELTWISE, PRELU_ATOL, activation_host, fusing_selections, standing
+from netlint.ir import Graph
+from netlint.ir.ops import range_kind, slope_range
 from netlint.pattern import Any, Match, Op
 from netlint.rule import PORTABLE, Context, FixRef, Option, Rule, Severity, register
 from netlint.targets import Target
-from netlint.targets.schema import FUSION_HOSTS
-
-# After an elementwise op (no conv before the PRelu): FU002's targets whose compiler fuses the activations of its conv
-# table into the elementwise op before them (Arm Vela: "fuse_activation_function_with_prev").
-ELTWISE = "Eltwise"
 
 
 @dataclass
@@ -116,7 +111,7 @@ class PreluAsRelu(Rule[Slopes]):
             return "no slope values"
         kind = range_kind(low, high, float(ctx.option(self, "atol")))  # slope_kind, from the extremes it needs anyway
         kind = "varying" if kind == "PRelu" else kind
-        found = Slopes(kind, count, low, high, _host(graph, match.anchor))
+        found = Slopes(kind, count, low, high, activation_host(graph, match.anchor))
         if kind in ("Relu", "Identity"):
             return found  # exact everywhere
         target = ctx.target
@@ -189,41 +184,12 @@ class PreluAsRelu(Rule[Slopes]):
         return f"{count} PRelu{'s are' if count != 1 else ' is'} exactly LeakyRelu (all slopes equal)"
 
 
-def _host(graph: Graph, prelu: Node) -> str:
-    """The op the PRelu would fuse into ("Conv", "Gemm", ...), or "" when its input is not a conv's output."""
-    producer = graph.effective_producer(prelu.inputs[0]) if prelu.inputs else None
-    if producer is None or producer.fused_activation is not None:
-        return ""
-    if producer.op in ELTWISE_OPS:
-        return ELTWISE
-    if producer.op not in CONV_OPS:
-        return ""
-    return host_of(producer.op)
-
-
-def _fuses_after(kind: str, host: str, target: Target) -> bool:
-    if host == ELTWISE:
-        return target.name in FUSES_AFTER_ELTWISE and bool(target.fuses(kind))
-    return bool(host) and any(target.fuses_into(op) for op in FUSION_HOSTS[host]) and bool(target.fuses(kind))
-
-
-def _standing(kind: str, host: str, target: Target) -> tuple[int, int, float]:
-    """How well `kind` runs after a `host` op on `target`, comparable with >=: (fuses, efficiency: 2 best or
-    unstated, 1 good, 0 not fused, minus its ops per element where they are not hidden: the target's calibrated
-    [cost].activation_ops_per_element, 1 where it states none)."""
-    fused = _fuses_after(kind, host, target)
-    if fused and target.fusion_efficiency(kind) != "good":
-        return 1, 2, 0.0
-    table = (target.section("cost") or {}).get("activation_ops_per_element", {})
-    return (1, 1, -float(table.get(kind, 1.0))) if fused else (0, 0, -float(table.get(kind, 1.0)))
-
-
 def _verdict(kind: str, host: str, target: Target) -> tuple[bool, str, str] | None:
     """For an exact LeakyRelu (`kind` "LeakyRelu") or varying slopes ("varying") after a `host` op ("" when not
     after a conv): (whether it is worth a warning, the reason for the message, a short phrase), or None when PRelu
     runs as well as the alternative there (nothing to say)."""
     other = "LeakyRelu" if kind == "LeakyRelu" else "Relu"
-    prelu, better = _standing("PRelu", host, target), _standing(other, host, target)
+    prelu, better = standing("PRelu", host, target), standing(other, host, target)
     label = target.label
     if prelu >= better:
         if kind == "LeakyRelu":

@@ -2,38 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from netlint.ir import Graph, Node
 from netlint.pattern import Match, Op
+from netlint.residual import Candidate, add_reasons, blocked_activation, candidates, conv_reasons
 from netlint.rule import Context, FixRef, Rule, register
 
 RESIDUAL_OPS = frozenset({"Add", "Sum"})
-# Ops that can sit between a conv and the residual Add and keep the conv from taking the Add as a post-op. A second
-# Add counts only with a constant operand (a bias add); with a run-time operand it is another residual Add.
-BETWEEN_OPS = frozenset({"BatchNormalization", "Mul", "Div", "Sub", "Add"})
-
-# How many nodes back from the Add's other operand to look for the conv a shortcut branches off.
-ANCESTOR_SEARCH_LIMIT = 256
-
-# Target facts the target files do not state (yet); keyed by target name, see the report in the rule's docs.
-# ONNX Runtime's ConvAddActivationFusion selects only nodes of op type "Add" (IsSupportedOptypeVersionAndDomain(
-# *add_node, "Add", {7, 13, 14}) in onnxruntime/core/optimizer/conv_add_act_fusion.cc), never "Sum".
-_ADD_ONLY_TARGETS = frozenset({"ort-cpu"})
-# ONNX Runtime folds a BatchNormalization, and a Mul or Add by a constant, into the preceding Conv with level-1
-# rewrite rules (ConvBNFusion, ConvMulFusion, ConvAddFusion) before the level-3 ConvAddActivationFusion runs
-# (onnxruntime/core/optimizer/graph_transformer_utils.cc), so such an op does not block the fusion there.
-_FOLDED_BEFORE_FUSION: dict[str, frozenset[str]] = {"ort-cpu": frozenset({"BatchNormalization", "Mul", "Add"})}
-
-
-@dataclass
-class _Candidate:
-    """A conv that could take the Add as its residual post-op, the op between them (if any), and what blocks it."""
-
-    conv: Node
-    between: Node | None = None
-    reasons: list[tuple[str, str]] = field(default_factory=list)  # (key, text)
 
 
 @dataclass
@@ -41,8 +18,8 @@ class Blocked:
     """Why the Add does not fuse: into `fused` (with an activation the target cannot append), or into none of the
     candidates (each with its reasons, besides the Add's own); the activation is (kind, node or None if fused)."""
 
-    fused: _Candidate | None
-    candidates: list[_Candidate]
+    fused: Candidate | None
+    candidates: list[Candidate]
     add_reasons: list[tuple[str, str]]
     activation: tuple[str, Node | None] | None
 
@@ -135,108 +112,23 @@ class ConvSumBlocked(Rule[Blocked]):
             return "an operand is constant: a bias add, not a residual"
         if graph.composite(add) is not None:
             return "the add is part of a composite activation"
-        candidates = [
-            candidate
-            for name, other in (add.inputs, add.inputs[::-1])
-            if (candidate := self._candidate(graph, add, name)) is not None
-            and not _is_ancestor(graph, candidate.between or candidate.conv, other)
-        ]
-        if not candidates:
+        convs = candidates(graph, add)
+        if not convs:
             return "no conv feeds the add"
-        add_reasons = self._add_reasons(graph, add, residual, ctx)
-        for candidate in candidates:
-            candidate.reasons = self._conv_reasons(graph, add, candidate, residual, ctx)
-        activation = self._blocked_activation(graph, add, residual)
-        fused = None if add_reasons else next((c for c in candidates if not c.reasons), None)
+        blockers = add_reasons(graph, add, residual, ctx.target)
+        for candidate in convs:
+            candidate.reasons = conv_reasons(graph, add, candidate, residual, ctx.target)
+        activation = blocked_activation(graph, add, residual)
+        fused = None if blockers else next((c for c in convs if not c.reasons), None)
         if fused is not None and activation is None:
             return f"the add fuses into {fused.conv.label()}"
-        for index, candidate in enumerate([fused] if fused is not None else candidates):
+        for index, candidate in enumerate([fused] if fused is not None else convs):
             match.nodes[f"conv{index}"] = candidate.conv
             if candidate.between is not None:
                 match.nodes[f"between{index}"] = candidate.between
         if activation is not None and activation[1] is not None:
             match.nodes["activation"] = activation[1]
-        return Blocked(fused, candidates, add_reasons, activation)
-
-    # --- what feeds the Add ----------------------------------------------------------------------------------------
-    @staticmethod
-    def _conv(graph: Graph, name: str) -> Node | None:
-        """The conv computing `name` (through pass-through nodes), if it has no activation of its own."""
-        node = graph.effective_producer(name)
-        return node if node is not None and node.op == "Conv" and node.fused_activation is None else None
-
-    def _candidate(self, graph: Graph, add: Node, name: str) -> _Candidate | None:
-        conv = self._conv(graph, name)
-        if conv is not None:
-            return _Candidate(conv)
-        between = graph.effective_producer(name)
-        if between is None or between.op not in BETWEEN_OPS or not between.inputs or between is add:
-            return None
-        if between.op == "Add" and not any(graph.is_const(i) for i in between.inputs[:2] if i):
-            return None  # another residual Add, not an op in the way
-        if graph.composite(between) is not None:
-            return None  # part of an activation (e.g. HardSwish's x + 3)
-        data = [i for i in between.inputs[: 1 if between.op in ("BatchNormalization", "Div") else 2] if i]
-        for value in data:
-            conv = self._conv(graph, value)
-            if conv is not None:
-                return _Candidate(conv, between)
-        return None
-
-    # --- why it cannot fuse ---------------------------------------------------------------------------------------
-    @staticmethod
-    def _add_reasons(graph: Graph, add: Node, residual: dict[str, Any], ctx: Context) -> list[tuple[str, str]]:
-        reasons: list[tuple[str, str]] = []
-        if add.op == "Sum" and ctx.target.name in _ADD_ONLY_TARGETS:
-            reasons.append(("sum", "the target's fusion matches Add nodes only, not Sum"))
-        if residual.get("requires_same_shape", True):
-            shapes = [graph.value(name).shape if graph.value(name) is not None else None for name in add.inputs]
-            if all(_known(shape) for shape in shapes) and shapes[0] != shapes[1]:
-                shown = " and ".join(str(list(shape)) for shape in shapes if shape is not None)
-                reasons.append(("broadcast", f"the add broadcasts ({shown}); the sum needs equal shapes"))
-        return reasons
-
-    def _conv_reasons(
-        self, graph: Graph, add: Node, candidate: _Candidate, residual: dict[str, Any], ctx: Context
-    ) -> list[tuple[str, str]]:
-        conv, between = candidate.conv, candidate.between
-        reasons: list[tuple[str, str]] = []
-        folded = between is not None and self._folded_first(graph, conv, between, ctx)
-        if between is not None and not folded:
-            reasons.append(("between", f"{between.label()} sits between {conv.label()} and the add"))
-        chain = [conv, between] if between is not None else [conv]
-        for node, reader in zip(chain, [*chain[1:], add], strict=True):
-            others = _other_uses(graph, node, reader)
-            if others:
-                reasons.append(("consumers", f"{node.label()} output also feeds {', '.join(others)}"))
-        bias_made = folded and between is not None and between.op in ("BatchNormalization", "Add")
-        if residual.get("requires_bias", False) and not _has_bias(conv) and not bias_made:
-            reasons.append(("bias", f"{conv.label()} has no bias, which the target's fusion requires"))
-        return reasons
-
-    @staticmethod
-    def _folded_first(graph: Graph, conv: Node, between: Node, ctx: Context) -> bool:
-        """Whether the runtime folds `between` into the conv before it looks for the residual fusion."""
-        if between.op not in _FOLDED_BEFORE_FUSION.get(ctx.target.name, frozenset()):
-            return False
-        if len(conv.inputs) < 2 or not graph.is_const(conv.inputs[1]):
-            return False
-        params = between.inputs[1:] if between.op == "BatchNormalization" else between.inputs[:2]
-        if between.op == "BatchNormalization":
-            return len(params) >= 4 and all(name and graph.is_const(name) for name in params)
-        return any(name and graph.is_const(name) for name in params)
-
-    @staticmethod
-    def _blocked_activation(graph: Graph, add: Node, residual: dict[str, Any]) -> tuple[str, Node | None] | None:
-        """The Add's activation (its lone consumer, or a fused one) when the target cannot append it to the sum."""
-        fusable = set(residual.get("activations", []))
-        if add.fused_activation is not None:
-            return (add.fused_activation, None) if add.fused_activation not in fusable else None
-        act = graph.only_use(add.output)
-        if act is None:
-            return None
-        kind = graph.activation(act)
-        return (kind, act) if kind is not None and kind not in fusable else None
+        return Blocked(fused, convs, blockers, activation)
 
     # --- report -----------------------------------------------------------------------------------------------------
     def message(self, graph: Graph, match: Match[Blocked], ctx: Context) -> str:
@@ -297,36 +189,3 @@ class ConvSumBlocked(Rule[Blocked]):
         if match.evidence.activation is not None:
             steps.append("use an activation the target fuses after the sum")
         return "; ".join(steps)
-
-
-def _known(shape: tuple[int | str | None, ...] | None) -> bool:
-    return shape is not None and all(isinstance(dim, int) for dim in shape)
-
-
-def _has_bias(conv: Node) -> bool:
-    return len(conv.inputs) > 2 and bool(conv.inputs[2])
-
-
-def _is_ancestor(graph: Graph, node: Node, name: str) -> bool:
-    """Whether `node` helps compute `name`: then `node` is where the shortcut branches off, not the branch's end.
-    The search is bounded (residual branches are short), so the rule stays linear in the graph size."""
-    uses, reaches_output = graph.uses_view(node.output)
-    if len(uses) + reaches_output < 2:
-        return False
-    stack, seen = [name], set()
-    while stack and len(seen) < ANCESTOR_SEARCH_LIMIT:
-        producer = graph.producer(stack.pop())
-        if producer is None or producer.id in seen:
-            continue
-        if producer is node:
-            return True
-        seen.add(producer.id)
-        stack.extend(i for i in producer.inputs if i)
-    return False
-
-
-def _other_uses(graph: Graph, node: Node, reader: Node) -> list[str]:
-    """What reads `node`'s output besides `reader` (a graph output counts)."""
-    uses, reaches_output = graph.uses_view(node.output)
-    others = [f"{use.label()}" for use in uses if use is not reader]
-    return [*others, "a graph output"] if reaches_output else others

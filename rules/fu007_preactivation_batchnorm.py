@@ -2,22 +2,28 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-from netlint._lazy import numpy as np  # loaded on first use: a run served by the cache needs no numpy
 from netlint.ir import ConstantUnavailable, Graph, Node
-from netlint.ir.ops import concat_of_convs, const_source, quantized_between, quantized_weights
+from netlint.ir.affine import (
+    AFFINE,
+    SCALES,
+    activation_after,
+    affine_chain,
+    affine_data,
+    chains_into,
+    conv_uses,
+    folds_backward,
+    gamma_signs,
+    mean_then_fc,
+)
+from netlint.ir.ops import concat_of_convs, quantized_between, quantized_weights
 from netlint.pattern import Match, Op
 from netlint.rule import Context, FixRef, Rule, register
 
-SCALES = frozenset({"Mul", "Div"})
-SHIFTS = frozenset({"Add", "Sub"})
-AFFINE = frozenset({"BatchNormalization", *SCALES, *SHIFTS})
 # Positively homogeneous activations, f(g·z) = g·f(z) for g > 0, so a positive per-channel scale crosses them. A
 # bounded one (Relu6, Clip) would need per-channel bounds 6/g, which no standard op has; Sigmoid & co. never commute.
 CROSSES = frozenset({"Relu", "LeakyRelu", "PRelu"})
-FOLDABLE_INTO = frozenset({"Conv", "ConvTranspose", "Gemm"})
 
 
 @dataclass
@@ -115,32 +121,32 @@ class PreactivationBatchnorm(Rule[Preactivation]):
 
     def check(self, graph: Graph, match: Match[Preactivation], ctx: Context) -> str | Preactivation:
         head = match.anchor
-        data = _affine_data(graph, head)
+        data = affine_data(graph, head)
         if data is None:
             return "not a per-channel affine (batchnorm-like) node"
         before = graph.effective_producer(data)
-        if before is not None and _chains_into(graph, before):
+        if before is not None and chains_into(graph, before):
             return "part of a longer affine chain; reported at its first node"
-        if before is not None and _folds_backward(graph, before):
+        if before is not None and folds_backward(graph, before):
             return "directly after a conv it folds into (FU006 reports a BatchNormalization there)"
         if before is not None and head.op == "BatchNormalization" and concat_of_convs(graph, before, head):
             return "after a Concat of convs it folds backward into, gamma-free (FU006 reports it)"
-        chain, problem = _chain(graph, head)
+        chain, problem = affine_chain(graph, head)
         if problem is not None:
             return problem
         if not any(node.op in SCALES or node.op == "BatchNormalization" for node in chain):
             return "no scale in the chain: a bias Add, not a batchnorm"
         last = chain[-1]
-        act_node, kind = _activation_after(graph, last)
+        act_node, kind = activation_after(graph, last)
         if kind is None:
             return "no activation follows"
         if kind not in CROSSES:
             return f"the scale cannot cross a {kind}"
         act_out = act_node.output if act_node is not None else last.output
-        convs = _conv_uses(graph, act_out)
+        convs = conv_uses(graph, act_out)
         tail: list[Node] = []
         if not convs:
-            tail, convs = _mean_then_fc(graph, act_out)
+            tail, convs = mean_then_fc(graph, act_out)
         if not convs:
             return "the activation's output is not read only by convs with constant weights (or a mean, then an FC)"
         for index, node in enumerate([*chain[1:], *([act_node] if act_node else []), *tail]):
@@ -155,22 +161,13 @@ class PreactivationBatchnorm(Rule[Preactivation]):
     def _signs(self, graph: Graph, chain: list[Node], ctx: Context) -> tuple[int, int] | None:
         """(channels with scale ≤ 0, channels), or None when the values are unavailable (recorded as skipped)."""
         try:
-            factors = [_scale_values(graph, node) for node in chain if node.op != "Add" and node.op != "Sub"]
+            signs = gamma_signs(graph, chain)
         except ConstantUnavailable as exc:
-            ctx.skip(self, chain[0], f"gamma sign check needs weight values: {exc}")
+            signs = f"gamma sign check needs weight values: {exc}"
+        if isinstance(signs, str):
+            ctx.skip(self, chain[0], signs)
             return None
-        if any(factor is None for factor in factors):
-            ctx.skip(self, chain[0], "gamma sign check: the scale is constant but its values cannot be computed")
-            return None
-        vectors = [np.asarray(f, dtype=np.float64).reshape(-1) for f in factors if f is not None]
-        channels = max(v.size for v in vectors)
-        if any(v.size not in (1, channels) for v in vectors):
-            ctx.skip(self, chain[0], "gamma sign check: the scale vectors have different lengths")
-            return None
-        sign = np.ones(channels)
-        for vector in vectors:
-            sign = sign * np.sign(vector)
-        return int(np.count_nonzero(~(sign > 0))), channels
+        return signs
 
     def message(self, graph: Graph, match: Match[Preactivation], ctx: Context) -> str:
         found = match.evidence
@@ -221,186 +218,7 @@ class PreactivationBatchnorm(Rule[Preactivation]):
         return self.fix if not signs[0] else FixRef("fold-preactivation-batchnorm", "unsafe")
 
 
-def _affine_data(graph: Graph, node: Node) -> str | None:
-    """The data input of an inference-mode, per-channel affine node, or None if `node` is not one. Remembered per
-    node: the chain walks ask it again of the nodes around each candidate."""
-    key = ("FU007.affine_data", node)  # the node itself: hashing it does not read its id string (see graph.memo)
-    memo = graph.memo
-    if key not in memo:
-        memo[key] = _affine_data_of(graph, node)
-    data: str | None = memo[key]
-    return data
-
-
-def _affine_data_of(graph: Graph, node: Node) -> str | None:
-    if node.op == "BatchNormalization":
-        if node.attrs.get("training_mode", 0) or node.attrs.get("is_training", False) or len(node.inputs) < 5:
-            return None
-        for out in node.outputs[1:]:  # loops, not any()/all() of generators: asked of every affine node
-            if out and (graph.consumers(out) or graph.is_graph_output(out)):
-                return None
-        for name in node.inputs[1:5]:
-            if not graph.is_const(name):
-                return None
-        return node.inputs[0] or None
-    if (node.op not in SCALES and node.op not in SHIFTS) or len(node.inputs) != 2 or not all(node.inputs):
-        return None
-    first, second = node.inputs
-    first_const = const_source(graph, first) is not None
-    second_const = const_source(graph, second) is not None
-    if not first_const and second_const:
-        data, param = first, second
-    elif first_const and not second_const and node.op in ("Mul", "Add"):  # commutative only
-        param, data = first, second
-    else:
-        return None
-    return data if _per_channel(graph, param, node.output) else None
-
-
-def _per_channel(graph: Graph, param: str, output: str) -> bool:
-    """`param` broadcasts as a scalar or as one value per channel of `output` (NCHW or NHWC)."""
-    shape = _shape(graph, param)
-    if shape is None:
-        return False
-    if any(not isinstance(dim, int) for dim in shape):
-        return False
-    if math.prod(shape) == 1:
-        return True
-    varying = [axis for axis, dim in enumerate(shape) if dim != 1]
-    if len(varying) != 1:
-        return False
-    out = graph.value(output)
-    if out is None or out.shape is None or out.channel_axis is None:
-        return True  # rank unknown: one varying axis is the best evidence there is
-    if len(shape) > len(out.shape):
-        return False
-    axis = len(out.shape) - len(shape) + varying[0]
-    return axis == out.channel_axis and (out.channels is None or out.channels == shape[varying[0]])
-
-
-def _shape(graph: Graph, name: str) -> tuple[int | str | None, ...] | None:
-    value = graph.value(name)
-    if value is not None and value.shape is not None:
-        return value.shape
-    source = const_source(graph, name)
-    found = graph.value(source) if source else None
-    return found.shape if found is not None else None
-
-
-def _chains_into(graph: Graph, node: Node) -> bool:
-    """`node` is itself an affine step whose only use continues the chain (so the chain starts earlier)."""
-    return (
-        node.fused_activation is None
-        and _affine_data(graph, node) is not None
-        and graph.only_use(node.output) is not None
-    )
-
-
-def _folds_backward(graph: Graph, node: Node) -> bool:
-    """A conv with constant weights, no fused activation and this one use: what follows folds into it exactly."""
-    return (
-        node.op in FOLDABLE_INTO
-        and node.fused_activation is None
-        and len(node.inputs) >= 2
-        and graph.is_const(node.inputs[1])
-        and graph.only_use(node.output) is not None
-    )
-
-
-def _chain(graph: Graph, head: Node) -> tuple[list[Node], str | None]:
-    """The affine nodes from `head` on, each the only use of the one before; stops at a fused activation."""
-    chain = [head]
-    while chain[-1].fused_activation is None:
-        current = chain[-1]
-        following = graph.only_use(current.output)
-        if following is None:
-            return chain, "the batchnorm's output has other uses, so its scale cannot move into one conv"
-        data = _affine_data(graph, following)
-        if data is None or graph.source(data) != graph.source(current.output) or following in chain:
-            break
-        chain.append(following)
-    return chain, None
-
-
-def _activation_after(graph: Graph, last: Node) -> tuple[Node | None, str | None]:
-    """The activation applied to the chain's output: fused into its last node (TFLite), or the single next node."""
-    if last.fused_activation is not None:
-        return None, last.fused_activation
-    following = graph.only_use(last.output)
-    if following is None or graph.composite(following) is not None:
-        return None, None
-    kind = graph.activation(following)
-    if kind is None or not following.inputs or graph.source(following.inputs[0]) != graph.source(last.output):
-        return None, None
-    return following, kind
-
-
-def _conv_uses(graph: Graph, name: str) -> list[Node]:
-    """The convs reading `name` as their data input, if they are its only uses; otherwise []."""
-    uses, reaches_output = graph.uses_view(name)
-    if reaches_output or not uses:
-        return []
-    for node in uses:
-        if node.op not in FOLDABLE_INTO or len(node.inputs) < 2 or not graph.is_const(node.inputs[1]):
-            return []
-        if graph.source(node.inputs[0]) != graph.source(name):  # a conv whose weights this is: nothing to fold
-            return []
-    return list(uses)
-
-
 def _pass_folds_into(conv: Node) -> bool:
     """Whether fold-preactivation-batchnorm rewrites this reader: an ONNX Conv; a TFLite CONV_2D, DEPTHWISE_CONV_2D
     (both Conv here) or FULLY_CONNECTED. Not yet: ONNX ConvTranspose and Gemm, TFLite TRANSPOSE_CONV."""
     return conv.op == "Conv" or conv.source_op == "FULLY_CONNECTED"
-
-
-MEANS = frozenset({"GlobalAveragePool", "ReduceMean"})
-RESHAPES = frozenset({"Flatten", "Reshape", "Squeeze"})
-FC_OPS = frozenset({"Gemm", "MatMul"})
-
-
-def _mean_then_fc(graph: Graph, name: str) -> tuple[list[Node], list[Node]]:
-    """ResNet V2's tail, BN → Relu → mean → FC: the spatial mean (GlobalAveragePool, or a ReduceMean over the spatial
-    axes only), the reshapes after it and the fully-connected layer with constant weights reading it, each the only
-    use of what comes before; the per-channel scale crosses the mean (linear) into the FC's input rows. ([], []) if
-    the activation's output does not go there."""
-    mean = graph.only_use(name)
-    if mean is None or mean.op not in MEANS or not _spatial_mean(graph, mean):
-        return [], []
-    tail = [mean]
-    node = graph.only_use(mean.output)
-    while node is not None and node.op in RESHAPES:
-        tail.append(node)
-        node = graph.only_use(node.output)
-    if node is None or node.op not in FC_OPS or len(node.inputs) < 2 or not graph.is_const(node.inputs[1]):
-        return [], []
-    if graph.source(node.inputs[0]) != graph.source(tail[-1].output):
-        return [], []
-    return tail, [node]
-
-
-def _spatial_mean(graph: Graph, mean: Node) -> bool:
-    """A GlobalAveragePool, or a ReduceMean whose axes are the spatial ones (not the channel axis)."""
-    if mean.op == "GlobalAveragePool":
-        return True
-    value = graph.value(mean.inputs[0]) if mean.inputs else None
-    if value is None or value.shape is None or value.channel_axis is None:
-        return False
-    axes = mean.attrs.get("axes")
-    if axes is None and len(mean.inputs) > 1 and mean.inputs[1]:
-        found = graph.const(mean.inputs[1])
-        axes = None if found is None else [int(a) for a in np.asarray(found).reshape(-1)]
-    if not axes:
-        return False
-    rank = len(value.shape)
-    return value.channel_axis % rank not in {int(a) % rank for a in axes} and 0 not in {int(a) % rank for a in axes}
-
-
-def _scale_values(graph: Graph, node: Node) -> np.ndarray | None:
-    """The per-channel scale a node applies (its sign is what matters): γ of a BatchNormalization, the constant of a
-    Mul or Div. Raises ConstantUnavailable when the values are in a missing external file."""
-    if node.op == "BatchNormalization":
-        return graph.const(node.inputs[1])
-    param = next((name for name in node.inputs if const_source(graph, name) is not None), None)
-    source = const_source(graph, param) if param else None
-    return graph.const(source) if source else None

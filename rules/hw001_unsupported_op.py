@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 from netlint.ir import Graph, Node
-from netlint.rule import Context, Finding, Rule, Severity, register
+from netlint.ir.partition import Split
+from netlint.rule import Advice, Context, Finding, Rule, Severity, register
 from netlint.targets import runs_type
 
-# ONNX's QDQ format annotates tensors with QuantizeLinear/DequantizeLinear pairs; QDQ-aware compilers (QNN, TIDL)
-# fold each pair into the quantized op it wraps, so in ONNX these nodes (and Identity) take no side: edges pass through
-# them. TFLite's QUANTIZE/DEQUANTIZE are real kernels (requantize, int8 <-> float), so there they count like any op.
-# Dropout too: ONNX Runtime removes it (and Identity) with its basic graph optimizations, which "run before graph
-# partitioning and thus apply to all the execution providers" (QNN's and TIDL's included).
-TRANSPARENT_OPS = frozenset({"Identity", "QuantizeLinear", "DequantizeLinear", "Dropout"})
-TFLITE_KERNELS = frozenset({"QUANTIZE", "DEQUANTIZE"})
-# Ops whose output is static once the input shapes are: shape arithmetic starts here.
-SHAPE_OPS = frozenset({"Shape", "Size"})
 FALLBACK_NAMES = {"cpu": "the CPU", "dsp": "the DSP"}
 
 
@@ -91,6 +83,7 @@ class UnsupportedOp(Rule):
     name = "unsupported-op"
     category = "target"
     fix = None
+    advice = Advice("on-the-accelerator")  # the change its help advises, as netlint.cost.advice prices it
 
     def scan(self, graph: Graph, ctx: Context) -> Iterator[Finding]:
         target = ctx.target
@@ -104,7 +97,7 @@ class UnsupportedOp(Rule):
         listed = frozenset(ops["supported"])
         fallback = str(ops["fallback"])
         types = target.data_types()
-        split = _Split(graph, lambda node: _supports(ctx, listed, node) and _typed(graph, node, types))
+        split = Split(graph, lambda node: _supports(ctx, listed, node) and _typed(graph, node, types))
         if not split.unsupported:
             return
         severity: Severity = "error" if fallback == "none" else self.severity
@@ -150,7 +143,7 @@ class UnsupportedOp(Rule):
         )
 
     def _untyped_model_finding(
-        self, graph: Graph, split: _Split, untyped: list[Node], ctx: Context, severity: Severity
+        self, graph: Graph, split: Split, untyped: list[Node], ctx: Context, severity: Severity
     ) -> Finding:
         target = ctx.target
         types = sorted(target.data_types() or ())
@@ -184,7 +177,7 @@ class UnsupportedOp(Rule):
             )
         return f"{what} is not supported by {label}: it falls back to {where}"
 
-    def _partition_finding(self, graph: Graph, split: _Split, label: str, fallback: str, severity: Severity) -> Finding:
+    def _partition_finding(self, graph: Graph, split: Split, label: str, fallback: str, severity: Severity) -> Finding:
         accelerated, fallen = split.partitions()
         where = f"on {FALLBACK_NAMES[fallback]}" if fallback in FALLBACK_NAMES else "with no fallback"
         count = accelerated + fallen
@@ -225,93 +218,3 @@ def _typed(graph: Graph, node: Node, types: frozenset[str] | None) -> bool:
     """Whether the node's output is of a type the accelerator runs (netlint.targets.runs_type: the cost model places
     nodes with the same test)."""
     return runs_type(types, _dtype(graph, node))
-
-
-def _transparent(node: Node) -> bool:
-    return node.op in TRANSPARENT_OPS and node.source_op not in TFLITE_KERNELS and bool(node.inputs)
-
-
-class _Split:
-    """The side of every node (supported / unsupported / none) and the connected runs of each side, built once."""
-
-    def __init__(self, graph: Graph, supports: Callable[[Node], bool]) -> None:
-        self.graph = graph
-        self.side: dict[str, bool] = {}  # counted node id -> supported
-        self.unsupported: list[Node] = []
-        self._through: dict[str, Node] = {}  # output of a transparent node -> the node it passes through to
-        static: set[str] = set()
-        for node in graph.nodes:  # file order is topological in ONNX and TFLite
-            if self._neutral(node, static):
-                static.update(out for out in node.outputs if out)
-            elif _transparent(node):
-                source = self._counted_producer(node.inputs[0])
-                for out in node.outputs:
-                    if out and source is not None:
-                        self._through[out] = source
-            else:
-                ok = supports(node)
-                self.side[node.id] = ok
-                if not ok:
-                    self.unsupported.append(node)
-        self.counted = len(self.side)
-        self._parent = {node_id: node_id for node_id in self.side}
-        self.crossing: list[str] = []
-        self._join()
-
-    def _neutral(self, node: Node, static: set[str]) -> bool:
-        if node.op == "Constant" or node.op in SHAPE_OPS:
-            return True
-        if node.subgraphs:  # a body may read run-time values that are not among the node's inputs
-            return False
-        return all(self._static(name, static) for name in node.inputs if name)
-
-    def _static(self, name: str, static: set[str]) -> bool:
-        if name in static:
-            return True
-        value = self.graph.value(name)
-        return value is not None and value.is_const
-
-    def _counted_producer(self, name: str) -> Node | None:
-        if name in self._through:
-            return self._through[name]
-        producer = self.graph.producer(name)
-        return producer if producer is not None and producer.id in self.side else None
-
-    def _find(self, node_id: str) -> str:
-        parent = self._parent
-        root = node_id
-        while parent[root] != root:
-            root = parent[root]
-        while parent[node_id] != root:  # path compression keeps the whole pass near-linear
-            parent[node_id], node_id = root, parent[node_id]
-        return root
-
-    def _join(self) -> None:
-        crossing: dict[str, None] = {}
-        for node in self.graph.nodes:
-            if node.id not in self.side:
-                continue
-            for name in dict.fromkeys(node.inputs):
-                producer = self._counted_producer(name) if name else None
-                if producer is None or producer is node:
-                    continue
-                if self.side[producer.id] == self.side[node.id]:
-                    a, b = self._find(producer.id), self._find(node.id)
-                    if a != b:
-                        self._parent[a] = b
-                else:
-                    crossing.setdefault(name)
-        self.crossing = list(crossing)
-
-    def partitions(self) -> tuple[int, int]:
-        """(accelerator partitions, fallback partitions)."""
-        roots = {self._find(node_id) for node_id in self.side}
-        fallen = sum(not self.side[root] for root in roots)
-        return len(roots) - fallen, fallen
-
-    def fallback_heads(self) -> list[str]:
-        """The first node (file order) of each fallback partition: where the graph leaves the accelerator."""
-        heads: dict[str, str] = {}
-        for node in self.unsupported:
-            heads.setdefault(self._find(node.id), node.id)
-        return list(heads.values())

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, ClassVar
 from netlint.ir import Graph, Node
 from netlint.ir.ops import CONV_OPS
 from netlint.pattern import Match, Op
-from netlint.rule import Context, Option, Rule, register
+from netlint.rule import Advice, Context, Option, Rule, register
 
 if TYPE_CHECKING:
     from netlint.targets import Target
@@ -98,6 +98,7 @@ class UnalignedChannels(Rule[Unaligned]):
     name = "unaligned-channels"
     category = "target"
     fix = None
+    advice = Advice("pad-channels")  # the change its help advises, as netlint.cost.advice prices it
     pattern = Op(CONV_OPS, name="layer")
     options: ClassVar[dict[str, Option]] = {
         "min-utilisation": Option(

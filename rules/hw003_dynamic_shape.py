@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from netlint.ir import Graph, Value
-from netlint.rule import PORTABLE, Context, Finding, Rule, Severity, register
+from netlint.rule import PORTABLE, Advice, Context, Finding, Rule, Severity, register
 from netlint.targets import Target
 
 
@@ -59,6 +59,7 @@ class DynamicShape(Rule):
     name = "dynamic-shape"
     category = "target"
     fix = None
+    advice = Advice("pin-dynamic-shape")  # the change its help advises, as netlint.cost.advice prices it
 
     def scan(self, graph: Graph, ctx: Context) -> Iterator[Finding]:
         if graph.parent is not None:  # a body's inputs are fed by its If/Loop/Scan node

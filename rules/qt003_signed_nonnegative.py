@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from netlint._lazy import numpy as np  # loaded on first use: a run served by the cache needs no numpy
 from netlint.ir import ConstantUnavailable, Graph, Node
 from netlint.ir.signs import nonnegative_values
-from netlint.rule import Context, Finding, Rule, Severity, register
+from netlint.rule import Advice, Context, Finding, Rule, Severity, register
 
 SIGNED = {"int8": 8, "int16": 16}
 ONNX_SIGNED = {3: "int8", 5: "int16"}  # TensorProto.INT8, TensorProto.INT16 (QuantizeLinear output_dtype)
@@ -86,6 +86,10 @@ class SignedNonnegative(Rule):
     category = "quantization"
     aim = "accuracy"
     fix = None
+    advice = Advice.unmodelled(
+        "accuracy finding, not a latency one: an unsigned or asymmetric encoding has the same width (same MACs and "
+        "bytes); it gains up to one bit of resolution"
+    )
 
     def scan(self, graph: Graph, ctx: Context) -> Iterator[Finding]:
         if not _quantizes(graph):  # a float model: nothing to find, and no need for the pass over every node

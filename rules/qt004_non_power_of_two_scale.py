@@ -9,7 +9,7 @@ from typing import ClassVar
 
 from netlint._lazy import numpy as np  # loaded on first use: a run served by the cache needs no numpy
 from netlint.ir import ConstantUnavailable, Graph, Node
-from netlint.rule import Context, Finding, Option, Rule, Severity, register
+from netlint.rule import Advice, Context, Finding, Option, Rule, Severity, register
 
 EXAMPLES = 3  # worst tensors named in the message
 BIAS_DTYPES = frozenset({"int32", "int64"})  # bias scale = input scale × weight scale: it follows the other two
@@ -81,6 +81,10 @@ class NonPowerOfTwoScale(Rule):
     category = "quantization"
     aim = "accuracy"
     fix = None
+    advice = Advice.unmodelled(
+        "accuracy finding, not a latency one: power-of-two scales change how requantization rounds, not the layer's "
+        "MACs or bytes; the toolchain otherwise rounds each scale itself (up to half a bit lost)"
+    )
     options: ClassVar[dict[str, Option]] = {
         "rtol": Option(1e-6, "a scale within this relative distance of a power of two counts as one"),
     }

@@ -9,7 +9,7 @@ from typing import ClassVar
 from netlint.ir import Graph, Node
 from netlint.ir.ops import CONV_OPS
 from netlint.ir.shapes import static_shape
-from netlint.rule import Context, Finding, Option, Rule, register
+from netlint.rule import Advice, Context, Finding, Option, Rule, register
 
 BITS = {"int8": 8, "uint8": 8, "int16": 16, "uint16": 16}
 # Index of the weight (second operand) input; every other conv/matmul op has it at 1.
@@ -79,6 +79,7 @@ class WidePrecisionCost(Rule):
     category = "quantization"
     severity = "info"
     fix = None  # manual: mixed precision (the help line says how)
+    advice = Advice("narrow-precision")  # the change its help advises, as netlint.cost.advice prices it
     options: ClassVar[dict[str, Option]] = {
         "top": Option(5, "how many of the heaviest layers the message lists"),
     }

@@ -1,26 +1,27 @@
-"""Prices the advised change of manual rules (no fix pass to simulate) on the target, each with a `basis` that says
-how. netlint.cost.impact calls `price_advice` for findings of these rules; docs/cost-model.md lists the choices.
+"""Prices the change a manual rule advises (no fix pass to simulate) on the target, each with a `basis` that says
+how. A rule declares the kind of change beside its docs (`Rule.advice`); `PRICERS` says how each kind is priced, and
+netlint.cost.impact calls `price_advice` for the findings of such rules. docs/cost-model.md lists the choices.
 
-- HW002 (unaligned channels): on accelerators (target kind npu/dsp) the layer is costed with its channel counts
-  padded to the target's alignment (what the MAC array runs) and at its real counts; the difference is what the
-  padding costs, which channel counts on the alignment (or merged thin layers) avoid. CPU targets choose a kernel
-  path by alignment instead of padding (ORT's NCHWc, oneDNN's blocked layouts) at a speed their rates do not
-  separate: saving 0 with that basis.
-- HW003 (dynamic shape): on targets that compile fixed shapes and fall back to the CPU, the nodes whose tensors carry
-  the dynamic dimension run on the CPU (the target's fallback cost) against on the accelerator once it is pinned.
-  Targets that run dynamic shapes, or state nothing: saving 0 (the cost model sizes a dynamic dimension as 1 either
-  way).
-- QT006 (16 bits throughout): the finding's layers costed at the target's 16-bit precision against its 8-bit one
-  (the [cost.precision.<p>] and [throughput] tables, 16-bit tensors of the model retyped to 8 bits).
-- DM001 (data movers): the predicted time of the listed movers' kernels, all of which the advice removes: an upper
-  bound.
+- pad-channels (HW002, unaligned channels): on accelerators (target kind npu/dsp) the layer is costed with its channel
+  counts padded to the target's alignment (what the MAC array runs) and at its real counts; the difference is what the
+  padding costs, which channel counts on the alignment (or merged thin layers) avoid. CPU targets choose a kernel path
+  by alignment instead of padding (ORT's NCHWc, oneDNN's blocked layouts) at a speed their rates do not separate:
+  saving 0 with that basis.
+- pin-dynamic-shape (HW003, dynamic shape): on targets that compile fixed shapes and fall back to the CPU, the nodes
+  whose tensors carry the dynamic dimension run on the CPU (the target's fallback cost) against on the accelerator
+  once it is pinned. Targets that run dynamic shapes, or state nothing: saving 0 (the cost model sizes a dynamic
+  dimension as 1 either way).
+- narrow-precision (QT006, 16 bits throughout): the finding's layers costed at the target's 16-bit precision against
+  its 8-bit one (the [cost.precision.<p>] and [throughput] tables, 16-bit tensors of the model retyped to 8 bits).
+- remove-data-movers (DM001, data movers): the predicted time of the listed movers' kernels, all of which the advice
+  removes: an upper bound.
 - QT005 (fp16-unsafe, fix keep-fp32) is priced by its pass like every fix (netlint.cost.impact), at the target's
   float16 precision (`fp16_selection`, with the basis); targets without one: saving 0 with that basis.
-- HW001's partition summary (no `unsupported_op` in its data; the per-op findings are priced in
-  netlint.cost.impact): the whole model now against the same model with every op on the accelerator (no fallback,
-  no partition borders), re-costed once per model.
-- QT002, QT003, QT004: accuracy findings. Their change keeps every layer's MACs and bytes, so the saving is 0 with
-  the reason.
+- on-the-accelerator, HW001's partition summary (no `unsupported_op` in its data; the per-op findings are priced in
+  netlint.cost.impact): the whole model now against the same model with every op on the accelerator (no fallback, no
+  partition borders), re-costed once per model.
+- `Advice.unmodelled(why)` (QT002, QT003, QT004: accuracy findings): the change keeps every layer's MACs and bytes, so
+  the saving is 0 with the rule's reason.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from netlint.fixes.registry import Plan
 from netlint.ir import Graph, Node
 from netlint.ir.edit import Edit, copy_node
 from netlint.ir.graph import ConstData, Value
-from netlint.rule import Finding
+from netlint.rule import Advice, Finding, advice_of
 from netlint.targets import Target
 from netlint.targets.schema import WILDCARD_OP
 
@@ -57,37 +58,25 @@ class Priced:
     before_us: float | None = None
 
 
-# The change these rules advise keeps MACs, bytes and kernels: they are about accuracy, not latency.
-ACCURACY: dict[str, str] = {
-    "QT002": (
-        "accuracy finding, not a latency one: per-channel weight scales fold into the requantization the layer does "
-        "anyway (same MACs and bytes), so no latency change is modelled"
-    ),
-    "QT003": (
-        "accuracy finding, not a latency one: an unsigned or asymmetric encoding has the same width (same MACs and "
-        "bytes); it gains up to one bit of resolution"
-    ),
-    "QT004": (
-        "accuracy finding, not a latency one: power-of-two scales change how requantization rounds, not the layer's "
-        "MACs or bytes; the toolchain otherwise rounds each scale itself (up to half a bit lost)"
-    ),
-}
 PADDING_KINDS = frozenset({"npu", "dsp"})  # targets whose MAC arrays take channels in fixed-width groups
 WIDE, NARROW = 16, 8
 NARROWER = {"int16": "int8", "uint16": "uint8"}
 
-Handler = Callable[[Graph, Finding, Target, ModelCost, dict[Any, Any]], Priced | None]
+Pricer = Callable[[Graph, Finding, Target, ModelCost, dict[Any, Any]], Priced | None]
 
 
 def price_advice(
     graph: Graph, finding: Finding, target: Target, cost: ModelCost, memo: dict[Any, Any]
 ) -> Priced | None:
-    """The priced advised change of a manual rule's finding; None for rules this module does not price, or when a
-    tensor it needs has no shape."""
-    if finding.code in ACCURACY:
-        return Priced(0.0, ACCURACY[finding.code], modelled=False)
-    handler = HANDLERS.get(finding.code)
-    return handler(graph, finding, target, cost, memo) if handler is not None else None
+    """The priced advised change of a manual rule's finding (the kind of change its rule declares, `Rule.advice`);
+    None for rules that declare none, or when a tensor it needs has no shape."""
+    advice = advice_of(finding.code)
+    if advice is None:
+        return None
+    if advice.kind == Advice.UNMODELLED:
+        return Priced(0.0, advice.basis, modelled=False)
+    pricer = PRICERS.get(advice.kind)
+    return pricer(graph, finding, target, cost, memo) if pricer is not None else None
 
 
 def _latency(graph: Graph, target: Target) -> float | None:
@@ -457,12 +446,13 @@ def _quantized_onto_the_accelerator(
     )
 
 
-HANDLERS: dict[str, Handler] = {
-    "HW001": _all_on_the_accelerator,
-    "HW002": _unaligned_channels,
-    "HW003": _dynamic_shape,
-    "QT006": _wide_precision,
-    "DM001": _data_movers,
+# How each kind of advised change (`Advice.kind`, declared by the rules) is priced.
+PRICERS: dict[str, Pricer] = {
+    "on-the-accelerator": _all_on_the_accelerator,  # the per-op findings: netlint.cost.impact
+    "pad-channels": _unaligned_channels,
+    "pin-dynamic-shape": _dynamic_shape,
+    "narrow-precision": _wide_precision,
+    "remove-data-movers": _data_movers,
 }
 
 

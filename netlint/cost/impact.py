@@ -22,7 +22,6 @@ price of accuracy; saving 0 on a target without one).
 from __future__ import annotations
 
 import re
-import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
@@ -37,23 +36,25 @@ from netlint.ir import Graph, Node
 from netlint.ir.edit import Edit
 from netlint.ir.graph import Value
 from netlint.results import CostSummary
-from netlint.rule import Finding, Impact
+from netlint.rule import Finding, Impact, advice_of
 from netlint.targets import Target
 
-_COSTS: weakref.WeakKeyDictionary[Graph, dict[tuple[str, int], ModelCost]] = weakref.WeakKeyDictionary()
-UNSUPPORTED_OP_RULE = "HW001"  # a manual rule whose advised change is priced by changing the target, not the graph
-FP16_RULE = "QT005"  # its fix (keep-fp32) is priced at the target's float16 precision, wherever that is selected
+# The advised change (`Rule.advice`, HW001's) priced by changing the target, not the graph: an unsupported op runs
+# on the accelerator (its per-op findings, priced here; its partition summary: netlint.cost.advice)
+ON_THE_ACCELERATOR = "on-the-accelerator"
+FP16_FIX = "keep-fp32"  # priced at the target's float16 precision, wherever that is selected
 
 
 def model_cost(graph: Graph, target: Target) -> ModelCost:
     """cost_model(graph, target), computed once per graph and target selection (the engine and DM001 share it).
     Totals only (no kernels) on a target without rates: the engine's summary reads only those, DM001 and pricing use
     this only on targets with rates."""
-    per_graph = _COSTS.setdefault(graph, {})
-    key = (target.label, id(target), graph.generation)  # an edit (netlint.fixes) makes a new generation
-    if key not in per_graph:
-        per_graph[key] = backends.cost(graph, target, totals_only=True)  # the target's backend (netlint.cost.backends)
-    return per_graph[key]
+    key = ("model cost", target.label, id(target))  # in the graph's analysis cache: an edit (netlint.fixes) empties it
+    memo = graph.memo
+    if key not in memo:
+        memo[key] = backends.cost(graph, target, totals_only=True)  # the target's backend (netlint.cost.backends)
+    cost: ModelCost = memo[key]
+    return cost
 
 
 def summary(cost: ModelCost, target: Target) -> CostSummary:
@@ -120,7 +121,7 @@ def price_findings(
     findings = list(findings)
     if price is None:
         price = backends.pricer(target)
-        if (target.label, graph.generation) not in _PREFETCHED.get(graph, ()):  # `start_pricing` did not start it
+        if (PREFETCHED, target.label) not in graph.memo:  # `start_pricing` did not start it
             _prefetch(graph, findings, target, cost.layout_facts, plans, price, wait=True)
     total = cost.latency_us
     label = target.label
@@ -142,12 +143,12 @@ def price_findings(
                     label, start / 1000, (start - priced.saving_us) / 1000, basis, modelled, pricing
                 )
                 continue
-        elif finding.code == UNSUPPORTED_OP_RULE:
+        elif _on_the_accelerator(finding):
             saving = _saving_on_the_accelerator(graph, finding, target, memo, cost.layout_facts)
         else:
             plan, basis = _plan_of(graph, finding, plans)
             on, facts = target, cost.layout_facts
-            if finding.code == FP16_RULE:
+            if finding.fix is not None and finding.fix.name == FP16_FIX:
                 from netlint.cost.advice import fp16_selection
 
                 on, basis = fp16_selection(target)
@@ -176,9 +177,9 @@ def _plan_of(graph: Graph, finding: Finding, plans: Plans | None) -> tuple[Any, 
     return plan, None
 
 
-# per graph, by (target label, graph generation: a fix round edits the graph): started, and the findings started
-_PREFETCHED: weakref.WeakKeyDictionary[Graph, set[tuple[str, int]]] = weakref.WeakKeyDictionary()
-_STARTED: weakref.WeakKeyDictionary[Graph, dict[tuple[str, int], set[int]]] = weakref.WeakKeyDictionary()
+# in the graph's analysis cache (Graph.memo: a fix round edits the graph, which empties it), per target label: that
+# every finding's plans were started, and the findings started
+PREFETCHED, STARTED = "pricing prefetched", "pricing started"
 
 
 def start_pricing(
@@ -198,13 +199,12 @@ def start_pricing(
     price = backends.pricer(target)
     if not getattr(price, "prefetches", False):
         return
-    round_key = (target.label, graph.generation)
-    started = _STARTED.setdefault(graph, {}).setdefault(round_key, set())
+    started: set[int] = graph.memo.setdefault((STARTED, target.label), set())
     findings = [finding for finding in findings if id(finding) not in started]  # the second call: the new ones
     started.update(id(finding) for finding in findings)
     _prefetch(graph, findings, target, None, plans or _prechecked(graph, findings, options or {}), price, wait=False)
     if plans is not None:
-        _PREFETCHED.setdefault(graph, set()).add(round_key)
+        graph.memo[(PREFETCHED, target.label)] = True
 
 
 def _prechecked(graph: Graph, findings: list[Finding], options: dict[str, dict[str, Any]]) -> Plans:
@@ -246,7 +246,8 @@ def _prefetch(
 
     memo: dict[Any, Any] = {}
     for finding in findings:
-        if not _advised(finding) and finding.code not in (UNSUPPORTED_OP_RULE, FP16_RULE):  # QT005: another selection
+        fp16 = finding.fix is not None and finding.fix.name == FP16_FIX  # priced at another selection
+        if not _advised(finding) and not fp16 and not _on_the_accelerator(finding):
             plan, _ = _plan_of(graph, finding, plans)
             _saving_us(graph, finding, plan, target, memo, facts, collect)
     if collected:
@@ -270,12 +271,17 @@ def _relu8_by_runtime(finding: Finding, plan: Any, target: Target) -> bool:
 def summarises(finding: Finding) -> bool:
     """Whether the finding's impact covers its rule's other findings (HW001's partition summary prices removing all
     fallback, which its per-op findings price one op at a time): a per-rule total leaves it out."""
-    return finding.code == UNSUPPORTED_OP_RULE and "unsupported_op" not in finding.data
+    return _on_the_accelerator(finding) and "unsupported_op" not in finding.data
+
+
+def _on_the_accelerator(finding: Finding) -> bool:
+    advice = advice_of(finding.code)
+    return advice is not None and advice.kind == ON_THE_ACCELERATOR
 
 
 def _advised(finding: Finding) -> bool:
     """Whether netlint.cost.advice prices the finding: manual rules (but HW001's per-op findings, priced here)."""
-    if finding.code == UNSUPPORTED_OP_RULE:
+    if _on_the_accelerator(finding):
         return summarises(finding)
     return finding.fix is None
 
@@ -391,7 +397,7 @@ def _saving_on_the_accelerator(
     around = _neighbourhood(graph, [node])
     outside = read_outside(graph, around)
     borders, codes = _borders(graph, around, outside, facts)
-    key = (UNSUPPORTED_OP_RULE, node.op, dtype, _signature(around, outside, {}, kinds_of(graph, memo), codes))
+    key = (ON_THE_ACCELERATOR, node.op, dtype, _signature(around, outside, {}, kinds_of(graph, memo), codes))
     if key not in memo:
         runs_it = replace(target, data={**target.data, "ops": {**ops, "supported": [*ops["supported"], node.op]}})
         small = small_graph(graph, around, outside, {})
@@ -421,14 +427,12 @@ def _neighbourhood(graph: Graph, nodes: list[Node]) -> list[Node]:
     return sorted(chosen.values(), key=lambda node: (position.get(node.id, len(position)), order.get(node.id, 0)))
 
 
-_POSITIONS: weakref.WeakKeyDictionary[Graph, tuple[int, dict[str, int]]] = weakref.WeakKeyDictionary()
-
-
 def _positions(graph: Graph) -> dict[str, int]:
-    known = _POSITIONS.get(graph)
-    if known is None or known[0] != graph.generation:
-        known = _POSITIONS[graph] = (graph.generation, {node.id: index for index, node in enumerate(graph.nodes)})
-    return known[1]
+    """Each node's index in the graph's order (kept in the graph's analysis cache)."""
+    known: dict[str, int] | None = graph.memo.get(("node positions",))
+    if known is None:
+        known = graph.memo[("node positions",)] = {node.id: index for index, node in enumerate(graph.nodes)}
+    return known
 
 
 # Border codes (`_borders`), one bit each: arrives blocked, its conversion is needed outside anyway, read blocked

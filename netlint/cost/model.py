@@ -63,7 +63,7 @@ from netlint.cost.ops import (
 )
 from netlint.cost.rates import Rates, rates_for
 from netlint.ir import Graph, Model, Node
-from netlint.ir.graph import PASS_THROUGH_OPS
+from netlint.ir.liveness import all_live, live_nodes
 from netlint.ir.ops import CONV_OPS, clip_bounds
 from netlint.ir.sizes import release
 from netlint.targets import Target, load_target, runs_type
@@ -469,10 +469,10 @@ def _runtime_rewrites(
     tails: dict[str, str] = {}
     fold_bn, fold_affine = target.applies_fix("fold-batchnorm"), target.applies_fix("fold-affine")
     if target.applies_fix("remove-dead-code"):
-        live = _live_nodes(graph)
+        live = None if all_live(graph) else live_nodes(graph)  # GR001's liveness: what remove-dead-code removes
         for entry in entries:
             node = entry.node
-            if node.id not in live or node.op in REMOVED_VIEWS:
+            if (live is not None and node not in live) or node.op in REMOVED_VIEWS:
                 entry.rewritten = "remove-dead-code"
     if target.applies_fix("cancel-transposes"):
         _cancel_transposes(graph, by_id)
@@ -504,25 +504,6 @@ def _folds(graph: Graph, node: Node, value: str, fold_bn: bool, fold_affine: boo
         other = inputs[1] if inputs[0] == value else inputs[0] if node.op in ("Mul", "Add") else None
         return "fold-affine" if other is not None and other != value and graph.is_const(other) else None
     return None
-
-
-def _live_nodes(graph: Graph) -> set[str]:
-    """Ids of the nodes some graph output depends on (one reverse walk)."""
-    producer = graph.producer_index().get  # no node writes "" (an omitted input): it is looked up once, found None
-    live: set[str] = set()
-    stack = [name for name in graph.outputs if name]
-    seen: set[str] = set()
-    while stack:
-        name = stack.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        node = producer(name)
-        if node is None or node.id in live:
-            continue
-        live.add(node.id)
-        stack.extend(node.inputs)
-    return live
 
 
 def _cancel_transposes(graph: Graph, by_id: dict[str, NodeCost]) -> None:
@@ -780,19 +761,7 @@ def _folded_bias(graph: Graph, conv: Node, tail: str, by_id: dict[str, NodeCost]
 def _pass_through_between(graph: Graph, value: str, members: Iterable[Node]) -> list[Node]:
     """Identity/Cast/Q/DQ nodes on the path from `value` to the activation's nodes."""
     wanted = {member.id for member in members}
-    found: list[Node] = []
-    stack = [value]
-    seen: set[str] = set()
-    while stack:
-        current = stack.pop()
-        if current in seen:
-            continue
-        seen.add(current)
-        for consumer in graph.consumers(current):
-            if consumer.op in PASS_THROUGH_OPS and consumer.id not in wanted:
-                found.append(consumer)
-                stack.extend(out for out in consumer.outputs[:1] if out)
-    return found
+    return [node for node in graph.pass_through_after(value) if node.id not in wanted]
 
 
 # --- partitions ----------------------------------------------------------------------------------------------------

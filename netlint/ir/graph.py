@@ -154,7 +154,6 @@ class Graph:
     path: str = ""  # the file the main graph was loaded from (a toolchain backend compiles the file itself)
     # the file format the graph was loaded from ("onnx" or "tflite"): what a fix may write into it
     format: str = "onnx"
-    generation = -1  # how many times the indexes were set (see set_indexes)
 
     def __init__(
         self,
@@ -204,7 +203,6 @@ class Graph:
         """Install indexes equal to what `reindex` builds (the ONNX loader builds them while it converts the nodes,
         in the same pass) and forget everything derived from the old ones."""
         self._output_set = frozenset(self.outputs)
-        self.generation += 1  # caches kept outside the graph (netlint.cost) compare it: the graph was edited
         self._producer = producer
         self._consumers = consumers
         self._by_id = by_id
@@ -214,9 +212,9 @@ class Graph:
         self._activations: dict[Node, str | None] = {}  # memo of `activation`, by node (see `_composite_index`)
         self._uses: dict[str, tuple[tuple[Node, ...], bool]] = {}  # memo of `uses`: several rules ask it of every conv
         self._activation_uses: dict[str, tuple[Node, ...]] = {}  # memo of `activation_uses`
-        # What rules and helpers derive from the structure and would otherwise recompute per node, keyed by
-        # (what, node or value name): valid until the next reindex. A node keys by identity, which unlike its id
-        # string costs no memory read to hash (on a 100k-node graph most of a memo's cost is cache misses).
+        # The graph's analysis cache: what rules, shared analyses and the cost model derive from the structure,
+        # keyed by (what, node or value name, ...): valid until the next reindex. A node keys by identity, which
+        # unlike its id string costs no memory read to hash (on a 100k-node graph most of its cost is cache misses).
         self.memo: dict[tuple[Any, ...], Any] = {}
 
     # --- plain structure -------------------------------------------------------------------------------------------
@@ -410,7 +408,18 @@ class Graph:
             for consumer in direct:
                 unique.setdefault(consumer.id, consumer)
             return list(unique.values()), name in self._output_set
+        found, _passed, reaches_output = self._walk_forward(name)
+        return list(found.values()), reaches_output
+
+    def pass_through_after(self, name: str) -> list[Node]:
+        """The pass-through nodes the data of `name` flows through to its `effective_consumers`, in walk order."""
+        return self._walk_forward(name)[1]
+
+    def _walk_forward(self, name: str) -> tuple[dict[str, Node], list[Node], bool]:
+        """The one walk forward from `name` through pass-through nodes: the readers beyond them (by id), the
+        pass-through nodes walked, and whether the data reaches a graph output on the way."""
         found: dict[str, Node] = {}
+        passed: list[Node] = []
         reaches_output = False
         stack = [name]
         seen: set[str] = set()
@@ -422,10 +431,11 @@ class Graph:
             reaches_output = reaches_output or self.is_graph_output(current)
             for consumer in self.consumers(current):
                 if consumer.op in PASS_THROUGH_OPS and consumer.inputs and consumer.inputs[0] == current:
+                    passed.append(consumer)
                     stack.extend(out for out in consumer.outputs[:1] if out)
                 else:
                     found.setdefault(consumer.id, consumer)
-        return list(found.values()), reaches_output
+        return found, passed, reaches_output
 
     def uses(self, name: str) -> tuple[list[Node], bool]:
         """Like `effective_consumers`, but a composite activation (SiLU, HardSwish, Gelu, Mish written as several

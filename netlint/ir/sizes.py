@@ -10,7 +10,6 @@ elementwise ops, Concat). What the cost model alone needs (QDQ storage widths) s
 from __future__ import annotations
 
 import math
-import weakref
 from collections.abc import Callable, Set
 from functools import cache
 from typing import Generic, TypeVar
@@ -21,11 +20,9 @@ from netlint.ir.graph import PASS_THROUGH_OPS, Graph, Node, Value
 from netlint.ir.ops import ACTIVATION_OPS, UNARY_MATH_OPS
 from netlint.ir.unionfind import UnionFind
 
-# per graph, with the generation of the graph's indexes they were made for (an edit of the graph makes a new one)
-_INDEX: weakref.WeakKeyDictionary[Graph, tuple[int, TensorSizes]] = weakref.WeakKeyDictionary()
-_STATIC: weakref.WeakKeyDictionary[Graph, tuple[int, tuple[frozenset[str], frozenset[str]]]] = (
-    weakref.WeakKeyDictionary()
-)
+# the graph's analysis cache (Graph.memo: an edit of the graph empties it) keeps these per graph
+INDEX = ("tensor sizes",)
+STATIC = ("static names",)
 SHAPE_OPS = frozenset({"Shape", "Size"})
 GATHERS = frozenset({"Gather", "GatherND", "GatherElements"})  # read only the rows they write
 # Ops whose output 0 holds exactly as many elements as their input 0: sizing one side sizes the other.
@@ -139,9 +136,9 @@ def const_names(graph: Graph) -> Set[str]:
     """`TensorSizes.const` of `graph`: from its index while it is built, else computed alone, without sizing
     anything (DM003 asks after the cost model has released the index; rebuilding it took a tenth of the lint on a
     100k-node graph)."""
-    index = _INDEX.get(graph)
-    if index is not None and index[0] == graph.generation:
-        return index[1].const
+    index: TensorSizes | None = graph.memo.get(INDEX)
+    if index is not None:
+        return index.const
     const = {name for name, value in graph.values.items() if value.data is not None}
     _derived_const(graph, const)
     return const
@@ -153,9 +150,9 @@ def static_names(graph: Graph) -> tuple[frozenset[str], frozenset[str]]:
     without inputs (RandomNormal, ...) among those, the cost model (netlint.cost.ops.build_context) does not, so the
     second set is the first less what such nodes make and what is computed from it. One pass in node order (ONNX:
     topological; TFLite: execution order) serves both, memoised per graph (DM001, DM003 and the cost model ask)."""
-    memo = _STATIC.get(graph)
-    if memo is not None and memo[0] == graph.generation:
-        return memo[1]
+    memo: tuple[frozenset[str], frozenset[str]] | None = graph.memo.get(STATIC)
+    if memo is not None:
+        return memo
     const = const_names(graph)  # the size index's, or (once the cost model has released it) without sizing
     static: set[str] = set()
     sourced: set[str] = set()  # in `static` for DM001 only: from a node without inputs (usually none)
@@ -183,7 +180,7 @@ def static_names(graph: Graph) -> tuple[frozenset[str], frozenset[str]]:
             sourced.difference_update(node.outputs)
     frozen = frozenset(static)
     known = (frozen, frozenset(static - sourced) if sourced else frozen)
-    _STATIC[graph] = (graph.generation, known)
+    graph.memo[STATIC] = known
     return known
 
 
@@ -209,18 +206,17 @@ def _sized(shape: tuple, dtype: str | None) -> tuple[int | None, int | None]:
 def release(graph: Graph) -> None:
     """Drop the graph's index (the cost model calls this when done: on a 100k-node graph the index holds ~30 MB that
     nothing needs afterwards, and the report is built next); a later tensor_sizes() builds it again."""
-    _INDEX.pop(graph, None)
+    graph.memo.pop(INDEX, None)
 
 
 def tensor_sizes(graph: Graph) -> TensorSizes:
     """The size index of `graph`, built on first use and again after an edit of the graph (netlint.fixes edits the
     IR between rounds; impact.py prices on new small graphs)."""
-    known = _INDEX.get(graph)
-    if known is not None and known[0] == graph.generation:
-        return known[1]
+    known: TensorSizes | None = graph.memo.get(INDEX)
+    if known is not None:
+        return known
     with paused():
-        index = TensorSizes(graph)
-    _INDEX[graph] = (graph.generation, index)
+        index = graph.memo[INDEX] = TensorSizes(graph)
     return index
 
 

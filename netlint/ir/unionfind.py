@@ -1,5 +1,5 @@
-"""Union-find (disjoint sets) over hashable keys: the one copy GR001 (dead regions) and DM001 (values of one element
-count or dtype) use."""
+"""Union-find (disjoint sets) over hashable keys: the one copy GR001 (dead regions), DM001 (values of one element
+count or dtype) and HW001 (partitions, netlint.ir.partition) use."""
 
 from __future__ import annotations
 

@@ -15,7 +15,8 @@ from netlint.cost.impact import model_cost, price_findings
 from netlint.engine import lint_model
 from netlint.fixes.registry import Plans
 from netlint.report.json_report import impact_json
-from netlint.rule import Impact
+from netlint.rule import _REGISTRY as rule_registry
+from netlint.rule import Advice, Finding, Impact, Rule
 from netlint.targets import load_target
 from netlint.testing import GraphBuilder, TfliteBuilder, lint, load
 
@@ -432,3 +433,39 @@ def test_a_manual_fold_is_priced_as_the_batch_norm_gone(target: str) -> None:
     before = model_cost(load(concat_bn()).graph, chosen).latency_us
     after = model_cost(load(b.build()).graph, chosen).latency_us
     assert impact.saving_ms == pytest.approx((before - after) / 1000, rel=0.01)
+
+
+# --- the advice a rule declares --------------------------------------------------------------------------------------
+class _PackRule(Rule):
+    """A manual rule of a rule pack that advises what HW002 advises (its docstring would be its docs)."""
+
+    code = "XP901"
+    name = "pack-unaligned"
+    category = "target"
+    advice = Advice("pad-channels")
+
+
+def test_a_rule_is_priced_by_the_change_it_declares_not_by_its_code(monkeypatch) -> None:
+    """netlint.cost keys no table by rule code: a pack's rule declaring HW002's kind of change gets HW002's price, and
+    one declaring an unmodelled change gets its own reason; without a declaration there is no price."""
+    model, target = conv_40(), load_target("ti-tda4vm")
+    ir = load(model)
+    cost = model_cost(ir.graph, target)
+    [hw002] = lint(model, select=["HW002"], target="ti-tda4vm").findings
+    monkeypatch.setitem(rule_registry, _PackRule.code, _PackRule)
+    mine = Finding(_PackRule.code, _PackRule.name, "warning", "unaligned", list(hw002.nodes), [])
+    price_findings(ir.graph, [mine], target, cost)
+    assert mine.impact is not None and hw002.impact is not None
+    assert (mine.impact.saving_ms, mine.impact.basis) == (hw002.impact.saving_ms, hw002.impact.basis)
+    assert mine.impact.saving_ms > 0
+
+    monkeypatch.setattr(_PackRule, "advice", Advice.unmodelled("changes the numbers only"))
+    mine.impact = None
+    price_findings(ir.graph, [mine], target, cost)
+    assert mine.impact is not None
+    assert (mine.impact.saving_ms, mine.impact.basis, mine.impact.modelled) == (0.0, "changes the numbers only", False)
+
+    monkeypatch.setattr(_PackRule, "advice", None)
+    mine.impact = None
+    price_findings(ir.graph, [mine], target, cost)
+    assert mine.impact is None

@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto
 
 from netlint.ir import Graph
-from netlint.ir.sizes import _INDEX, TensorSizes, const_names, release, tensor_sizes
+from netlint.ir.sizes import INDEX, TensorSizes, const_names, release, tensor_sizes
 from netlint.testing import GraphBuilder, load
 
 
@@ -41,7 +41,7 @@ def test_const_names_without_an_index_are_the_index_constants(name: str, light_d
     for graph in _graphs(model):
         release(graph)
         alone = const_names(graph)
-        assert graph not in _INDEX  # computed without building (and keeping) an index
+        assert INDEX not in graph.memo  # computed without building (and keeping) an index
         assert alone == TensorSizes(graph).const
         assert alone == frozenset(name for name in {*graph.values, *_read(graph)} if graph.is_const(name))
         index = tensor_sizes(graph)
