@@ -21,7 +21,7 @@ from netlint.io import LFS_SKIPPED, LfsPointerError, load_model
 from netlint.io.provenance import may_have_sources, sources_for
 from netlint.ir import ConstantUnavailable, Graph, Model, Node
 from netlint.ir.fingerprint import finding_keys
-from netlint.pattern import Match
+from netlint.pattern import Op
 from netlint.portable import summarise
 from netlint.results import ModelReport, Suppressed
 from netlint.rule import PORTABLE, Context, Finding, Rule
@@ -287,45 +287,24 @@ def _cite(findings: list[Finding], rules: Sequence[type[Rule]]) -> None:
 
 
 def _run_patterns(graph: Graph, by_anchor: dict[str, list[Rule]], ctx: Context, report: ModelReport) -> list[Finding]:
-    """Each of the graph's nodes against the rules anchored on its op type, in file order
-    then rule order. The per-op plans hold bound methods, and an anchor-only pattern (the op type decides) skips
-    `Op.match`: this loop runs a quarter of a million times on a 100k-node graph."""
-    plans: dict[str, list[tuple[Rule, Any, str | None, Any, Any]]] = {}
+    """Each of the graph's nodes against the rules anchored on its op type that apply to the target (HW002 is not
+    asked per conv on a target without channel alignment), in file order then rule order."""
+    anchored: dict[str, list[tuple[Rule, Op]]] = {}
     for op, rules in by_anchor.items():
-        plan = []
-        for rule in rules:
-            pattern = rule.pattern
-            assert pattern is not None
-            if not _applies(rule, ctx):  # e.g. HW002 on a target without channel alignment: not asked per conv
-                continue
-            # an anchor-only pattern's match is built here (Op.anchor_match), binding the anchor under its name
-            plan.append((rule, None if pattern.anchor_only else pattern.match, pattern.name, rule.check, rule.finding))
-        if plan:
-            plans[op] = plan
+        applying = [(rule, rule.pattern) for rule in rules if rule.pattern is not None and _applies(rule, ctx)]
+        if applying:
+            anchored[op] = applying
     found: list[Finding] = []
-    add = found.append
-    get_plan = plans.get
-    new_match = object.__new__  # Match(node, {name: node}) without its __init__ frame: 0.1 µs each, 225k times
     for node in graph.nodes:
-        plan = get_plan(node.op)
-        if plan is None:
-            continue
-        for rule, match_of, name, check, finding in plan:
+        for rule, pattern in anchored.get(node.op, ()):
             try:
-                if match_of is None:
-                    match = new_match(Match)
-                    match.anchor = node
-                    match.nodes = {name: node} if name else {}
-                    match.values = {}
-                    match.data = {}
-                else:
-                    match = match_of(graph, node)
-                    if match is None:
-                        continue
-                evidence = check(graph, match, ctx)
+                match = pattern.match(graph, node)
+                if match is None:
+                    continue
+                evidence = rule.check(graph, match, ctx)
                 if type(evidence) is not str:  # a string is the reason not to report; anything else, the evidence
                     match.evidence = evidence
-                    add(finding(graph, match, ctx))
+                    found.append(rule.finding(graph, match, ctx))
             except ConstantUnavailable as exc:
                 ctx.skip(rule, node, f"needs weight values: {exc}")
             except Exception as exc:
