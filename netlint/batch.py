@@ -59,9 +59,8 @@ WORKER_DIED = "internal error: the worker process linting this model died (pleas
 MAX_DEATHS = 3
 WINDOW = 2  # chunks queued per worker, so that no worker waits for this process to hand out the next one
 MAX_CHUNK = 8  # models per task at most: small models travel together (one round trip), big ones alone
-# Starting a pool costs about 0.3-1 s with a fork server (it imports onnx and netlint; docs/performance.md), a few
-# forks when forking, while a small model lints in 10-30 ms: a pool pays from about 16 models (kept for both
-# methods), or from 2 when there is much to load.
+# A pool pays from about 16 models (kept for both start methods), or from 2 when there is much to load: starting one
+# costs more than linting a few small models (docs/performance.md, "Many models").
 MIN_POOL_MODELS = 16
 MIN_POOL_BYTES = 64 << 20
 MODEL_SUFFIXES = (".onnx", ".tflite")

@@ -443,8 +443,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def run() -> NoReturn:
     """The `netlint` command (console script and `python -m netlint`): `main`, then exit without tearing the
-    interpreter down. Python frees every object and module at exit, which costs ~35 ms after `import onnx` alone and
-    more after a large model, for memory the OS takes back anyway (mypy exits the same way). Exit handlers still run
+    interpreter down. Python frees every object and module at exit, which takes time (more after a large model;
+    docs/performance.md) for memory the OS takes back anyway (mypy exits the same way). Exit handlers still run
     and output is flushed first; a normal exit is kept where something may still be running (another thread: a pool
     stopped by Ctrl-C, a library's worker) or watching (a profiler, a debugger or coverage, which may report at
     teardown)."""

@@ -38,7 +38,7 @@ def lint_file(path: Path, settings: Settings) -> ModelReport:
     """Load and lint one file; a file that cannot be read gives a report with one error and no findings.
 
     The cyclic garbage collector is paused meanwhile: the IR is a few objects per node and holds no garbage, but
-    every collection would rescan all of it (a sixth of the time on a 100k-node graph). Once the report is made the
+    every collection would rescan all of it (docs/performance.md has the figures). Once the report is made the
     IR is freed by reference counting, collection resumes, and the report goes to the oldest generation."""
     start = time.perf_counter()
     with paused(promote=True):

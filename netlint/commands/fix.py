@@ -30,9 +30,9 @@ if TYPE_CHECKING:  # onnx and the fix engine are imported where a model is fixed
 
 def run_fix(args: argparse.Namespace) -> int:
     """The cyclic garbage collector is paused throughout, as `check` does (netlint.engine.lint_file): the IRs and
-    protos hold no garbage cycles, and every collection would rescan them all (seconds on a 100k-node model). What
-    is left alive at the end is promoted, not scanned: the young collection that re-enabling the collector would
-    otherwise run first cost 0.5 s after fixing a 100k-node model."""
+    protos hold no garbage cycles, and every collection would rescan them all. What is left alive at the end is
+    promoted, not scanned: the young collection that re-enabling the collector would otherwise run first rescans it
+    all (docs/performance.md has the figures)."""
     with paused(promote=True):
         return _run_fix(args)
 

@@ -33,7 +33,7 @@ MAX_DENSE_ELEMENTS = 1 << 28
 PASS_THROUGH_OPS = frozenset({"Identity", "Cast", "QuantizeLinear", "DequantizeLinear"})
 
 
-@dataclass(eq=False, slots=True)  # slots: a 100k-node graph holds ~300k of these
+@dataclass(eq=False, slots=True)  # slots: a large graph holds a few per node
 class ConstData:
     """Where a constant's values come from; `load` runs on first use only and its result is cached."""
 
@@ -216,7 +216,7 @@ class Graph:
         self._activation_uses: dict[str, tuple[Node, ...]] = {}  # memo of `activation_uses`
         # What rules and helpers derive from the structure and would otherwise recompute per node, keyed by
         # (what, node or value name): valid until the next reindex. A node keys by identity, which unlike its id
-        # string costs no memory read to hash (on a 100k-node graph most of a memo's cost is cache misses).
+        # string costs no memory read to hash.
         self.memo: dict[tuple[Any, ...], Any] = {}
 
     # --- plain structure -------------------------------------------------------------------------------------------

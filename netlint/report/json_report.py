@@ -236,7 +236,7 @@ class _Located(NamedTuple):
 
 def _finding_text(located: _Located, newline: str) -> str:
     """`_indented(finding_json(finding), newline)`, written directly (a large graph gives tens of thousands of
-    findings, and the generic walk took a quarter of a second for 30k); the fields findings share (code, name,
+    findings; docs/performance.md); the fields findings share (code, name,
     severity, fix, help) are written once per distinct value. A field of a type json would not write as a string
     (or a list of strings) raises TypeError: to_json then leaves the whole document to json."""
     enc = encode_basestring  # raises TypeError for anything but a str (a str subclass json writes the same)
@@ -348,8 +348,8 @@ def _indented(value: Any, newline: str) -> str:
 
 
 def _write(value: Any, newline: str, out: list[str]) -> None:
-    """Append `json.dumps(value, indent=2, ensure_ascii=False)` to `out`, byte for byte, a few times faster: with an
-    indent, json encodes in pure Python, one generator step per token. `newline` is the line break plus the
+    """Append `json.dumps(value, indent=2, ensure_ascii=False)` to `out`, byte for byte (with an indent, json encodes
+    in pure Python, one generator step per token: docs/performance.md). `newline` is the line break plus the
     indentation of `value`'s own line."""
     scalar = _SCALARS.get(type(value))
     if scalar is not None:
