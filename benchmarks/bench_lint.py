@@ -8,11 +8,11 @@ machine load hits both alike; each run's wall time is taken around the child and
     netlint: python -m netlint check --exit-zero -q MODEL
 
 Models: the onnx wheel's light models, the corpus (../shared/corpus, when present), generated conv nets and
-transformer stacks of 1k, 10k and 100k nodes (benchmarks/generate.py, in a temp folder), and a model with 1.5 GB of
+transformer stacks of 1k, 10k and 100k nodes and the finding-heavy graph of the largest size (benchmarks/generate.py,
+in a temp folder: conv -> BN -> PRelu blocks, tens of thousands of findings), and a model with 1.5 GB of
 external weights that no rule reads (a sparse file unless --dense). Also: start-up (netlint's imports on top of
 `import onnx`, `netlint --version`), which heavy optional modules a run imports, onnx-doctor and polygraphy when
-installed, and an in-process scaling measurement (lint_model time at 10k vs 100k nodes -> exponent). Graphs of 50k
-nodes or more are also timed with `-j 1` against `-j 2` (one graph linted on one core, or split over two).
+installed, and an in-process scaling measurement (lint_model time at 10k vs 100k nodes -> exponent).
 
     python benchmarks/bench_lint.py              # everything (~10 minutes on 2 cores)
     python benchmarks/bench_lint.py --quick      # smoke run (~1 minute)
@@ -205,6 +205,10 @@ def generated_models(folder: Path, sizes: list[int]) -> list[Path]:
             path = folder / f"{kind}_{size // 1000}k" / f"{kind}_{size // 1000}k.onnx"
             generate.generate(kind, size, path)
             paths.append(path)
+    size = max(sizes)
+    path = folder / f"findings_{size // 1000}k" / f"findings_{size // 1000}k.onnx"
+    generate.generate("findings", size, path)
+    paths.append(path)
     return paths
 
 
@@ -364,6 +368,8 @@ def targets(results: dict[str, object]) -> list[tuple[str, str, bool | None]]:
         pair_check(kind, f"{kind[:-5]} <= 0.6 s", "netlint_s", 0.6, " s")
     pair_check("conv_100k.onnx", "conv_100k <= 2.5 s (stretch 1.5 s)", "netlint_s", 2.5, " s")
     pair_check("conv_100k.onnx", "conv_100k peak <= 450 MiB", "netlint_rss_mib", 450, " MiB")
+    pair_check("findings_100k.onnx", "findings_100k <= 5.9 s", "netlint_s", 5.9, " s")
+    pair_check("findings_100k.onnx", "findings_100k peak <= 450 MiB", "netlint_rss_mib", 450, " MiB")
     for row in results.get("scaling", []):  # type: ignore[union-attr]
         checks.append(
             (
@@ -446,19 +452,6 @@ def main(argv: list[str] | None = None) -> int:
         print("models (floor | netlint, medians):")
         counts = {m: node_count(m) for m in models}
         results["models"] = [paired(m.name, floor_cmd(m), netlint_cmd(m), rounds, counts[m]).row() for m in models]
-        print("one large graph, -j 1 | -j 2 (netlint.engine.SPLIT_MIN_NODES: two cores from 50k nodes):")
-        results["split"] = [
-            paired(
-                m.name,
-                [*netlint_cmd(m), "-j", "1"],
-                [*netlint_cmd(m), "-j", "2"],
-                rounds,
-                counts[m],
-                ("-j 1", "-j 2"),
-            ).row()
-            for m in models
-            if (counts[m] or 0) >= 50_000
-        ]
         tools = other_linters()
         results["other_linters"] = {"installed": tools, "pairs": other_linter_pairs(tools, models[:3], rounds)}
         print("in-process scaling:")

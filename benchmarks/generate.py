@@ -10,6 +10,7 @@ reads: a sparse file by default (costs no disk), real zeros with `dense=True`.
 
     python benchmarks/generate.py conv 10000 conv10k.onnx
     python benchmarks/generate.py transformer 100000 tf100k.onnx
+    python benchmarks/generate.py findings 100000 findings100k.onnx
     python benchmarks/generate.py big-weights 1.5 big/model.onnx
 """
 
@@ -130,6 +131,34 @@ def conv_net(n_nodes: int, channels: int = 8, size: int = 8) -> tuple[onnx.Graph
     graph = helper.make_graph(
         b.nodes,
         "conv_net",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, size, size])],
+        [helper.make_tensor_value_info(y, TensorProto.FLOAT, [1, 10])],
+    )
+    return graph, b
+
+
+def findings_net(n_nodes: int, channels: int = 8, size: int = 8) -> tuple[onnx.GraphProto, _Builder]:
+    """A graph where every block has findings, for memory and time with tens of thousands of them: conv -> BN ->
+    PRelu blocks with residual adds (4 nodes each), the conv of every 7th block also feeding the add (a multi-consumer
+    conv) instead of the block's input. About 36k findings at 100k nodes (issue 24)."""
+    b = _Builder()
+    x = b.one("Relu", [_conv(b, "input", 3, channels, 3, "/stem/conv")], "/stem/relu")
+    index = 0
+    while len(b.nodes) < n_nodes - 3:
+        s = f"/blocks.{index}"
+        y = _conv(b, x, channels, channels, 3, f"{s}/conv")
+        slope = b.weight(f"{s}/prelu.weight", (channels, 1, 1), scale=0.01, low=0.2)
+        act = b.one("PRelu", [_bn(b, y, channels, f"{s}/bn"), slope], f"{s}/prelu")
+        x = b.one("Add", [act, y if index % 7 == 0 else x], f"{s}/add")
+        index += 1
+    x = b.one("GlobalAveragePool", [x], "/head/pool")
+    x = b.one("Flatten", [x], "/head/flatten")
+    y = b.one(
+        "Gemm", [x, b.weight("/head/fc.weight", (10, channels)), b.weight("/head/fc.bias", (10,))], "/head/fc", transB=1
+    )
+    graph = helper.make_graph(
+        b.nodes,
+        "findings_net",
         [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, size, size])],
         [helper.make_tensor_value_info(y, TensorProto.FLOAT, [1, 10])],
     )
@@ -279,7 +308,11 @@ def big_weights(path: Path, gigabytes: float = 1.5, dense: bool = False, d_model
     return path
 
 
-KINDS: dict[str, Callable[[int], tuple[onnx.GraphProto, _Builder]]] = {"conv": conv_net, "transformer": transformer}
+KINDS: dict[str, Callable[[int], tuple[onnx.GraphProto, _Builder]]] = {
+    "conv": conv_net,
+    "transformer": transformer,
+    "findings": findings_net,
+}
 
 
 def generate(kind: str, n_nodes: int, path: Path, inline: bool = False, shapes: bool = True) -> Path:

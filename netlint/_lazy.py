@@ -1,6 +1,6 @@
 """numpy, loaded on first use: `from netlint._lazy import numpy as np` where a module needs numpy only inside its
-functions. A run served entirely by the content cache never touches an array, and importing numpy costs about 0.08 s,
-a third of such a run (issue 8: a cached repeat must take under 0.2x the first run).
+functions. A run served entirely by the content cache never touches an array, and importing numpy is a large share of
+such a run (docs/performance.md: issue 24 measured it again and kept this module).
 
 The module object is the standard library's lazy module (importlib.util.LazyLoader), registered as sys.modules
 ["numpy"] so that every other importer (onnx, a plain `import numpy`) gets the same module and loads it there; once

@@ -59,9 +59,8 @@ WORKER_DIED = "internal error: the worker process linting this model died (pleas
 MAX_DEATHS = 3
 WINDOW = 2  # chunks queued per worker, so that no worker waits for this process to hand out the next one
 MAX_CHUNK = 8  # models per task at most: small models travel together (one round trip), big ones alone
-# Starting a pool costs about 0.3-1 s with a fork server (it imports onnx and netlint; docs/performance.md), a few
-# forks when forking, while a small model lints in 10-30 ms: a pool pays from about 16 models (kept for both
-# methods), or from 2 when there is much to load.
+# A pool pays from about 16 models (kept for both start methods), or from 2 when there is much to load: starting one
+# costs more than linting a few small models (docs/performance.md, "Many models").
 MIN_POOL_MODELS = 16
 MIN_POOL_BYTES = 64 << 20
 MODEL_SUFFIXES = (".onnx", ".tflite")
@@ -70,11 +69,11 @@ _early: list[int] = []  # the pid of a fork server started by start_early and no
 Progress = Callable[[int, int, Path], None]
 
 
-def lint_file(path: Path, settings: Settings, cores: int = 1) -> ModelReport:
+def lint_file(path: Path, settings: Settings) -> ModelReport:
     """netlint.engine.lint_file, imported on first use (this module is imported before the engine is)."""
     from netlint.engine import lint_file as lint
 
-    return lint(path, settings, cores=cores)
+    return lint(path, settings)
 
 
 def preload_engine() -> None:
@@ -218,9 +217,9 @@ def lint_many(
 
     if jobs <= 1 or not _pool_pays(work, misses) or not _workers_can_start():
         _stop_unused_server()
-        for index in misses:  # one at a time here: a large graph may use the `jobs` cores (netlint.engine)
+        for index in misses:
             path, settings = work[index]
-            finished(index, *_lint_one(path, settings, keys[index], folder, cache, jobs))
+            finished(index, *_lint_one(path, settings, keys[index], folder, cache))
     else:
         _early.clear()
         with paused(promote=True):  # this process unpickles the workers' reports: as for hits
@@ -259,7 +258,7 @@ def _workers_can_start() -> bool:
 
 
 def _lint_one(
-    path: Path, settings: Settings, key: str | None, folder: str | None, cache: Cache | None = None, cores: int = 1
+    path: Path, settings: Settings, key: str | None, folder: str | None, cache: Cache | None = None
 ) -> tuple[ModelReport, str | None]:
     """Lint one model and store it in the cache; a crash is the model's error, never a traceback. What a runtime
     toolchain made of the model's graphs (ORT's optimized graph, Vela's compile) is kept in the same cache folder."""
@@ -267,7 +266,7 @@ def _lint_one(
 
     store.use(folder)
     try:
-        report = lint_file(path, settings, cores)
+        report = lint_file(path, settings)
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as exc:  # MemoryError, RecursionError and bugs alike: one line for this model

@@ -152,8 +152,7 @@ def _add_fix_parser(commands: argparse._SubParsersAction) -> None:
     )
     add_scaling_options(
         fix,
-        jobs="fix up to N models at once in worker processes, and lint an ONNX graph of 50000 nodes or more on two"
-        " cores in each fix round (default: the CPU count; 1: in this process only)",
+        jobs="fix up to N models at once in worker processes (default: the CPU count; 1: in this process only)",
     )
     add_rule_selection(fix, only="only fix findings of these rules", ignore="do not fix findings of these rules")
     add_target_options(fix)
@@ -334,8 +333,7 @@ def _jobs(value: str) -> int:
 
 def add_scaling_options(
     parser: argparse.ArgumentParser,
-    jobs: str = "lint up to N models at once in worker processes, and a graph of 50000 nodes or more on two cores"
-    " (default: the CPU count; 1: all in this process)",
+    jobs: str = "lint up to N models at once in worker processes (default: the CPU count; 1: all in this process)",
 ) -> None:
     """Many models (netlint.batch, netlint.cache): worker processes and the content cache."""
     parser.add_argument("-j", "--jobs", type=_jobs, metavar="N", help=jobs)
@@ -445,8 +443,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def run() -> NoReturn:
     """The `netlint` command (console script and `python -m netlint`): `main`, then exit without tearing the
-    interpreter down. Python frees every object and module at exit, which costs ~35 ms after `import onnx` alone and
-    more after a large model, for memory the OS takes back anyway (mypy exits the same way). Exit handlers still run
+    interpreter down. Python frees every object and module at exit, which takes time (more after a large model;
+    docs/performance.md) for memory the OS takes back anyway (mypy exits the same way). Exit handlers still run
     and output is flushed first; a normal exit is kept where something may still be running (another thread: a pool
     stopped by Ctrl-C, a library's worker) or watching (a profiler, a debugger or coverage, which may report at
     teardown)."""

@@ -1,6 +1,6 @@
 """Pausing Python's cyclic garbage collector around work that builds many objects and no garbage cycles (the IR of
 a model, its costs, reports rebuilt from the cache): every collection meanwhile would rescan all that was built so far
-(most of the time on a 100k-node graph) and find nothing to free."""
+and find nothing to free (docs/performance.md has the figures)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from contextlib import contextmanager
 def paused(promote: bool = False) -> Iterator[None]:
     """The collector off for the block, back on after (if it was on before). `promote`: move what the block left
     alive straight to the oldest generation, as surviving collections would, without the young collection that would
-    scan it all first (0.15 s for the 300k objects of a 100k-node graph's report); cycles among them are still found
+    scan it all first (docs/performance.md); cycles among them are still found
     by the next full collection. Skipped when someone else froze objects: unfreezing would hand theirs back."""
     if not gc.isenabled():
         yield

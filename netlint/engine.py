@@ -1,11 +1,8 @@
 """Runs rules over a model: pattern rules through an index by anchor op type, whole-graph rules through `scan`.
 
 A rule that asks for weights stored in a missing external file gets a Skip recorded for that node (not an error);
-a rule that crashes becomes one error line for that model, and the other rules still run.
-
-With `cores` > 1 a graph of SPLIT_MIN_NODES nodes or more is linted on two cores (netlint.forked): a forked copy of
-this process runs the pattern rules on the second half of the nodes and every whole-graph rule, while this one runs
-the first half and computes the cost model; the results are joined in the order one process gives them.
+a rule that crashes becomes one error line for that model, and the other rules still run. One model is linted in one
+process (netlint.batch spreads several models over worker processes).
 """
 
 from __future__ import annotations
@@ -13,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,37 +22,33 @@ from netlint.io import LFS_SKIPPED, LfsPointerError, load_model
 from netlint.io.provenance import may_have_sources, sources_for
 from netlint.ir import ConstantUnavailable, Graph, Model, Node
 from netlint.ir.fingerprint import finding_keys
-from netlint.pattern import Match
+from netlint.pattern import Op
 from netlint.portable import summarise
 from netlint.results import ModelReport, Suppressed
-from netlint.rule import PORTABLE, Context, Finding, Rule, Skip
+from netlint.rule import PORTABLE, Context, Finding, Rule
 from netlint.suppression import suppress
 from netlint.targets import Target
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Sequence
 
-# A graph this large is linted on two cores when the caller allows it: below, the rules take less time than what
-# sharing them costs (a fork, and pickling the second half's findings back). docs/performance.md has the figures.
-SPLIT_MIN_NODES = 50_000
 RELATED_NODES = 64  # a finding's nodes whose sources are read besides its advice node's
 
 
-def lint_file(path: Path, settings: Settings, *, cores: int = 1) -> ModelReport:
-    """Load and lint one file; a file that cannot be read gives a report with one error and no findings. `cores`:
-    how many cores a large graph may be linted on (see the module's docstring); the report is the same.
+def lint_file(path: Path, settings: Settings) -> ModelReport:
+    """Load and lint one file; a file that cannot be read gives a report with one error and no findings.
 
     The cyclic garbage collector is paused meanwhile: the IR is a few objects per node and holds no garbage, but
-    every collection would rescan all of it (a sixth of the time on a 100k-node graph). Once the report is made the
+    every collection would rescan all of it (docs/performance.md has the figures). Once the report is made the
     IR is freed by reference counting, collection resumes, and the report goes to the oldest generation."""
     start = time.perf_counter()
     with paused(promote=True):
-        report = _lint_file(path, settings, cores)
+        report = _lint_file(path, settings)
     report.seconds = time.perf_counter() - start
     return report
 
 
-def _lint_file(path: Path, settings: Settings, cores: int) -> ModelReport:
+def _lint_file(path: Path, settings: Settings) -> ModelReport:
     _warm_cost_backend(path, settings.target)
     try:
         model = load_model(path)
@@ -74,7 +68,7 @@ def _lint_file(path: Path, settings: Settings, cores: int) -> ModelReport:
             error = f"{missing[0]}{more}; --fail-on-missing-weights"
             target = settings.target
             return ModelReport(str(path), None, target.name, target.precision, target.chip, errors=[error])
-    return lint_model(model, settings, cores=cores)
+    return lint_model(model, settings)
 
 
 def missing_weights(model: Model) -> list[str]:
@@ -85,10 +79,9 @@ def missing_weights(model: Model) -> list[str]:
     return [note.removesuffix(WEIGHTS_UNAVAILABLE) for note in model.notes if note.endswith(WEIGHTS_UNAVAILABLE)]
 
 
-def lint_model(model: Model, settings: Settings, *, cores: int = 1, plans: Plans | None = None) -> ModelReport:
+def lint_model(model: Model, settings: Settings, *, plans: Plans | None = None) -> ModelReport:
     """Every selected rule over every graph of `model`, then suppressions, severities, each finding's fix precheck
-    (its fix says what `fix` will do: netlint.fixes.registry.advertise) and the cost model. `cores`: how many cores a
-    large graph may be linted on (see the module's docstring); the report is the same. `plans` collects the
+    (its fix says what `fix` will do: netlint.fixes.registry.advertise) and the cost model. `plans` collects the
     prechecked plans (the fix loop applies them)."""
     target = settings.target
     report = ModelReport(model.path, model.format, target.name, target.precision, target.chip, notes=list(model.notes))
@@ -105,11 +98,7 @@ def lint_model(model: Model, settings: Settings, *, cores: int = 1, plans: Plans
     _start_cost(model.graph, target)
     graph_of: dict[int, Graph] = {}  # finding (by identity) -> the graph it was found in, for its fix's precheck
     for graph in model.graphs():
-        if cores > 1 and len(graph.nodes) >= SPLIT_MIN_NODES and _can_fork():
-            meanwhile = (lambda: _warm_cost(model.graph, target)) if graph is model.graph else None
-            found = _lint_graph_split(graph, by_anchor, scanners, ctx, report, meanwhile)
-        else:
-            found = _lint_graph(graph, graph.nodes, by_anchor, scanners, ctx, report)
+        found = _lint_graph(graph, by_anchor, scanners, ctx, report)
         graph_of.update((id(finding), graph) for finding in found if finding.fix is not None)
         report.findings.extend(found)
     # per-node-ignores and `netlint: ignore` markers, then NL100 for the ones that suppressed nothing: after every rule
@@ -157,62 +146,15 @@ def _run_scanners(graph: Graph, scanners: list[Rule], ctx: Context, report: Mode
     return found
 
 
-def _lint_graph_split(
-    graph: Graph,
-    by_anchor: dict[str, list[Rule]],
-    scanners: list[Rule],
-    ctx: Context,
-    report: ModelReport,
-    meanwhile: Callable[[], None] | None,
-) -> list[Finding]:
-    """What `_lint_graph` gives, on two cores: a forked copy of this process takes the second half of the nodes and
-    the whole-graph rules, this process the first half and then `meanwhile` (the cost model, which the report needs
-    next). Findings, skips and errors are joined in the order one process makes them; if the copy fails, its share
-    is done here."""
-    from netlint.forked import forked
-
-    nodes = graph.nodes
-    half = len(nodes) // 2
-
-    def second_share() -> tuple[list[Finding], list[Skip], list[str]]:
-        skips, errors = len(ctx.skipped), len(report.errors)
-        found = _lint_graph(graph, nodes[half:], by_anchor, scanners, ctx, report)
-        return found, ctx.skipped[skips:], report.errors[errors:]
-
-    with forked(second_share) as copy:
-        found = _run_patterns(graph, nodes[:half], by_anchor, ctx, report)
-        if meanwhile is not None:
-            meanwhile()
-        theirs = copy.result()
-    if theirs is None:  # the copy failed (or could not start): its share is done here, in the same order
-        found.extend(second_share()[0])
-        return found
-    found.extend(theirs[0])
-    ctx.skipped.extend(theirs[1])
-    report.errors.extend(theirs[2])
-    return found
-
-
 def _lint_graph(
-    graph: Graph,
-    nodes: Sequence[Node],
-    by_anchor: dict[str, list[Rule]],
-    scanners: list[Rule],
-    ctx: Context,
-    report: ModelReport,
+    graph: Graph, by_anchor: dict[str, list[Rule]], scanners: list[Rule], ctx: Context, report: ModelReport
 ) -> list[Finding]:
-    """The pattern rules over `nodes` (the graph's, or the second half of them), then the whole-graph rules."""
-    found = _run_patterns(graph, nodes, by_anchor, ctx, report)
-    if graph.parent is None and len(nodes) == len(graph.nodes):
+    """The pattern rules over the graph's nodes, then the whole-graph rules."""
+    found = _run_patterns(graph, by_anchor, ctx, report)
+    if graph.parent is None:
         _start_pricing(graph, found, ctx.target, None, ctx.options)
     found.extend(_run_scanners(graph, scanners, ctx, report))
     return found
-
-
-def _can_fork() -> bool:
-    from netlint.forked import can_fork  # not at the top: most runs never split a graph
-
-    return can_fork()
 
 
 def _add_sources(model: Model, report: ModelReport, rules: list[Rule]) -> None:
@@ -269,15 +211,6 @@ def _cost_of(target: Target) -> Callable[[Graph], Any] | None:
         return model_cost(graph, target) if rates_for(target) is not None else None
 
     return cost_of
-
-
-def _warm_cost(graph: Graph, target: Target) -> None:
-    """Compute the cost model now (netlint.cost.impact memoises it per graph), while a forked copy lints; a failure
-    is left for `_add_cost` to report when it asks again."""
-    from netlint.cost.impact import model_cost
-
-    with contextlib.suppress(Exception):  # reported by _add_cost, which asks again
-        model_cost(graph, target)
 
 
 def _priced_by_toolchain(target: Target) -> bool:
@@ -373,48 +306,25 @@ def _cite(findings: list[Finding], rules: Sequence[type[Rule]]) -> None:
             finding.reference = known[code]
 
 
-def _run_patterns(
-    graph: Graph, nodes: Sequence[Node], by_anchor: dict[str, list[Rule]], ctx: Context, report: ModelReport
-) -> list[Finding]:
-    """Each of `nodes` (the graph's, or a share of them) against the rules anchored on its op type, in file order
-    then rule order. The per-op plans hold bound methods, and an anchor-only pattern (the op type decides) skips
-    `Op.match`: this loop runs a quarter of a million times on a 100k-node graph."""
-    plans: dict[str, list[tuple[Rule, Any, str | None, Any, Any]]] = {}
+def _run_patterns(graph: Graph, by_anchor: dict[str, list[Rule]], ctx: Context, report: ModelReport) -> list[Finding]:
+    """Each of the graph's nodes against the rules anchored on its op type that apply to the target (HW002 is not
+    asked per conv on a target without channel alignment), in file order then rule order."""
+    anchored: dict[str, list[tuple[Rule, Op]]] = {}
     for op, rules in by_anchor.items():
-        plan = []
-        for rule in rules:
-            pattern = rule.pattern
-            assert pattern is not None
-            if not _applies(rule, ctx):  # e.g. HW002 on a target without channel alignment: not asked per conv
-                continue
-            # an anchor-only pattern's match is built here (Op.anchor_match), binding the anchor under its name
-            plan.append((rule, None if pattern.anchor_only else pattern.match, pattern.name, rule.check, rule.finding))
-        if plan:
-            plans[op] = plan
+        applying = [(rule, rule.pattern) for rule in rules if rule.pattern is not None and _applies(rule, ctx)]
+        if applying:
+            anchored[op] = applying
     found: list[Finding] = []
-    add = found.append
-    get_plan = plans.get
-    new_match = object.__new__  # Match(node, {name: node}) without its __init__ frame: 0.1 µs each, 225k times
-    for node in nodes:
-        plan = get_plan(node.op)
-        if plan is None:
-            continue
-        for rule, match_of, name, check, finding in plan:
+    for node in graph.nodes:
+        for rule, pattern in anchored.get(node.op, ()):
             try:
-                if match_of is None:
-                    match = new_match(Match)
-                    match.anchor = node
-                    match.nodes = {name: node} if name else {}
-                    match.values = {}
-                    match.data = {}
-                else:
-                    match = match_of(graph, node)
-                    if match is None:
-                        continue
-                evidence = check(graph, match, ctx)
+                match = pattern.match(graph, node)
+                if match is None:
+                    continue
+                evidence = rule.check(graph, match, ctx)
                 if type(evidence) is not str:  # a string is the reason not to report; anything else, the evidence
                     match.evidence = evidence
-                    add(finding(graph, match, ctx))
+                    found.append(rule.finding(graph, match, ctx))
             except ConstantUnavailable as exc:
                 ctx.skip(rule, node, f"needs weight values: {exc}")
             except Exception as exc:

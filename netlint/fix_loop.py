@@ -85,22 +85,21 @@ def fix_model(
     unsafe: bool = False,
     to_fp16: bool = False,
     keep_original: bool = True,
-    cores: int = 1,
 ) -> FixResult:
     """Fix `model` (its IR, edited in place) loaded from `original` (the ModelProto, or the flatbuffer's bytes, which
     are left as they were unless `keep_original` is False: then the ModelProto is edited into the fixed model and
-    nobody may verify against it). `cores`: how many cores each lint of a large graph may use."""
+    nobody may verify against it)."""
     with paused():  # as in netlint.engine.lint_file: the IR holds no garbage, and each collection rescans all of it
         result = FixResult(model.format, original)
         result.ops_before = op_counts(model, original)
         writer = _Writer(model, original, keep_original)
-        run = _Rounds(model, settings, result, cores)
+        run = _Rounds(model, settings, result)
         run.run({"safe"}, exact_only=True)
         snapshot = (lambda: _snapshot(result, writer)) if keep_original else None
         if unsafe or run.inexact_pending:
             run.run({"safe", "unsafe"} if unsafe else {"safe"}, before_change=snapshot)
         if to_fp16:
-            _to_fp16(model, settings, result, snapshot, cores)
+            _to_fp16(model, settings, result, snapshot)
         if result.applied:
             result.fixed = writer.write(result.applied)
             result.ops_after = op_counts(model, result.fixed)
@@ -118,8 +117,8 @@ def _snapshot(result: FixResult, writer: _Writer) -> None:
 
 
 class _Rounds:
-    def __init__(self, model: Model, settings: Settings, result: FixResult, cores: int) -> None:
-        self.model, self.settings, self.result, self.cores = model, settings, result, cores
+    def __init__(self, model: Model, settings: Settings, result: FixResult) -> None:
+        self.model, self.settings, self.result = model, settings, result
         self.inexact_pending = False  # the exact stage left plans of inexact passes (keep-fp32) for the next
 
     def run(self, allowed: set[str], exact_only: bool = False, before_change: Any = None) -> None:
@@ -130,7 +129,7 @@ class _Rounds:
             result.rounds += 1
             skipped = {}  # the last round's reasons are the final ones: it planned every finding that remains
             plans = Plans()
-            report = lint_model(self.model, settings, cores=self.cores, plans=plans)
+            report = lint_model(self.model, settings, plans=plans)
             if report.errors:
                 raise FixError(f"linting the fixed graph failed: {report.errors[0]}")
             result.remaining = report.findings
@@ -189,12 +188,12 @@ class _Rounds:
                     raise FixError(f"the fixes of {rules} broke the graph: {exc}") from None
             result.applied.extend(this_round)
         else:
-            result.remaining = lint_model(self.model, settings, cores=self.cores).findings
+            result.remaining = lint_model(self.model, settings).findings
             result.notes.append(f"stopped after {MAX_ROUNDS} rounds of fixes; run `netlint fix` again to continue")
         result.skipped = list(skipped.values())
 
 
-def _to_fp16(model: Model, settings: Settings, result: FixResult, snapshot: Any, cores: int) -> None:
+def _to_fp16(model: Model, settings: Settings, result: FixResult, snapshot: Any) -> None:
     """`--to-fp16`: ONNX computes in float16 but QT005's islands; TFLite stores float16 weights (keep_fp32)."""
     graphs = [model.graph, *model.subgraphs] if model.format == "tflite" else [model.graph]
     values = [value for graph in graphs for value in graph.values.values()]
@@ -238,7 +237,7 @@ def _to_fp16(model: Model, settings: Settings, result: FixResult, snapshot: Any,
             f"--to-fp16: {changed} ops in float16, {kept} kept in float32 (QT005's unsafe ops and their islands)"
         )
     result.applied.append(AppliedFix("QT005", "fp16-unsafe", "keep-fp32", "safe", description, exact=False))
-    result.remaining = lint_model(model, settings, cores=cores).findings
+    result.remaining = lint_model(model, settings).findings
 
 
 class _Writer:

@@ -18,7 +18,7 @@ from netlint.ir import Graph, Node
 E = TypeVar("E")  # the evidence a rule's check found (netlint.rule.Rule)
 
 
-@dataclass(slots=True, init=False)  # one per candidate anchor: a 100k-node graph makes a quarter of a million
+@dataclass(slots=True, init=False)
 class Match(Generic[E]):
     """What a pattern bound: nodes and values by name, in the order the pattern names them (anchor first), and the
     evidence the rule's `check` returned for them (what its message, help and fix data are made of)."""
@@ -35,7 +35,6 @@ class Match(Generic[E]):
         nodes: dict[str, Node] | None = None,
         values: dict[str, str] | None = None,
     ) -> None:
-        # by hand: half the cost of the generated __init__, whose default factories are calls
         self.anchor = anchor
         self.nodes = {} if nodes is None else nodes
         self.values = {} if values is None else values
@@ -67,11 +66,7 @@ class Const(Any):
     """A constant value (initializer, buffer, Constant node, or constant-foldable), even if its data is absent."""
 
     def bind(self, graph: Graph, value: str, match: Match) -> bool:
-        if not value or not graph.is_const(value):
-            return False
-        if self.name:  # Any.bind, inline: patterns bind four of these per BatchNormalization
-            match.values[self.name] = value
-        return True
+        return bool(value) and graph.is_const(value) and super().bind(graph, value, match)
 
 
 class Op(Pattern):
@@ -108,7 +103,7 @@ class Op(Pattern):
 
     def match(self, graph: Graph, node: Node) -> Match | None:
         """Match with `node` as the anchor."""
-        if self.inputs or self.where is not None or self.single_use is not None:  # not `anchor_only`, inline
+        if not self.anchor_only:
             match = Match(node)
             return match if self._bind_node(graph, node, match) else None
         return self.anchor_match(node) if node.op in self.types else None

@@ -1,5 +1,5 @@
-"""How netlint forks a copy of itself (the process pool's workers, netlint.forked's second core, onnxruntime's optimizer
-worker): when it is safe to (`start_method`), and what surrounds the fork (`Forking`).
+"""How netlint forks a copy of itself (the process pool's workers, onnxruntime's optimizer worker): when it is safe to
+(`start_method`, `can_fork`), and what surrounds the fork (`Forking`).
 
 Forking is safe on Linux when this process has no other Python thread and none of the libraries known to run native
 thread pools without fork handlers (FORK_UNSAFE) is loaded; numpy's OpenBLAS thread is fork-safe (it registers
@@ -8,6 +8,7 @@ pthread_atfork handlers). Elsewhere, pools use 'forkserver' (POSIX) or 'spawn' (
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -30,8 +31,14 @@ def start_method() -> str:
     return "forkserver" if sys.platform != "win32" else "spawn"
 
 
+def can_fork() -> bool:
+    """Whether a copy of this process may be forked now with os.fork (the conditions the pool forks its workers
+    under)."""
+    return hasattr(os, "fork") and start_method() == "fork"
+
+
 class Forking:
-    """Around a fork of this process (the submit that forks the pool's workers, netlint.forked's copy): this
+    """Around a fork of this process (the submit that forks the pool's workers, onnxruntime's optimizer worker): this
     process's objects promoted to the oldest generation (the children's collector then leaves them alone), SIGINT
     blocked (they inherit the mask, and ignore SIGINT before unblocking it; an interrupt in that moment is delivered
     to this process once unblocked), and Python 3.12's warning about forking a process with threads silenced: the

@@ -1,7 +1,7 @@
 """Imported once by the fork server behind `netlint check -j N` where workers are not forked from the parent
 (netlint.batch.PRELOAD; macOS, or a parent with threads): everything a worker needs (netlint.batch.preload_engine),
 so that each worker, forked from the server, lints its first model without importing anything or loading the rule
-packs (about 0.2 s per worker otherwise). Nothing here may fail the server."""
+packs. Nothing here may fail the server."""
 
 from __future__ import annotations
 

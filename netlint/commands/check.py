@@ -16,6 +16,8 @@ from netlint.errors import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, UsageError
 from netlint.terminal import safe  # messages may quote models or configuration files: no raw control characters
 
 SEVERITY_RANK = {"info": 0, "warning": 1, "error": 2}
+# a rendered report, or its pieces to be written one after the other (netlint.report.json_pieces)
+Text = str | list[str]
 
 
 def run_check(args: argparse.Namespace) -> int:
@@ -26,7 +28,7 @@ def run_check(args: argparse.Namespace) -> int:
     start_early(args.paths, args.jobs or default_jobs(), args.no_cache, args.cache_dir)
     from netlint.cache import Cache
     from netlint.config import FileConfig, Settings, read_config_file
-    from netlint.report import render_text, to_json
+    from netlint.report import json_pieces, render_text
     from netlint.report.baseline import apply_baseline, read_baseline
     from netlint.results import ModelReport
     from netlint.sources import resolve_sources
@@ -82,11 +84,11 @@ def run_check(args: argparse.Namespace) -> int:
 
     group = args.group != "none"  # the findings of one rule made by one line of model code: one entry
 
-    def render(reports: list[ModelReport], indices: list[int]) -> str:
+    def render(reports: list[ModelReport], indices: list[int]) -> str | list[str]:
         if args.statistics:
             return _statistics(reports, args.format)
         if args.format == "json":
-            return to_json(reports)
+            return json_pieces(reports)
         if args.format == "html":
             from netlint.report.html import render_html_reports
 
@@ -117,11 +119,11 @@ def run_check(args: argparse.Namespace) -> int:
     return EXIT_CLEAN
 
 
-def render_isolated(render: Callable[[list[Any], list[int]], str], reports: list[Any], fmt: str) -> str:
-    """`render(reports, their positions)`, and the text must encode as UTF-8; should one model's report fail to
-    render (a bug, or content no reporter foresaw), that model's report is replaced, in `reports`, by its error line
-    (so stderr and the exit code say it too), and the other models' reports are written as they are: one model never
-    costs the others their report."""
+def render_isolated(render: Callable[[list[Any], list[int]], Text], reports: list[Any], fmt: str) -> Text:
+    """`render(reports, their positions)` (a text, or its pieces), and the text must encode as UTF-8; should one
+    model's report fail to render (a bug, or content no reporter foresaw), that model's report is replaced, in
+    `reports`, by its error line (so stderr and the exit code say it too), and the other models' reports are written
+    as they are: one model never costs the others their report."""
     try:
         return _encodable(render(reports, list(range(len(reports)))))
     except Exception:
@@ -134,14 +136,28 @@ def render_isolated(render: Callable[[list[Any], list[int]], str], reports: list
     return _encodable(render(reports, list(range(len(reports)))))
 
 
-def _write_stdout(text: str) -> None:
-    """The report on stdout; a stream whose encoding cannot hold it (PYTHONIOENCODING=ascii, a C locale without
-    UTF-8 mode) gets its UTF-8 bytes, as a file written with -o would."""
+def _write_stdout(text: Text) -> None:
+    """The report (or its pieces, one after the other) on stdout; a stream whose encoding cannot hold it
+    (PYTHONIOENCODING=ascii, a C locale without UTF-8 mode) gets its UTF-8 bytes, as a file written with -o would."""
+    if isinstance(text, str):
+        pieces = [text]
+    else:  # the whole report in one encoding: every piece is checked before the first is written
+        pieces = text
+        encoding, errors = sys.stdout.encoding or "utf-8", sys.stdout.errors or "strict"
+        try:
+            for piece in pieces:
+                piece.encode(encoding, errors)
+        except (UnicodeEncodeError, LookupError):
+            sys.stdout.flush()
+            for piece in pieces:
+                sys.stdout.buffer.write(piece.encode("utf-8"))
+            return
     try:
-        sys.stdout.write(text)
+        for piece in pieces:
+            sys.stdout.write(piece)
     except UnicodeEncodeError:
         sys.stdout.flush()
-        sys.stdout.buffer.write(text.encode("utf-8"))
+        sys.stdout.buffer.write("".join(pieces).encode("utf-8"))
 
 
 def printable_path(path: str) -> str:
@@ -153,8 +169,9 @@ def printable_path(path: str) -> str:
         return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
-def _encodable(text: str) -> str:
-    text.encode("utf-8")  # lone surrogates (a file name that is not UTF-8) cannot be written: raise here
+def _encodable(text: Text) -> Text:
+    for piece in [text] if isinstance(text, str) else text:
+        piece.encode("utf-8")  # lone surrogates (a file name that is not UTF-8) cannot be written: raise here
     return text
 
 

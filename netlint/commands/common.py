@@ -115,20 +115,22 @@ def model_settings(
     return work
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Write to a temporary file in the same folder, then rename: readers never see a partial report. A path that is
-    not a regular file (-o /dev/null, a FIFO) is written in place: renaming over it would replace the device."""
+def write_atomically(path: Path, text: str | list[str]) -> None:
+    """Write `text` (or its pieces, one after the other) to a temporary file in the same folder, then rename: readers
+    never see a partial report. A path that is not a regular file (-o /dev/null, a FIFO) is written in place:
+    renaming over it would replace the device."""
+    pieces = [text] if isinstance(text, str) else text
     temporary: Path | None = None
     try:
         if os.path.exists(path) and not os.path.isfile(path):
             with open(path, "w", encoding="utf-8") as out:
-                out.write(text)
+                out.writelines(pieces)
             return
         with tempfile.NamedTemporaryFile(
             "w", encoding="utf-8", dir=path.parent or Path("."), prefix=f".{path.name}.", suffix=".tmp", delete=False
         ) as handle:
             temporary = Path(handle.name)
-            handle.write(text)
+            handle.writelines(pieces)
         umask = os.umask(0)
         os.umask(umask)
         temporary.chmod(0o666 & ~umask)  # like any new file, not mkstemp's 0600

@@ -30,9 +30,9 @@ if TYPE_CHECKING:  # onnx and the fix engine are imported where a model is fixed
 
 def run_fix(args: argparse.Namespace) -> int:
     """The cyclic garbage collector is paused throughout, as `check` does (netlint.engine.lint_file): the IRs and
-    protos hold no garbage cycles, and every collection would rescan them all (seconds on a 100k-node model). What
-    is left alive at the end is promoted, not scanned: the young collection that re-enabling the collector would
-    otherwise run first cost 0.5 s after fixing a 100k-node model."""
+    protos hold no garbage cycles, and every collection would rescan them all. What is left alive at the end is
+    promoted, not scanned: the young collection that re-enabling the collector would otherwise run first rescans it
+    all (docs/performance.md has the figures)."""
     with paused(promote=True):
         return _run_fix(args)
 
@@ -85,7 +85,6 @@ def _fix_one(args: argparse.Namespace, path: Path, settings: Any) -> int:
         unsafe=args.unsafe_fixes,
         to_fp16=to_fp16,
         keep_original=args.verify is not False or report is not None,  # else neither the input nor a snapshot is read
-        cores=_cores(args),
     )
     del model  # the fixed IR; the report re-reads both models
     records: list[dict[str, Any]] = []
@@ -241,13 +240,6 @@ def _fix_in_pool(
     with ProcessPoolExecutor(workers, mp_context=context) as pool:
         futures = {index: pool.submit(_captured, args, *work[index]) for index in todo}
         return {index: future.result() for index, future in futures.items()}
-
-
-def _cores(args: argparse.Namespace) -> int:
-    """-j: how many cores each lint of a large graph may use (default: the CPU count, as `check`)."""
-    from netlint.batch import default_jobs
-
-    return getattr(args, "jobs", None) or default_jobs()
 
 
 def _write_report(

@@ -46,9 +46,10 @@ TRIM_AFTER_BYTES = 8 << 20
 
 
 def _return_freed_memory() -> None:
-    """Give the freed protobuf's pages back to the OS: glibc's malloc keeps freed memory in the process (about 170 MB
-    after a 100k-node graph) and linting then grows on top of it. glibc on Linux only; skipped silently elsewhere
-    or on any error. The only library netlint loads through ctypes (tests/io/test_hostile_resources.py checks)."""
+    """Give the freed protobuf's pages back to the OS: glibc's malloc keeps freed memory in the process (most of the
+    protobuf's size; docs/performance.md) and linting then grows on top of it. glibc on Linux only; skipped
+    silently elsewhere or on any error. The only library netlint loads through ctypes
+    (tests/io/test_hostile_resources.py checks)."""
     if not sys.platform.startswith("linux"):
         return
     try:
@@ -145,7 +146,7 @@ def _model_from_proto(proto: onnx.ModelProto, path: str, base: Path) -> Model:
     if not proto.HasField("graph") or (proto.ir_version <= 0 and not proto.opset_import):
         raise ModelLoadError("not an ONNX model (no graph and no IR version in the protobuf)")
     # The conversion allocates a few objects per node and frees none: the cyclic GC would rescan the growing heap
-    # again and again (a third of the load time of a 100k-node graph), and there is no garbage for it to find. The
+    # again and again (docs/performance.md), and there is no garbage for it to find. The
     # structure checks run before it resumes: its first collection would otherwise rescan the whole new IR.
     with paused():
         notes: list[str] = []
@@ -153,9 +154,8 @@ def _model_from_proto(proto: onnx.ModelProto, path: str, base: Path) -> Model:
             proto = _inferred(proto, notes)
             graph, facts = _convert(proto, notes, base)
         else:
-            # Whether the file has enough shapes is counted on the converted graph (reading every node's outputs
-            # from the protobuf a second time costs a tenth of the load); the rare partly shaped file is converted
-            # again after inference.
+            # Whether the file has enough shapes is counted on the converted graph (not by reading every node's
+            # outputs from the protobuf a second time); the rare partly shaped file is converted again after inference.
             graph, facts = _convert(proto, notes, base)
             if _lacks_shapes(graph, facts):
                 notes = []
@@ -369,7 +369,7 @@ _LITTLE_ENDIAN = sys.byteorder == "little"
 
 class _SharedMap:
     """One read-only memory map of an external data file, opened on the first read of any tensor in it: an np.memmap
-    per tensor costs an open() and an mmap() each (60 us; a large model reads thousands of small tensors)."""
+    per tensor costs an open() and an mmap() each, and a large model reads thousands of small tensors."""
 
     __slots__ = ("map", "path")
 
@@ -434,11 +434,11 @@ def _convert_graph(
     metadata: dict[Any, Any] | None = None,
 ) -> Graph:
     """The IR of one (sub)graph. The hot loop of loading: one pass over the protobuf, each field read once, no
-    per-item helper calls where a dict lookup does (a 100k-node graph runs it 100k times), and the graph's indexes
+    per-item helper calls where a dict lookup does (it runs once per node), and the graph's indexes
     and the facts the structure checks need built in the same pass (see Graph.reindex and GraphFacts). Tensor names
     are shared str objects (the values dict's keys), so each name is stored once however many nodes read it.
     Repeated protobuf fields are read as slices (`field[:]`, a list): iterating a upb container ends in an IndexError
-    that upb formats, about a tenth of the conversion's instructions when every node's inputs were iterated.
+    that upb formats (docs/performance.md).
     `metadata`: the repeated metadata values met so far in this model, each kept once (see _metadata)."""
     if metadata is None:
         metadata = {}

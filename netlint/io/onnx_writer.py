@@ -317,7 +317,7 @@ def probe_model(proto: onnx.ModelProto, nodes: list[onnx.NodeProto]) -> onnx.Mod
     """What onnx.checker must see of a fix's changes, as a small model: the nodes written anew (in graph order),
     with every value they read but do not write declared as a graph input (it is defined: the edit checked that).
     The checker's verdicts are per node (schema, attributes, opset) and per tensor, so the nodes no fix touched keep
-    the verdict they had when the model was loaded; checking the whole of a 100k-node model costs a second."""
+    the verdict they had when the model was loaded, and checking the whole of a large model is slow."""
     probe = onnx.ModelProto()
     probe.ir_version = proto.ir_version
     probe.opset_import.extend(proto.opset_import)

@@ -161,8 +161,8 @@ _SIMPLE_LIST = re.compile(r"\['[^'\\\n]*'(?:, '[^'\\\n]*')*\]")  # ['', 'a', 'a.
 
 
 def _scope_list(text: str) -> list[str] | None:
-    """name_scopes: almost always a list of plain single-quoted names, split directly (literal_eval costs 20 us a
-    node); anything else is parsed as a Python literal."""
+    """name_scopes: almost always a list of plain single-quoted names, split directly (literal_eval per node is
+    slow on a large export); anything else is parsed as a Python literal."""
     if len(text) <= MAX_TEXT and _SIMPLE_LIST.fullmatch(text):
         return text[2:-2].split("', '")
     return _string_list(text)

@@ -101,8 +101,8 @@ def _is_file(folder: Path, location: str) -> bool:
 
 def _walk(graph: onnx.GraphProto) -> Iterator[tuple[onnx.TensorProto, bool]]:
     """Every tensor of the graph and its subgraphs, with whether it is an initializer (else a tensor attribute): what
-    onnx.external_data_helper._get_all_tensors yields, without its generator chain per attribute, which cost seconds
-    on a 100k-node graph (most nodes have attributes, almost none a tensor or a body)."""
+    onnx.external_data_helper._get_all_tensors yields, without its generator chain per attribute (most nodes have
+    attributes, almost none a tensor or a body)."""
     for tensor in graph.initializer:
         yield tensor, True
     for node in graph.node:

@@ -33,7 +33,7 @@ MAX_DENSE_ELEMENTS = 1 << 28
 PASS_THROUGH_OPS = frozenset({"Identity", "Cast", "QuantizeLinear", "DequantizeLinear"})
 
 
-@dataclass(eq=False, slots=True)  # slots: a 100k-node graph holds ~300k of these
+@dataclass(eq=False, slots=True)  # slots: a large graph holds a few per node
 class ConstData:
     """Where a constant's values come from; `load` runs on first use only and its result is cached."""
 
@@ -214,7 +214,7 @@ class Graph:
         self._activation_uses: dict[str, tuple[Node, ...]] = {}  # memo of `activation_uses`
         # The graph's analysis cache: what rules, shared analyses and the cost model derive from the structure,
         # keyed by (what, node or value name, ...): valid until the next reindex. A node keys by identity, which
-        # unlike its id string costs no memory read to hash (on a 100k-node graph most of its cost is cache misses).
+        # unlike its id string costs no memory read to hash.
         self.memo: dict[tuple[Any, ...], Any] = {}
 
     # --- plain structure -------------------------------------------------------------------------------------------

@@ -206,17 +206,25 @@ def _model_json(report: ModelReport, findings: list[Any], stacks: StackTable) ->
 
 
 def to_json(reports: list[ModelReport]) -> str:
+    return "".join(json_pieces(reports))
+
+
+def json_pieces(reports: list[ModelReport]) -> list[str]:
+    """`to_json`'s text in pieces (about one per finding), to be written one after the other: joined, a report of
+    tens of thousands of findings would be held twice more (docs/performance.md)."""
     head = {"netlint_version": __version__, "schema_version": SCHEMA_VERSION}
-    try:  # the findings as they are: `_indented` writes each with `_finding_text`
+    try:  # the findings as they are: `_write` writes each with `_finding_text`
         models = []
         for report in reports:
             stacks = StackTable(report.findings)
             models.append(_model_json(report, [_Located(finding, stacks) for finding in report.findings], stacks))
-        document = {**head, "models": models}
-        return _indented(document, "\n") + "\n"
-    except TypeError:  # something `_indented` does not know: json says what (or knows it after all)
+        out: list[str] = []
+        _write({**head, "models": models}, "\n", out)
+        out.append("\n")
+        return out
+    except TypeError:  # something `_write` does not know: json says what (or knows it after all)
         document = {**head, "models": [model_json(report) for report in reports]}
-        return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+        return [json.dumps(document, indent=2, ensure_ascii=False) + "\n"]
 
 
 class _Located(NamedTuple):
@@ -228,7 +236,7 @@ class _Located(NamedTuple):
 
 def _finding_text(located: _Located, newline: str) -> str:
     """`_indented(finding_json(finding), newline)`, written directly (a large graph gives tens of thousands of
-    findings, and the generic walk took a quarter of a second for 30k); the fields findings share (code, name,
+    findings; docs/performance.md); the fields findings share (code, name,
     severity, fix, help) are written once per distinct value. A field of a type json would not write as a string
     (or a list of strings) raises TypeError: to_json then leaves the whole document to json."""
     enc = encode_basestring  # raises TypeError for anything but a str (a str subclass json writes the same)
@@ -333,32 +341,51 @@ def _tail(fix: FixRef | None, help_: str | None, inner: str) -> str:
 
 
 def _indented(value: Any, newline: str) -> str:
-    """`json.dumps(value, indent=2, ensure_ascii=False)` for JSON's own types, byte for byte, a few times faster:
-    with an indent, json encodes in pure Python, one generator step per token (0.6 s for 30k findings). `newline`
-    is the line break plus the indentation of `value`'s own line."""
+    """`json.dumps(value, indent=2, ensure_ascii=False)` for JSON's own types, byte for byte (see `_write`)."""
+    out: list[str] = []
+    _write(value, newline, out)
+    return "".join(out)
+
+
+def _write(value: Any, newline: str, out: list[str]) -> None:
+    """Append `json.dumps(value, indent=2, ensure_ascii=False)` to `out`, byte for byte (with an indent, json encodes
+    in pure Python, one generator step per token: docs/performance.md). `newline` is the line break plus the
+    indentation of `value`'s own line."""
     scalar = _SCALARS.get(type(value))
     if scalar is not None:
-        return scalar(value)
-    if type(value) is _Located:  # to_json leaves findings as they are
-        return _finding_text(value, newline)
-    if type(value) is dict:
+        out.append(scalar(value))
+    elif type(value) is _Located:  # to_json leaves findings as they are
+        out.append(_finding_text(value, newline))
+    elif type(value) is dict:
         if not value:
-            return "{}"
+            out.append("{}")
+            return
         inner = newline + "  "
-        parts = []
+        between = "{" + inner
         for key, item in value.items():
             if type(key) is not str:
                 raise TypeError("a key that is not a string is left to json")
             scalar = _SCALARS.get(type(item))
-            parts.append(f"{encode_basestring(key)}: {scalar(item) if scalar else _indented(item, inner)}")
-        return f"{{{inner}{(',' + inner).join(parts)}{newline}}}"
-    if type(value) is list or type(value) is tuple:
+            if scalar is not None:
+                out.append(f"{between}{encode_basestring(key)}: {scalar(item)}")
+            else:
+                out.append(f"{between}{encode_basestring(key)}: ")
+                _write(item, inner, out)
+            between = "," + inner
+        out.append(newline + "}")
+    elif type(value) is list or type(value) is tuple:
         if not value:
-            return "[]"
+            out.append("[]")
+            return
         inner = newline + "  "
-        parts = [scalar(item) if (scalar := _SCALARS.get(type(item))) else _indented(item, inner) for item in value]
-        return f"[{inner}{(',' + inner).join(parts)}{newline}]"
-    raise TypeError(f"{type(value).__name__} is left to json")
+        between = "[" + inner
+        for item in value:
+            out.append(between)
+            _write(item, inner, out)
+            between = "," + inner
+        out.append(newline + "]")
+    else:
+        raise TypeError(f"{type(value).__name__} is left to json")
 
 
 def _float(value: float) -> str:

@@ -562,3 +562,15 @@ def test_a_stdout_that_cannot_encode_the_report_gets_utf8(tmp_path):
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout.decode("utf-8"))
     assert document["models"][0]["findings"][0]["nodes"] == ["préluü"]
+
+
+def test_the_json_report_on_stdout_and_in_a_file_are_the_same_bytes(tmp_path, capsysbinary):
+    """The JSON report is written in pieces: stdout and -o (written atomically) get the same document."""
+    prelu_model(tmp_path / "m.onnx", name="préluü")
+    out = tmp_path / "out.json"
+    assert main(["check", str(tmp_path / "m.onnx"), "--format", "json", "--no-cache", "-o", str(out)]) == 0
+    capsysbinary.readouterr()
+    assert main(["check", str(tmp_path / "m.onnx"), "--format", "json", "--no-cache"]) == 0
+    written = capsysbinary.readouterr().out
+    assert written == out.read_bytes()
+    assert json.loads(written)["models"][0]["findings"][0]["nodes"] == ["préluü"]

@@ -178,9 +178,7 @@ def test_the_collector_pause_stays_in_this_process(monkeypatch, folder):
     monkeypatch.setattr(  # inherited by the forked workers: each report says whether its worker collects garbage
         netlint.batch,
         "lint_file",
-        lambda path, settings, cores=1: netlint.results.ModelReport(
-            str(path), None, "generic", notes=[f"gc {gc.isenabled()}"]
-        ),
+        lambda path, settings: netlint.results.ModelReport(str(path), None, "generic", notes=[f"gc {gc.isenabled()}"]),
     )
     settings = settings_for(FileConfig(), Overrides())
     paths = sorted(p for p in folder.rglob("*") if p.is_file())
@@ -246,7 +244,7 @@ def test_workers_that_cannot_start_give_error_lines_not_a_hang(folder):
 
 
 def test_an_exception_while_linting_is_the_models_error(monkeypatch, tmp_path, data_dir):
-    def explode(path, settings, cores=1):
+    def explode(path, settings):
         raise MemoryError("out of memory")
 
     monkeypatch.setattr(netlint.batch, "lint_file", explode)

@@ -337,7 +337,7 @@ def test_workers_close_in_any_order_without_waiting_on_each_other() -> None:
     script = """
 import sys, time
 from netlint.cost.backends import ort_optimize
-from netlint.forked import can_fork
+from netlint.processes import can_fork
 if not can_fork():
     print("nofork"); sys.exit(0)
 ort_optimize.warm()

@@ -198,14 +198,14 @@ def test_an_exception_rendering_one_model_costs_only_that_model(monkeypatch, cap
 
     for name in ("a.onnx", "b.onnx", "c.onnx"):
         shutil.copy(DATA / "facenet_mtcnn_pnet.onnx", tmp_path / name)
-    real = netlint.report.to_json
+    real = netlint.report.json_pieces  # what `check --format json` writes (the report in pieces)
 
     def fails_on_b(reports):
         if any(report.path.endswith("b.onnx") and report.findings for report in reports):  # b's findings
             raise ValueError("cannot render b")
         return real(reports)
 
-    monkeypatch.setattr(netlint.report, "to_json", fails_on_b)
+    monkeypatch.setattr(netlint.report, "json_pieces", fails_on_b)
     monkeypatch.chdir(tmp_path)
     code = main(["check", "a.onnx", "b.onnx", "c.onnx", "--target", "qualcomm-htp", "--format", "json", "--no-cache"])
     out, err = capsys.readouterr()

@@ -34,10 +34,8 @@ def _check_sources() -> list[Path]:
 
 
 # netlint/batch.py hands settings and reports between netlint's own processes (-j): pickled by netlint in the parent,
-# as multiprocessing does anyway; netlint/forked.py gets a large graph's second half of findings back from the copy of
-# this process it forked a moment before, through a pipe only the two hold. Nothing read from a model or the cache
-# is ever unpickled (the cache is JSON).
-INTERNAL_PICKLE = {"batch.py", "forked.py"}
+# as multiprocessing does anyway. Nothing read from a model or the cache is ever unpickled (the cache is JSON).
+INTERNAL_PICKLE = {"batch.py"}
 
 # netlint/io/onnx_io.py gives a large model's freed protobuf back to the OS with glibc's malloc_trim(0) (glibc keeps
 # ~170 MB of a 100k-node graph's protobuf otherwise, on top of which linting grows): the one use of ctypes allowed in

@@ -9,7 +9,7 @@ import random
 import pytest
 
 from netlint import __version__
-from netlint.report.json_report import SCHEMA_VERSION, _indented, model_json, to_json
+from netlint.report.json_report import SCHEMA_VERSION, _indented, json_pieces, model_json, to_json
 from netlint.results import ModelReport
 from netlint.rule import Finding, FixRef, Impact
 
@@ -69,6 +69,18 @@ def test_a_report_renders_as_json_would_render_it() -> None:
     document = {"netlint_version": __version__, "schema_version": SCHEMA_VERSION, "models": [model_json(report)]}
     assert text == json.dumps(document, indent=2, ensure_ascii=False) + "\n"
     assert json.loads(text)["models"][0]["findings"][1]["fix"] == {"name": "prelu-to-relu", "applicability": "safe"}
+
+
+def test_the_report_is_written_in_pieces_one_per_finding_that_join_into_the_document() -> None:
+    """`check --format json` writes the pieces one after the other (a report of tens of thousands of findings is
+    never joined into one string): they must join into exactly what json writes."""
+    findings = [Finding("FU006", "batchnorm-after-conv", "warning", f"m{i} ✓", [f"n{i}"], []) for i in range(50)]
+    report = ModelReport("m.onnx", "onnx", "generic", "fp32", None, findings)
+    pieces = json_pieces([report, report])
+    document = {"netlint_version": __version__, "schema_version": SCHEMA_VERSION, "models": [model_json(report)] * 2}
+    assert "".join(pieces) == json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+    assert sum("batchnorm-after-conv" in piece for piece in pieces) == 100  # one piece per finding: not joined
+    assert all(piece.count('"code": "FU006"') <= 1 for piece in pieces)
 
 
 @pytest.mark.parametrize("seed", range(10))

@@ -30,8 +30,7 @@ import onnx
 from onnx import numpy_helper
 
 from netlint.cost.backends.onnx_export import Exported
-from netlint.forked import can_fork
-from netlint.processes import Forking
+from netlint.processes import Forking, can_fork
 
 LEVELS = ("disable", "basic", "extended", "layout", "all")
 DEFAULT_LEVEL = "all"
