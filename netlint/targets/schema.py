@@ -342,7 +342,7 @@ class _Checker:
                 path, message = _join(path, field[2]), f"{field[1].replace('contains ', '')} key"
             if allowed and (message == "unknown key" or message.startswith("Invalid enum value")):
                 message += f" (expected one of: {', '.join(allowed)})"
-            message = message.replace("`object`", "`table`").replace(" | null`", "`")  # TOML has no null
+            message = message.replace(" | null`", "`").replace("`object`", "`table`")  # TOML: no null, tables
             self.fail(path or "(document)", message)
 
     def document(self, data: Mapping[str, Any], builtin_name: str | None) -> None:
