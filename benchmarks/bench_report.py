@@ -63,7 +63,7 @@ def synthetic_page(target: str) -> str:
     """2,000 findings: 1,000 Conv -> BatchNormalization pairs (FU006 and one more finding each)."""
     from netlint.report.html import ReportInput, render_html
     from netlint.targets import load_target
-    from netlint.testing import GraphBuilder, lint, load
+    from netlint.testing import GraphBuilder, lint
 
     b = GraphBuilder()
     x = b.input("x", [1, 4, 8, 8])
@@ -71,8 +71,8 @@ def synthetic_page(target: str) -> str:
         x = b.batchnorm(b.conv(x, 4, kernel=1, name=f"c{index}"), name=f"bn{index}")
     b.output(x)
     model = b.build(check=False)
-    report = lint(model, target=target)
-    return render_html([ReportInput(report, load(model), load_target(target))])
+    report = lint(model, target=target, page_data=True)
+    return render_html([ReportInput(report, load_target(target))])
 
 
 def browse(browser: str, page: Path, home: Path) -> tuple[dict, float]:

@@ -64,6 +64,7 @@ class Settings:
     config_path: Path | None = None
     rule_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     fingerprints: bool = False  # compute structural fingerprints (baselines, SARIF, GitLab): not free on big graphs
+    page_data: bool = False  # attach what the HTML page shows (pictures, op counts, cost breakdown): HTML only
     keep_slower_fixes: bool = False  # `netlint fix` applies fixes the cost model predicts to slow the target down
     skip_lfs_pointers: bool = False  # a Git LFS pointer is a skipped model (a note), not a load error
     fail_on_missing_weights: bool = False  # a missing external data file is the model's error, not a note

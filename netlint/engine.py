@@ -139,6 +139,10 @@ def lint_model(model: Model, settings: Settings, *, cores: int = 1, plans: Plans
             report.suppressed, finding_keys(model, [e.finding for e in report.suppressed]), strict=True
         ):
             entry.key = key
+    if settings.page_data:  # the HTML page's pictures, op counts and cost breakdown: the reporter never loads a model
+        from netlint.page_data import page_data
+
+        report.page = page_data(model, report, target)
     return report
 
 

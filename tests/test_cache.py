@@ -23,7 +23,17 @@ from netlint.config import FileConfig, Overrides, settings_for
 from netlint.engine import lint_file
 from netlint.ir.fingerprint import FindingKey
 from netlint.pricing import Pricing
-from netlint.results import CostSummary, ModelReport, Suppressed
+from netlint.results import (
+    CostBreakdown,
+    CostSummary,
+    Kernel,
+    ModelReport,
+    PageData,
+    Picture,
+    PictureEdge,
+    PictureNode,
+    Suppressed,
+)
 from netlint.rule import Finding, FixRef, Impact, Skip
 from netlint.source import Frame, Source
 from netlint.testing import GraphBuilder
@@ -89,7 +99,30 @@ def full_report() -> ModelReport:
                 FindingKey("main", "FU006:0123456789abcdef0123"),
             )
         ],
+        _page(),
     )
+
+
+def _page() -> PageData:
+    """The HTML page's data (Settings.page_data), every field set."""
+    breakdown = CostBreakdown(
+        12.5,
+        4096,
+        "42 of 43 nodes priced",
+        "the target's rates",
+        ["ddr_gbps"],
+        Pricing("static-model", 0.3, 0.25, "netlint's model of the runtime", "the target's rates"),
+        {"Conv": 10.0, "PRelu": 2.5},
+        {"Conv": 4000, "PRelu": 96},
+        96,
+        2.5,
+        [Kernel(["Conv", "PRelu"], "conv", 12.5)],
+        {"p": "conv"},
+        {"conv": 12.5},
+    )
+    nodes = [PictureNode("p", "PRelu", "p_out", "1x4x8x8"), PictureNode("conv", "Conv", "c_out", "?x4x8x8")]
+    picture = Picture(["p", "conv"], nodes, ["p"], [PictureEdge("conv", "p", "c_out", "?x4x8x8")], 1)
+    return PageData(2, {"Conv": 3, "PRelu": 1}, [picture], breakdown, "the cost model failed")
 
 
 def _source(node: str) -> Source:
@@ -115,7 +148,11 @@ def test_the_sample_sets_every_field():
     finding = report.findings[0]
     frame = finding.source.frames[0]
     instances = (report, finding, report.cost, finding.impact, finding.fix, finding.source, frame)
-    for instance in (*instances, report.suppressed[0]):
+    page = report.page
+    assert page is not None and page.cost is not None
+    picture = page.pictures[0]
+    more = (page, page.cost, page.cost.top_kernels[0], picture, picture.nodes[0], picture.edges[0])
+    for instance in (*instances, report.suppressed[0], *more):
         for field in dataclasses.fields(instance):
             value = getattr(instance, field.name)
             default = field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default

@@ -45,6 +45,7 @@ def run_check(args: argparse.Namespace) -> int:
 
     def configure(settings: Settings) -> None:
         settings.fingerprints = bool(args.baseline or args.write_baseline) or args.format in ("sarif", "gitlab")
+        settings.page_data = args.format == "html" and not args.statistics
         settings.skip_lfs_pointers = args.skip_lfs_pointers
         settings.fail_on_missing_weights |= bool(args.fail_on_missing_weights)
 

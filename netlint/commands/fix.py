@@ -259,12 +259,26 @@ def _write_report(
     lines: list[str],
     records: list[dict[str, Any]],
 ) -> None:
-    """`--report FILE`: the HTML page of the fixes (netlint.report.html.render_fix_report), written atomically."""
-    from netlint.report.html import render_fix_report
+    """`--report FILE`: the HTML page of the fixes (netlint.report.html.render_fix_report), written atomically; its
+    pictures and the latency of both models are taken here, from the models."""
+    from netlint.cost import backends
+    from netlint.page_data import fix_pictures
+    from netlint.report.html import MAX_FIX_PICTURES, render_fix_report
 
     original = _model_of(result.original, result.format, path)
     fixed = _model_of(result.fixed, result.format, path) if result.applied else original
-    text = render_fix_report(str(path), str(out) if out else None, original, fixed, result, target, lines, records)
+    before_us, after_us, note = None, None, None
+    try:
+        before_us = backends.cost(original.graph, target).latency_us
+        after_us = backends.cost(fixed.graph, target).latency_us
+    except Exception as exc:  # the page must not die with the cost model; say what happened
+        note = f"the cost model failed: {type(exc).__name__}: {exc}"
+    if note is None and before_us is None:
+        note = f"no latency model for {target.label}"
+    applied = [(fix.touched, fix.nodes) for fix in result.applied]
+    pictures = fix_pictures(original.graph, fixed.graph, applied, MAX_FIX_PICTURES)
+    latency = (before_us, after_us, note)
+    text = render_fix_report(str(path), str(out) if out else None, result, target, lines, records, latency, pictures)
     write_atomically(report, text)
 
 

@@ -1,9 +1,9 @@
 """The HTML design-review report: one self-contained page (inline style, script and SVG; nothing fetched), one
 section per model, rendered from reports/templates/report.html.j2 with autoescaping on.
 
-Unlike the other reporters it also reads the graph (for the picture around each finding) and the cost model (for the
-latency breakdown and to rank findings by predicted impact); a model that cannot be loaded again still gets its
-findings, without pictures or costs.
+Like every reporter it reads results only: the pictures around the findings, the op counts and the cost breakdown
+(charts, and the kernel-time proxy that ranks unpriced findings) are the report's PageData, which the engine attaches
+when HTML is asked for (netlint.page_data). A report without it (an unreadable model) still gets its findings.
 """
 
 from __future__ import annotations
@@ -12,23 +12,18 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cache
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import jinja2
 from markupsafe import Markup
 
-from netlint.cost import ModelCost, backends
 from netlint.cost.impact import summarises
-from netlint.cost.ops import MOVER, VIEW
 from netlint.docs import render_rule_doc, templates_dir
 from netlint.errors import NetlintError
-from netlint.io import load_model
-from netlint.ir import Graph, Model, Node
 from netlint.report.grouping import group_findings, location
 from netlint.report.svg import bar_chart, format_amount, graph_svg
 from netlint.report.text import pricing_text
-from netlint.results import ModelReport
+from netlint.results import CostBreakdown, ModelReport, Picture
 from netlint.rule import SEVERITIES, Finding, Rule, all_rules
 from netlint.targets import Target, load_target
 from netlint.version import __version__
@@ -44,10 +39,10 @@ SEVERITY_RANK = {severity: rank for rank, severity in enumerate(SEVERITIES)}
 
 @dataclass
 class ReportInput:
-    """What one model's section is made from: the lint result, and (when available) the model and the target."""
+    """What one model's section is made from: the lint result (with its PageData when the engine attached it) and,
+    when known, the target."""
 
     report: ModelReport
-    model: Model | None = None
     target: Target | None = None
 
 
@@ -158,18 +153,12 @@ def environment() -> jinja2.Environment:
 def render_html_reports(
     reports: Sequence[ModelReport], targets: Sequence[Target | None] | None = None, *, group: bool = True
 ) -> str:
-    """The page for reports from `lint_file`: each readable model is loaded again for its pictures and costs.
+    """The page for reports from `lint_file` (linted with Settings.page_data for their pictures and costs).
     `group`: the findings of one rule created by one line of model code are one foldable entry."""
     inputs = []
     for index, report in enumerate(reports):
         target = targets[index] if targets is not None and index < len(targets) else None
-        model = None
-        if report.format is not None:
-            try:
-                model = load_model(Path(report.path))
-            except NetlintError:
-                model = None
-        inputs.append(ReportInput(report, model, target))
+        inputs.append(ReportInput(report, target))
     return render_html(inputs, group=group)
 
 
@@ -199,30 +188,23 @@ def render_html(inputs: Sequence[ReportInput], *, group: bool = True) -> str:
 
 
 def _model_view(index: int, item: ReportInput, group: bool = True) -> ModelView:
-    report, model = item.report, item.model
+    report, page = item.report, item.report.page
     target = item.target or _target_of(report)
-    cost: ModelCost | None = None
-    cost_error = None
-    if model is not None:
-        try:
-            cost = backends.cost(model.graph, target)  # the target's backend, as the check priced it
-        except Exception as exc:  # the report must not die with the cost model; say what happened
-            cost_error = f"{type(exc).__name__}: {exc}"
-    graphs = list(model.graphs()) if model is not None else []
-    where = {node.id: graph for graph in graphs for node in graph.nodes}
-    ops = Counter(node.op for graph in graphs for node in graph.nodes)
+    cost = page.cost if page is not None else None
+    ops = page.op_counts if page is not None else {}
+    pictures = {tuple(picture.of): picture for picture in page.pictures} if page is not None else {}
     skipped = Counter((skip.code, skip.reason) for skip in report.skipped)
     return ModelView(
         anchor=f"model-{index}",
         report=report,
         target_label=target.label if target is not None else report.target,
         nodes=sum(ops.values()),
-        graphs=len(graphs),
-        op_counts=ops.most_common(),
+        graphs=page.graphs if page is not None else 0,
+        op_counts=list(ops.items()),
         severities=dict(Counter(finding.severity for finding in report.findings)),
-        groups=_groups(report.findings, where, cost, group),
+        groups=_groups(report.findings, pictures, cost, group),
         cost=_cost_view(cost) if cost is not None else None,
-        cost_error=cost_error,
+        cost_error=page.cost_error if page is not None else None,
         skipped=[(code, reason, count) for (code, reason), count in sorted(skipped.items())],
         latency=(
             format_amount(report.cost.latency_ms * 1000, "us")
@@ -240,40 +222,32 @@ def _target_of(report: ModelReport) -> Target | None:
         return None
 
 
-def _kernels(cost: ModelCost | None) -> tuple[dict[str, str], dict[str, float]] | None:
-    """(node id -> the id of the kernel it runs in, kernel id -> its predicted latency), or None without latency."""
+def _impact(finding: Finding, cost: CostBreakdown | None) -> float | None:
+    """The predicted time of the kernels the finding's nodes run in (each kernel once), or None without latency."""
     if cost is None or cost.latency_us is None:
         return None
-    of_node = {entry.id: entry.kernel for entry in cost.nodes if entry.kernel is not None}
-    latency = {entry.id: entry.latency_us for entry in cost.nodes if entry.latency_us is not None}
-    return of_node, latency
-
-
-def _impact(finding: Finding, kernels: tuple[dict[str, str], dict[str, float]] | None) -> float | None:
-    """The predicted time of the kernels the finding's nodes run in (each kernel once), or None without latency."""
-    if kernels is None:
-        return None
-    of_node, latency = kernels
-    touched = {of_node[node] for node in finding.nodes if node in of_node}
-    return sum(latency.get(kernel, 0.0) for kernel in touched)
+    touched = {cost.kernel_of[node] for node in finding.nodes if node in cost.kernel_of}
+    return sum(cost.kernel_latency_us.get(kernel, 0.0) for kernel in touched)
 
 
 def _groups(
-    findings: list[Finding], where: dict[str, Graph], cost: ModelCost | None, by_source: bool = True
+    findings: list[Finding],
+    pictures: dict[tuple[str, ...], Picture],
+    cost: CostBreakdown | None,
+    by_source: bool = True,
 ) -> list[RuleGroup]:
-    kernels = _kernels(cost)
     views = []
     for finding in findings:
         text = " ".join([finding.code, finding.name, finding.message, *finding.nodes, *finding.tensors])
         if finding.source is not None:
             text += " " + location(finding.source)
-        views.append(FindingView(finding, _impact(finding, kernels), Markup(""), text.lower()))
+        views.append(FindingView(finding, _impact(finding, cost), Markup(""), text.lower()))
     # severity first; then priced findings by their predicted saving, then unpriced ones by the kernel-time proxy
     views.sort(key=lambda view: (SEVERITY_RANK[view.finding.severity], view.saving_ms is None, -view.rank))
     for view in views[:MAX_PICTURES]:  # the highest-ranked ones; the page stays a few MB with thousands of findings
-        graph = where.get(view.finding.nodes[0]) if view.finding.nodes else None
-        if graph is not None:
-            view.picture = graph_svg(graph, view.finding.nodes)
+        picture = pictures.get(tuple(view.finding.nodes))
+        if picture is not None:
+            view.picture = graph_svg(picture)
     groups: dict[str, RuleGroup] = {}
     for view in views:
         group = groups.get(view.finding.code)
@@ -346,47 +320,43 @@ def saving_text(saving_ms: float, share: float) -> str:
     return f"saves {amount} ({share:.1%})"
 
 
-def _cost_view(cost: ModelCost) -> CostView:
+def _cost_view(cost: CostBreakdown) -> CostView:
     rows: list[tuple[str, float]]
     if cost.latency_us is not None:
-        rows = [(op, row.latency_us) for op, row in cost.by_op_type.items() if row.latency_us > 0]
+        rows = [(op, latency) for op, latency in cost.op_latency_us.items() if latency > 0]
         unit, what = "us", "predicted time by op type"
     else:
-        rows = [(op, float(row.bytes)) for op, row in cost.by_op_type.items() if row.bytes > 0]
+        rows = [(op, float(size)) for op, size in cost.op_bytes.items() if size > 0]
         unit, what = "bytes", "bytes moved by op type (no latency model for this target)"
     rows.sort(key=lambda row: -row[1])
     if len(rows) > CHART_ROWS:
         rows = [*rows[: CHART_ROWS - 1], ("other", sum(value for _, value in rows[CHART_ROWS - 1 :]))]
-    movers = [entry for entry in cost.nodes if entry.cost is not None and entry.cost.op_class in (MOVER, VIEW)]
-    mover_bytes = sum(entry.cost.bytes for entry in movers if entry.cost is not None)
     mover_time = None
     if cost.latency_us:
-        moved = sum(entry.latency_us or 0.0 for entry in movers)
+        moved = cost.mover_latency_us
         mover_time = f"{moved / cost.latency_us:.1%} of the predicted time ({format_amount(moved, 'us')})"
-    rates = cost.rates
     return CostView(
         latency=format_amount(cost.latency_us, "us") if cost.latency_us is not None else None,
-        coverage=cost.coverage_line(),
-        origin=rates.origin if rates is not None else cost.pricing.summary,
-        assumed=list(rates.assumed) if rates is not None else [],
+        coverage=cost.coverage,
+        origin=cost.origin,
+        assumed=list(cost.assumed),
         pricing=pricing_text(cost.pricing, cost.pricing.model_band) if cost.latency_us is not None else None,
         chart=bar_chart(rows, unit),
         chart_what=what,
         kernel_chart=bar_chart(
-            [(_kernel_label(members), members[0].latency_us or 0.0) for members in cost.top_kernels(CHART_ROWS)], "us"
+            [
+                (f"{'+'.join(kernel.ops)} '{kernel.node}'", kernel.latency_us)
+                for kernel in cost.top_kernels[:CHART_ROWS]
+            ],
+            "us",
         ),
         mover_bytes=(
-            f"{mover_bytes / cost.bytes:.1%} of the bytes ({format_amount(mover_bytes, 'bytes')})"
+            f"{cost.mover_bytes / cost.bytes:.1%} of the bytes ({format_amount(cost.mover_bytes, 'bytes')})"
             if cost.bytes
             else "no bytes counted"
         ),
         mover_time=mover_time,
     )
-
-
-def _kernel_label(members: list) -> str:
-    """`Conv+Relu 'conv1'`: the ops of the nodes that run as one kernel, and the kernel's own node."""
-    return f"{'+'.join(member.op for member in members)} '{members[0].id}'"
 
 
 def rule_anchor(rule: type[Rule] | str) -> str:
@@ -431,24 +401,18 @@ class FixPage:
 def render_fix_report(
     path: str,
     output: str | None,
-    original: Model,
-    fixed: Model | None,
     result: FixResult,
     target: Target,
     verify_lines: Sequence[str],
     records: Sequence[dict[str, Any]],
+    latency: tuple[float | None, float | None, str | None],
+    pictures: Sequence[tuple[Picture | None, Picture | None, str | None]],
 ) -> str:
-    """The page for `netlint fix --report`: per applied fix the graph around it before and after, the predicted
-    latency of both models on the target, and the verification of every output. `fixed` is the IR of
-    result.fixed (None when it could not be converted: the page then has no after pictures)."""
-    before_us, after_us, note = None, None, None
-    try:
-        before_us = backends.cost(original.graph, target).latency_us
-        after_us = backends.cost(fixed.graph, target).latency_us if fixed is not None else None
-    except Exception as exc:  # the page must not die with the cost model; say what happened
-        note = f"the cost model failed: {type(exc).__name__}: {exc}"
-    if note is None and before_us is None:
-        note = f"no latency model for {target.label}"
+    """The page for `netlint fix --report`: per applied fix the graph around it before and after (`pictures`, one per
+    applied fix: before, after, why the after picture has nothing highlighted), the predicted latency of both models
+    on the target (`latency`: before, after in us, or a note why there is none) and the verification of every output.
+    The fix command takes both from the models (netlint.page_data.fix_pictures)."""
+    before_us, after_us, note = latency
     change = None
     if before_us is not None and after_us is not None:
         delta = before_us - after_us
@@ -468,7 +432,7 @@ def render_fix_report(
         latency_change=change,
         latency_note=note,
         ops=ops,
-        fixes=_fix_views(original.graph, fixed.graph if fixed is not None else None, result.applied),
+        fixes=_fix_views(result.applied, pictures),
         skipped=list(result.skipped),
         remaining=len(result.remaining),
         verification=list(records),
@@ -480,39 +444,20 @@ def render_fix_report(
     )
 
 
-def _signature(node: Node) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
-    return node.op, tuple(node.inputs), tuple(node.outputs)
-
-
-def _fix_views(before: Graph, after: Graph | None, applied: Sequence[AppliedFix]) -> list[FixView]:
-    """Before: the finding's nodes in the original graph (or, for a fix of a later round whose nodes an earlier fix
-    made, the nodes writing the tensors it touched). After: the nodes of the fixed graph that write a touched tensor
-    and are not in the original as they were: what replaced them. A fix that only removed nodes is drawn around the
-    nodes that now read its tensors, with nothing highlighted."""
-    unchanged = {_signature(node) for node in before.nodes}
+def _fix_views(
+    applied: Sequence[AppliedFix], pictures: Sequence[tuple[Picture | None, Picture | None, str | None]]
+) -> list[FixView]:
     views = []
     for index, fix in enumerate(applied):
         saving = saving_text(fix.impact.saving_ms, fix.impact.saving_share) if fix.impact is not None else None
-        view = FixView(fix, Markup(""), Markup(""), None, saving)
-        views.append(view)
-        touched = fix.touched
-        if index >= MAX_FIX_PICTURES or not touched:
-            continue
-        hit = [
-            node_id
-            for node_id in fix.nodes
-            if (node := before.node(node_id)) is not None and touched & {*node.inputs, *node.outputs}
-        ]
-        hit = hit or [node.id for node in before.nodes if touched & set(node.outputs)]
-        view.before = graph_svg(before, hit)
-        if after is None:
-            continue
-        writers = [node for node in after.nodes if touched & set(node.outputs)]
-        new = [node.id for node in writers if _signature(node) not in unchanged] or [node.id for node in writers]
-        if new:
-            view.after = graph_svg(after, new)
-        else:
-            readers = [node.id for node in after.nodes if touched & set(node.inputs)]
-            view.after = graph_svg(after, readers, highlight=())
-            view.after_note = "the fix removed these nodes: the picture shows what reads their tensors now"
+        before, after, note = pictures[index] if index < len(pictures) else (None, None, None)
+        views.append(
+            FixView(
+                fix,
+                graph_svg(before) if before is not None else Markup(""),
+                graph_svg(after) if after is not None else Markup(""),
+                note,
+                saving,
+            )
+        )
     return views

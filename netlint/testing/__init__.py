@@ -211,14 +211,19 @@ def lint(
     target: str | None = None,
     precision: str | None = None,
     chip: str | None = None,
+    *,
+    page_data: bool = False,
 ) -> Any:
     """The ModelReport `netlint check` would produce for `model`, with the given rule selection and target (and the
-    target's precision and chip; None: its defaults)."""
+    target's precision and chip; None: its defaults); `page_data`: with what the HTML page needs, as for
+    `--format html`."""
     from netlint.config import FileConfig, Overrides, settings_for
     from netlint.engine import lint_model
 
     overrides = Overrides(target=target, precision=precision, chip=chip, select=select)
-    return lint_model(load(model), settings_for(FileConfig(), overrides))
+    settings = settings_for(FileConfig(), overrides)
+    settings.page_data = page_data
+    return lint_model(load(model), settings)
 
 
 def fix(

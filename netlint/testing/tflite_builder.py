@@ -1,11 +1,12 @@
-"""Write small, real ``.tflite`` flatbuffers from Python for tests.
+"""Build small, real ``.tflite`` models from Python for tests (and calibrate's micro-models).
 
 netlint reads TFLite models, so its tests need TFLite models. Checking in
 binary fixtures makes tests opaque and hard to vary, and depending on
 TensorFlow's converter is slow and heavy. ``TfliteBuilder`` instead
-serialises a model directly with the ``flatbuffers`` Builder and the
-builder functions generated in the ``tflite`` package, so each test can
-state the exact graph it lints, including deliberately odd ones.
+assembles the model as the object tree of ``netlint.io.tflite_writer`` and
+serialises it with that module's ``write_tree`` (the one TFLite writer, the
+one ``netlint fix`` uses), so each test can state the exact graph it lints,
+including deliberately odd ones.
 
 The output follows what the TFLite converter produces where the runtime
 cares: file identifier ``TFL3``, schema version 3, buffer 0 the empty
@@ -17,6 +18,8 @@ convenience methods emit.
 The generic methods (``input``, ``const``, ``tensor``, ``op``, ``output``)
 check only what is needed to serialise, not whether the graph is
 semantically valid: tests for a linter must be able to build bad models too.
+(Over 600 lines: one convenience method per operator the tests build, each
+with its output shape and quantization rule.)
 """
 
 from __future__ import annotations
@@ -27,18 +30,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import flatbuffers
 import numpy as np
 import tflite
 
-from netlint.io.tflite_writer import op_version, options_table
+from netlint.io.tflite_writer import Table, op_version, options_table, write_tree
 
 __all__ = ["TfliteBuilder"]
 
 SCHEMA_VERSION = 3
-FILE_IDENTIFIER = b"TFL3"
-# The converter aligns constant data so that kernels may read it in place.
-_BUFFER_ALIGNMENT = 16
 
 # numpy dtype name -> tflite.TensorType value.
 _DTYPES: dict[str, int] = {
@@ -636,132 +635,62 @@ class TfliteBuilder:
 
     # ---------------------------------------------------------- serialisation
 
+    def tree(self) -> Table:
+        """The model as the object tree of netlint.io.tflite_writer (edit it to build files the methods cannot, e.g. a
+        shape signature or a buffer stored outside the flatbuffer; `write_tree` serialises it)."""
+        opcodes = [
+            Table(
+                "OperatorCode",
+                {
+                    # Old runtimes read only the int8 field; codes above 127 put the placeholder there.
+                    "DeprecatedBuiltinCode": min(oc.builtin_code, _PLACEHOLDER_FOR_GREATER_OP_CODES),
+                    "CustomCode": oc.custom_code.encode() if oc.custom_code is not None else None,
+                    "Version": oc.version,
+                    "BuiltinCode": oc.builtin_code,
+                },
+            )
+            for oc in self._opcodes
+        ]
+        buffers = [Table("Buffer", {"Data": np.frombuffer(data, np.uint8)} if data else {}) for data in self._buffers]
+        subgraphs = [_subgraph(sg) for sg in self._subgraphs]
+        fields = {"Version": SCHEMA_VERSION, "OperatorCodes": opcodes, "Subgraphs": subgraphs}
+        return Table("Model", {**fields, "Description": self.description.encode(), "Buffers": buffers})
+
     def build(self) -> bytes:
         """Serialise the model; may be called repeatedly, each call is independent."""
-        b = flatbuffers.Builder(1024)
-        # Flatbuffers are written back to front and tables cannot nest while
-        # being built, so children (strings, vectors, sub-tables) come first.
-        buffers = [self._write_buffer(b, data) for data in self._buffers]
-        subgraphs = [self._write_subgraph(b, sg) for sg in self._subgraphs]
-        opcodes = [self._write_opcode(b, oc) for oc in self._opcodes]
-        description = b.CreateString(self.description)
-
-        opcodes_vec = _offsets(b, tflite.ModelStartOperatorCodesVector, opcodes)
-        subgraphs_vec = _offsets(b, tflite.ModelStartSubgraphsVector, subgraphs)
-        buffers_vec = _offsets(b, tflite.ModelStartBuffersVector, buffers)
-
-        tflite.ModelStart(b)
-        tflite.ModelAddVersion(b, SCHEMA_VERSION)
-        tflite.ModelAddOperatorCodes(b, opcodes_vec)
-        tflite.ModelAddSubgraphs(b, subgraphs_vec)
-        tflite.ModelAddDescription(b, description)
-        tflite.ModelAddBuffers(b, buffers_vec)
-        model = tflite.ModelEnd(b)
-        b.Finish(model, file_identifier=FILE_IDENTIFIER)
-        return bytes(b.Output())
+        return write_tree(self.tree())
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write ``build()`` to ``path``, for code under test that takes file paths."""
         with open(path, "wb") as f:
             f.write(self.build())
 
-    @staticmethod
-    def _write_buffer(b: flatbuffers.Builder, data: bytes | None) -> int:
-        vec = None
-        if data:
-            # Pad so the payload starts on a 16-byte boundary, as the converter does.
-            b.Prep(_BUFFER_ALIGNMENT, len(data))
-            vec = b.CreateNumpyVector(np.frombuffer(data, dtype=np.uint8))
-        tflite.BufferStart(b)
-        if vec is not None:
-            tflite.BufferAddData(b, vec)
-        return tflite.BufferEnd(b)
 
-    @staticmethod
-    def _write_quant(b: flatbuffers.Builder, quant: _Quant) -> int:
-        scale = b.CreateNumpyVector(np.asarray(quant.scale, dtype=np.float32))
-        zero_point = b.CreateNumpyVector(np.asarray(quant.zero_point, dtype=np.int64))
-        tflite.QuantizationParametersStart(b)
-        tflite.QuantizationParametersAddScale(b, scale)
-        tflite.QuantizationParametersAddZeroPoint(b, zero_point)
-        tflite.QuantizationParametersAddQuantizedDimension(b, quant.axis)
-        return tflite.QuantizationParametersEnd(b)
-
-    def _write_tensor(self, b: flatbuffers.Builder, tensor: _Tensor) -> int:
-        name = b.CreateString(tensor.name)
-        shape = _int32s(b, tensor.shape)
-        quant = self._write_quant(b, tensor.quant) if tensor.quant is not None else None
-        tflite.TensorStart(b)
-        tflite.TensorAddShape(b, shape)
-        tflite.TensorAddType(b, _DTYPES[tensor.dtype])
-        tflite.TensorAddBuffer(b, tensor.buffer)
-        tflite.TensorAddName(b, name)
-        if quant is not None:
-            tflite.TensorAddQuantization(b, quant)
-        return tflite.TensorEnd(b)
-
-    @staticmethod
-    def _write_options(b: flatbuffers.Builder, op: _Operator) -> int | None:
-        if op.options_table is None:
-            return None
-        table = op.options_table
-        vectors = {key: _int32s(b, value) for key, value in op.options.items() if isinstance(value, list)}
-        getattr(tflite, f"{table}Start")(b)
-        for key, value in op.options.items():
-            getattr(tflite, f"{table}Add{_camel(key)}")(b, vectors.get(key, value))
-        return getattr(tflite, f"{table}End")(b)
-
-    def _write_operator(self, b: flatbuffers.Builder, op: _Operator) -> int:
-        inputs = _int32s(b, op.inputs)
-        outputs = _int32s(b, op.outputs)
-        options = self._write_options(b, op)
-        tflite.OperatorStart(b)
-        tflite.OperatorAddOpcodeIndex(b, op.opcode_index)
-        tflite.OperatorAddInputs(b, inputs)
-        tflite.OperatorAddOutputs(b, outputs)
-        if options is not None:
-            tflite.OperatorAddBuiltinOptionsType(b, _BUILTIN_OPTIONS[op.options_table or ""])
-            tflite.OperatorAddBuiltinOptions(b, options)
-        return tflite.OperatorEnd(b)
-
-    def _write_subgraph(self, b: flatbuffers.Builder, sg: _Subgraph) -> int:
-        tensors = [self._write_tensor(b, t) for t in sg.tensors]
-        operators = [self._write_operator(b, op) for op in sg.operators]
-        tensors_vec = _offsets(b, tflite.SubGraphStartTensorsVector, tensors)
-        operators_vec = _offsets(b, tflite.SubGraphStartOperatorsVector, operators)
-        inputs = _int32s(b, sg.inputs)
-        outputs = _int32s(b, sg.outputs)
-        name = b.CreateString(sg.name)
-        tflite.SubGraphStart(b)
-        tflite.SubGraphAddTensors(b, tensors_vec)
-        tflite.SubGraphAddInputs(b, inputs)
-        tflite.SubGraphAddOutputs(b, outputs)
-        tflite.SubGraphAddOperators(b, operators_vec)
-        tflite.SubGraphAddName(b, name)
-        return tflite.SubGraphEnd(b)
-
-    @staticmethod
-    def _write_opcode(b: flatbuffers.Builder, oc: _OperatorCode) -> int:
-        custom = b.CreateString(oc.custom_code) if oc.custom_code is not None else None
-        tflite.OperatorCodeStart(b)
-        # Old runtimes read only the int8 field; codes above 127 put the
-        # placeholder there and the real code in ``builtin_code``.
-        deprecated = min(oc.builtin_code, _PLACEHOLDER_FOR_GREATER_OP_CODES)
-        tflite.OperatorCodeAddDeprecatedBuiltinCode(b, deprecated)
-        tflite.OperatorCodeAddBuiltinCode(b, oc.builtin_code)
-        if custom is not None:
-            tflite.OperatorCodeAddCustomCode(b, custom)
-        tflite.OperatorCodeAddVersion(b, oc.version)
-        return tflite.OperatorCodeEnd(b)
+def _int32s(values: Sequence[int]) -> np.ndarray:
+    return np.asarray(values, dtype=np.int32).reshape(-1)
 
 
-def _int32s(b: flatbuffers.Builder, values: Sequence[int]) -> int:
-    return b.CreateNumpyVector(np.asarray(values, dtype=np.int32).reshape(-1))
+def _tensor(tensor: _Tensor) -> Table:
+    quant = None
+    if tensor.quant is not None:
+        q = tensor.quant
+        scale, zero_point = np.asarray(q.scale, np.float32), np.asarray(q.zero_point, np.int64)
+        quant = Table("QuantizationParameters", {"Scale": scale, "ZeroPoint": zero_point, "QuantizedDimension": q.axis})
+    fields = {"Shape": _int32s(tensor.shape), "Type": _DTYPES[tensor.dtype], "Buffer": tensor.buffer}
+    return Table("Tensor", {**fields, "Name": tensor.name.encode(), "Quantization": quant})
 
 
-def _offsets(b: flatbuffers.Builder, start: Callable[[flatbuffers.Builder, int], Any], items: list[int]) -> int:
-    """Vector of table offsets; elements are prepended, hence reversed."""
-    start(b, len(items))
-    for item in reversed(items):
-        b.PrependUOffsetTRelative(item)
-    return b.EndVector()
+def _operator(op: _Operator) -> Table:
+    fields: dict[str, Any] = {"OpcodeIndex": op.opcode_index}
+    fields |= {"Inputs": _int32s(op.inputs), "Outputs": _int32s(op.outputs)}
+    if op.options_table is not None:
+        values = {_camel(k): _int32s(v) if isinstance(v, list) else v for k, v in op.options.items()}
+        fields["BuiltinOptionsType"] = _BUILTIN_OPTIONS[op.options_table]
+        fields["BuiltinOptions"] = Table(op.options_table, values)
+    return Table("Operator", fields)
+
+
+def _subgraph(sg: _Subgraph) -> Table:
+    tensors, operators = [_tensor(t) for t in sg.tensors], [_operator(op) for op in sg.operators]
+    fields = {"Tensors": tensors, "Inputs": _int32s(sg.inputs), "Outputs": _int32s(sg.outputs)}
+    return Table("SubGraph", {**fields, "Operators": operators, "Name": sg.name.encode()})

@@ -11,12 +11,11 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-import tflite
 
 from netlint.errors import ModelLoadError
 from netlint.io import load_model
+from netlint.io.tflite_writer import Table, write_tree
 from netlint.testing import GraphBuilder, TfliteBuilder
-from netlint.testing.tflite_builder import TfliteBuilder as _Builder
 
 PREFIX = "netlint: error: "
 MARKER = np.arange(0xA0, 0xC0, dtype=np.uint8)  # 32 recognisable bytes for a constant buffer
@@ -71,26 +70,17 @@ def _data_length_past_eof() -> bytes:
     return bytes(data)
 
 
-class _OffsetBuilder(_Builder):
-    """Writes the marker buffer as a >2 GB model does (offset/size after the flatbuffer), pointing past EOF."""
-
-    @staticmethod
-    def _write_buffer(b, data):  # type: ignore[override]
-        if data != MARKER.tobytes():
-            return _Builder._write_buffer(b, data)
-        tflite.BufferStart(b)
-        tflite.BufferAddOffset(b, 1 << 20)
-        tflite.BufferAddSize(b, len(data))
-        return tflite.BufferEnd(b)
-
-
 def _buffer_offset_past_eof() -> bytes:
-    b = _OffsetBuilder()
+    """The marker buffer written as a >2 GB model does (offset/size after the flatbuffer), pointing past EOF."""
+    b = TfliteBuilder()
     x = b.input("x", [1, 4, 4, 2])
     c = b.const("marker", MARKER.reshape(1, 1, 1, 32))
     b.output(b.add(b.relu(x), x))
     b.output(c)
-    data = b.build()
+    tree = b.tree()
+    marker = tree["Subgraphs"][0]["Tensors"][c]["Buffer"]
+    tree["Buffers"][marker] = Table("Buffer", {"Offset": 1 << 20, "Size": MARKER.size})
+    data = write_tree(tree)
     assert len(data) < 1 << 20
     return data
 

@@ -17,8 +17,9 @@ from markupsafe import escape
 
 from netlint.cost import cost_model
 from netlint.io import load_model
+from netlint.page_data import MAX_NODES, picture
 from netlint.report.html import ReportInput, render_html
-from netlint.report.svg import MAX_NODES, bar_chart, graph_svg, neighbourhood
+from netlint.report.svg import bar_chart, graph_svg
 from netlint.targets import load_target
 from netlint.testing import GraphBuilder, lint, load
 
@@ -144,11 +145,11 @@ def test_severity_ranks_before_impact() -> None:
     b = GraphBuilder()
     x = b.input("x", [1, 4, 8, 8])
     b.output(b.batchnorm(b.conv(x, 4, name="conv"), name="bn"))
-    report = lint(b.build(), target="ti-tda4vm")
+    report = lint(b.build(), target="ti-tda4vm", page_data=True)
     assert report.findings
     report.findings[-1].severity = "error"
     worst = report.findings[-1].message
-    page = parse(render_html([ReportInput(report, load(b.build()))]))
+    page = parse(render_html([ReportInput(report)]))
     first = page.with_class("details", "finding")[0]
     assert first["data-sev"] == "error"
     assert worst in " ".join(page.text)
@@ -162,17 +163,17 @@ def test_an_impacts_basis_is_shown_next_to_its_saving_and_escaped() -> None:
     b = GraphBuilder()
     x = b.input("x", [1, 4, 8, 8])
     b.output(b.batchnorm(b.conv(x, 4, name="conv"), name="bn"))
-    report = lint(b.build(), target="ti-tda4vm")
+    report = lint(b.build(), target="ti-tda4vm", page_data=True)
     assert len(report.findings) >= 1
     basis = f"accuracy finding, not a latency one {SCRIPT}"
     report.findings[0] = replace(report.findings[0], impact=Impact("ti-tda4vm", 2.0, 2.0, basis=basis))
-    html = render_html([ReportInput(report, load(b.build()))])
+    html = render_html([ReportInput(report)])
     page = parse(html)
     assert f": {basis}" in "".join(page.text)  # on the impact row, as text
     assert SCRIPT not in html and str(escape(SCRIPT)) in html
     assert [s for s in page.with_class("span", "saving") if s.get("title") == basis]  # the summary's saving, too
     report.findings[0] = replace(report.findings[0], impact=Impact("ti-tda4vm", 2.0, 2.0))
-    plain = parse(render_html([ReportInput(report, load(b.build()))]))
+    plain = parse(render_html([ReportInput(report)]))
     assert not plain.with_class("span", "basis") and "accuracy finding" not in "".join(plain.text)
     assert all("title" not in s for s in plain.with_class("span", "saving"))
 
@@ -278,10 +279,10 @@ def test_picture_shows_matched_nodes_neighbours_shapes_and_caps_its_size() -> No
         x = b.relu(x, name=f"r{index}")
     b.output(x)
     graph = load(b.build()).graph
-    area = neighbourhood(graph, ["r15"])
+    area = picture(graph, ["r15"])
     assert area.nodes[0].id == "r15"
     assert {n.id for n in area.nodes} == {"r13", "r14", "r15", "r16", "r17"}  # two hops each way
-    svg = str(graph_svg(graph, ["r15"]))
+    svg = str(graph_svg(area))
     root = ET.fromstring(svg)
     ns = "{http://www.w3.org/2000/svg}"
     assert len(root.findall(f"{ns}g")) == 5
@@ -289,7 +290,7 @@ def test_picture_shows_matched_nodes_neighbours_shapes_and_caps_its_size() -> No
     assert "1x4x8x8" in svg and "Relu" in svg
     xs = sorted(float(rect.get("x")) for rect in root.iter(f"{ns}rect"))
     assert len(set(xs)) == 5  # a chain is drawn as five layers, left to right
-    wide = neighbourhood(graph, [f"r{i}" for i in range(30)])
+    wide = picture(graph, [f"r{i}" for i in range(30)])
     assert len(wide.nodes) <= MAX_NODES and wide.omitted_matched > 0
 
 
@@ -301,10 +302,9 @@ def test_bar_chart_draws_a_bar_per_row_scaled_to_the_largest() -> None:
 
 def test_render_time_and_size_on_the_largest_test_model(data_dir) -> None:
     """A budget, not a benchmark: the biggest model under tests/data renders well within seconds."""
-    model = load(data_dir / MOBILENET)
-    report = lint(data_dir / MOBILENET, target="ti-tda4vm")
+    report = lint(data_dir / MOBILENET, target="ti-tda4vm", page_data=True)
     start = time.perf_counter()
-    html = render_html([ReportInput(report, model)])
+    html = render_html([ReportInput(report)])
     assert time.perf_counter() - start < 10
     assert len(html.encode()) < 2_000_000
 
@@ -320,9 +320,9 @@ def test_thousands_of_findings_stay_usable() -> None:
         x = b.batchnorm(b.conv(x, 4, kernel=1, name=f"c{index}"), name=f"bn{index}")
     b.output(x)
     model = b.build(check=False)
-    report = lint(model, target="ti-tda4vm")
+    report = lint(model, target="ti-tda4vm", page_data=True)
     assert len(report.findings) == 2000
-    html = render_html([ReportInput(report, load(model), load_target("ti-tda4vm"))])
+    html = render_html([ReportInput(report, load_target("ti-tda4vm"))])
     page = parse(html)
     assert len(page.with_class("details", "finding")) == 2000
     assert html.count('<svg class="graph"') == MAX_PICTURES
@@ -331,7 +331,7 @@ def test_thousands_of_findings_stay_usable() -> None:
 
 
 def test_the_lints_predicted_latency_is_shown_without_the_model(data_dir) -> None:
-    """report.cost (from the lint) gives the latency even when the model is not at hand for the breakdown."""
+    """report.cost (from the lint) gives the latency even without the page data (no breakdown then)."""
     report = lint(data_dir / MOBILENET, target="ti-tda4vm")
     assert report.cost is not None and report.cost.latency_ms
     html = render_html([ReportInput(report)])
@@ -341,7 +341,7 @@ def test_the_lints_predicted_latency_is_shown_without_the_model(data_dir) -> Non
         f"{report.cost.latency_ms:.2f} ms" if report.cost.latency_ms >= 1 else f"{report.cost.latency_ms * 1000:.1f} us"
     )
     assert any(shown in t for t in latency), latency
-    assert '<svg class="chart"' not in html  # the per-op breakdown needs the model
+    assert '<svg class="chart"' not in html  # the per-op breakdown is page data
 
 
 def test_counts_in_the_page_use_the_right_plural(tmp_path, run_cli) -> None:

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import flatbuffers
 import numpy as np
 import onnx
 import pytest
 import tflite
 from onnx import TensorProto, helper
 
+from netlint.io.tflite_writer import write_tree
 from netlint.testing import GraphBuilder, TfliteBuilder, lint
-from netlint.testing.tflite_builder import _DTYPES, _int32s, _Tensor
 
 
 def hw003(model: object, target: str = "qualcomm-htp") -> list:
@@ -114,35 +113,15 @@ def test_loop_body_inputs_are_not_model_inputs() -> None:
 # --- TFLite: shape_signature -1 --------------------------------------------------------------------------------------
 
 
-class _SignatureBuilder(TfliteBuilder):
-    """TfliteBuilder that also writes a tensor's shape_signature (the converter's mark of a dynamic dimension)."""
-
-    def __init__(self, signatures: dict[str, list[int]]) -> None:
-        super().__init__()
-        self.signatures = signatures
-
-    def _write_tensor(self, b: flatbuffers.Builder, tensor: _Tensor) -> int:
-        name = b.CreateString(tensor.name)
-        shape = _int32s(b, tensor.shape)
-        signature = _int32s(b, self.signatures[tensor.name]) if tensor.name in self.signatures else None
-        quant = self._write_quant(b, tensor.quant) if tensor.quant is not None else None
-        tflite.TensorStart(b)
-        tflite.TensorAddShape(b, shape)
-        if signature is not None:
-            tflite.TensorAddShapeSignature(b, signature)
-        tflite.TensorAddType(b, _DTYPES[tensor.dtype])
-        tflite.TensorAddBuffer(b, tensor.buffer)
-        tflite.TensorAddName(b, name)
-        if quant is not None:
-            tflite.TensorAddQuantization(b, quant)
-        return tflite.TensorEnd(b)
-
-
 def _tflite(signature: list[int] | None) -> bytes:
-    tb = _SignatureBuilder({"x": signature} if signature is not None else {})
+    """A RELU model whose input carries `signature` as its shape_signature (the converter's mark of a dynamic dim)."""
+    tb = TfliteBuilder()
     x = tb.input("x", [1, 8, 8, 4])
     tb.output(tb.relu(x, name="relu"))
-    return tb.build()
+    tree = tb.tree()
+    if signature is not None:
+        tree["Subgraphs"][0]["Tensors"][x]["ShapeSignature"] = np.asarray(signature, np.int32)
+    return write_tree(tree)
 
 
 def test_tflite_dynamic_batch_from_shape_signature() -> None:

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import tflite
 
+from netlint.io.tflite_writer import write_tree
 from netlint.testing.tflite_builder import TfliteBuilder
 
 ATOL = 1e-5
@@ -402,6 +403,22 @@ def test_build_is_repeatable_and_save_writes_it(tmp_path) -> None:
     assert path.read_bytes() == first
     b.save(str(path))
     assert path.read_bytes() == first
+
+
+def test_tree_is_what_build_writes_and_an_edited_tree_writes_its_edit() -> None:
+    """build() is write_tree(tree()): the one TFLite writer (netlint.io.tflite_writer) serialises the builder's models,
+    and a test edits the tree for what the methods cannot say (here a dynamic batch in the shape signature)."""
+    b = TfliteBuilder()
+    x = b.input("x", [1, 4, 4, 2], "int8", {"scale": [0.5], "zero_point": [-3]})
+    w = np.arange(8, dtype=np.int8).reshape(2, 1, 1, 4)[:, :, :, :2]
+    b.output(b.conv_2d(x, w, np.zeros(2, np.int32), out_quant={"scale": [0.25]}, weight_quant={"scale": [0.1, 0.2]}))
+    tree = b.tree()
+    assert write_tree(tree) == b.build()
+    tree["Subgraphs"][0]["Tensors"][x]["ShapeSignature"] = np.array([-1, 4, 4, 2], np.int32)
+    edited = tflite.Model.GetRootAsModel(write_tree(tree), 0).Subgraphs(0).Tensors(x)
+    assert edited.ShapeSignatureAsNumpy().tolist() == [-1, 4, 4, 2]
+    assert edited.Quantization().ZeroPointAsNumpy().tolist() == [-3]
+    assert tflite.Model.GetRootAsModel(b.build(), 0).Subgraphs(0).Tensors(x).ShapeSignatureLength() == 0
 
 
 # ------------------------------------------------------------------ execution
