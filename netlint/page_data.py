@@ -58,7 +58,7 @@ def breakdown(cost: ModelCost, nodes: Collection[str]) -> CostBreakdown:
         op_latency_us={op: row.latency_us for op, row in cost.by_op_type.items()},
         op_bytes={op: row.bytes for op, row in cost.by_op_type.items()},
         mover_bytes=sum(entry.cost.bytes for entry in movers if entry.cost is not None),
-        mover_latency_us=sum(entry.latency_us or 0.0 for entry in movers),
+        mover_latency_us=sum((entry.latency_us or 0.0 for entry in movers), 0.0),  # a float, also for no movers
         top_kernels=[
             Kernel([member.op for member in members], members[0].id, members[0].latency_us or 0.0)
             for members in cost.top_kernels(TOP_KERNELS)

@@ -21,7 +21,7 @@ class CostSummary:
     macs: int
     bytes: int
     coverage: float  # share of nodes the cost model covers
-    by_op_type: dict[str, dict[str, float]] = field(default_factory=dict)  # op -> count, macs, bytes, latency_ms
+    by_op_type: dict[str, dict[str, int | float]] = field(default_factory=dict)  # op -> count, macs, bytes, latency_ms
     fallback_ops: int = 0  # nodes the target cannot run on its accelerator
     partitions: int = 0  # accelerator partitions (runs of supported nodes), 0 when nothing is known
     assumed: list[str] = field(default_factory=list)  # cost numbers nobody sourced

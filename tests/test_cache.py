@@ -7,6 +7,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import shutil
 import threading
 import time
@@ -17,7 +18,7 @@ import onnx
 import pytest
 
 import netlint.cache
-from netlint.cache import CACHEDIR_TAG, Cache, FileDigests, cache_key, report_from_json, report_to_json
+from netlint.cache import CACHEDIR_TAG, Cache, FileDigests, cache_key, decode_entry, encode_entry
 from netlint.config import FileConfig, Overrides, settings_for
 from netlint.engine import lint_file
 from netlint.ir.fingerprint import FindingKey
@@ -158,9 +159,13 @@ def test_the_sample_sets_every_field():
             assert value != default and value is not None, f"{type(instance).__name__}.{field.name}"
 
 
+def _round_trip(report: ModelReport) -> ModelReport:
+    return decode_entry(encode_entry("k", report), "k")
+
+
 def test_report_round_trips_exactly_through_json():
     report = full_report()
-    rebuilt = report_from_json(json.loads(json.dumps(report_to_json(report))))
+    rebuilt = _round_trip(report)
     assert rebuilt == report
     finding = rebuilt.findings[0]
     assert isinstance(finding.fix, FixRef) and isinstance(finding.impact, Impact)
@@ -171,6 +176,7 @@ def test_report_round_trips_exactly_through_json():
     assert finding.source.frames[1].code is None and finding.other_sources == [_source("conv")]
     assert isinstance(rebuilt.cost, CostSummary) and rebuilt.cost.by_op_type == report.cost.by_op_type
     assert type(rebuilt.cost.by_op_type["Conv"]["count"]) is int  # printed as stored: 3, not 3.0
+    assert isinstance(rebuilt.suppressed[0].finding, Finding) and isinstance(rebuilt.cost.pricing, Pricing)
 
 
 def test_stacks_are_stored_once_and_shared_when_rebuilt():
@@ -178,172 +184,107 @@ def test_stacks_are_stored_once_and_shared_when_rebuilt():
     report = full_report()
     (finding,) = report.findings
     finding.other_sources = [dataclasses.replace(_source("conv")), dataclasses.replace(_source("x"), frames=[])]
-    document = report_to_json(report)
-    assert len(document[1]) == 2  # the full stack (used by three sources) and the empty one
-    rebuilt = report_from_json(json.loads(json.dumps(document)))
+    document = json.loads(encode_entry("k", report))
+    assert len(document["stacks"]) == 2  # the full stack (used by three sources) and the empty one
+    assert document["source_stacks"] == [0, 0, 1]
+    rebuilt = _round_trip(report)
     assert rebuilt == report
     sources = [rebuilt.findings[0].source, *rebuilt.findings[0].other_sources]
     assert sources[0].frames is sources[1].frames and sources[2].frames == []
 
 
-@pytest.mark.parametrize("index", [2, -1, True, "0", None])
-def test_a_stack_index_outside_the_table_is_refused(index):
-    document = json.loads(json.dumps(report_to_json(full_report())))
-    findings = _field(document[0], ModelReport, "findings")
-    # the sources' column: each row's length (-1: none) and the sources by columns ([count, one column per field])
-    lengths, sources = findings[1 + [field.name for field in dataclasses.fields(Finding)].index("source")]
-    assert lengths == [1]
-    sources[1 + [field.name for field in dataclasses.fields(Source)].index("frames")][0] = index
-    with pytest.raises((TypeError, ValueError)):
-        report_from_json(document)
-
-
-@pytest.mark.parametrize(
-    ("field", "column"),
-    [
-        ("source", [[2], [0, *[[]] * 11]]),  # a length other than -1 or 1
-        ("source", [[1], [0, *[[]] * 11]]),  # a source the lengths name but the rows lack
-        ("source", [[-1, 1], [0, *[[]] * 11]]),  # more lengths than findings
-        ("source", [[1], [1, *[[None]] * 11]]),  # a source with a null node
-        ("other_sources", [[2], [1, *[["x"]] * 11]]),  # lengths adding up to more than the sources
-        ("other_sources", [[-2], [0, *[[]] * 11]]),
-        ("other_sources", [[True], [0, *[[]] * 11]]),
-        ("other_sources", [[0]]),
-    ],
-)
-def test_a_malformed_column_of_sources_is_refused(field, column):
-    document = json.loads(json.dumps(report_to_json(full_report())))
-    findings = _field(document[0], ModelReport, "findings")
-    findings[1 + [f.name for f in dataclasses.fields(Finding)].index(field)] = column
-    with pytest.raises((TypeError, ValueError)):
-        report_from_json(document)
+def test_data_with_tuples_comes_back_with_them_and_other_data_as_parsed():
+    """JSON has only arrays: the data of a finding that holds a tuple is stored tagged beside the report; other
+    data is kept as parsed (a dict shaped like a tag in it stays a dict: only netlint's own tags are read)."""
+    report = full_report()
+    plain = dataclasses.replace(report.findings[0], data={"slopes": [0.25], "nested": {"__tuple__": [1]}})
+    report.findings = [plain, report.findings[0], dataclasses.replace(plain, data={})]
+    document = json.loads(encode_entry("k", report))
+    assert list(document["tuples"]) == ["1"] and document["report"]["findings"][1]["data"] == {}
+    rebuilt = _round_trip(report)
+    assert rebuilt == report
+    assert rebuilt.findings[0].data["nested"] == {"__tuple__": [1]} and rebuilt.findings[1].data["pair"] == (1, "a")
 
 
 def test_a_report_without_optional_parts_round_trips():
     report = ModelReport("m.onnx", None, "generic", errors=["empty file (0 bytes)"])
-    assert report_from_json(json.loads(json.dumps(report_to_json(report)))) == report
+    assert _round_trip(report) == report
 
 
-def _set(row, cls, fields):
-    """Set fields by name in `row`, the JSON of a `cls` (a list of its fields, in order)."""
-    names = [field.name for field in dataclasses.fields(cls)]
-    for name, value in fields.items():
-        row[names.index(name)] = value
-    return row
+def _document(change) -> bytes:
+    """The full report's entry, as JSON values changed by `change` (a function of the document), as bytes."""
+    document = json.loads(encode_entry("k", full_report()))
+    change(document)
+    return json.dumps(document).encode()
 
 
-def _report_with(**fields):
-    document = report_to_json(full_report())
-    _set(document[0], ModelReport, fields)  # [the report's fields, the table of stacks]
-    return document
-
-
-def _finding_with(**fields):
-    """The full report's JSON with fields of its one finding replaced. Findings are stored by columns: [count, one
-    column per field]; the fix's column is a table of distinct fixes and each finding's index in it (0: none), the
-    data's is the values and the rows that hold a tuple."""
-    document = report_to_json(full_report())
-    findings = _field(document[0], ModelReport, "findings")
-    names = [field.name for field in dataclasses.fields(Finding)]
-    for name, value in fields.items():
-        if name == "fix":
-            findings[1 + names.index(name)] = [[], [0]] if value is None else [[value], [1]]
-        elif name == "data":  # [the values, the rows that hold a tuple]
-            findings[1 + names.index(name)][0][0] = value
-        else:
-            findings[1 + names.index(name)][0] = value
-    return document
-
-
-def _findings_with(**columns):
-    """The full report's JSON with whole columns of its findings replaced (`count` for the first item)."""
-    document = report_to_json(full_report())
-    findings = _field(document[0], ModelReport, "findings")
-    names = ["count", *(field.name for field in dataclasses.fields(Finding))]
-    for name, value in columns.items():
-        findings[names.index(name)] = value
-    return document
-
-
-def _cost_with(**fields):
-    document = report_to_json(full_report())
-    _set(_field(document[0], ModelReport, "cost"), CostSummary, fields)
-    return document
-
-
-def _field(row, cls, name):
-    return row[[field.name for field in dataclasses.fields(cls)].index(name)]
+def _finding(document):
+    return document["report"]["findings"][0]
 
 
 @pytest.mark.parametrize(
-    "document",
+    ("change", "where"),
     [
-        {"path": "m.onnx"},  # an object: a dataclass is stored as the list of its fields
-        ["m.onnx"],  # fields missing
-        [[*report_to_json(full_report())[0], 1], []],  # a field nobody knows
-        [*report_to_json(full_report()), []],  # something after the table of stacks
-        report_to_json(full_report())[0],  # no table of stacks
-        [report_to_json(full_report())[0], {}],
-        _report_with(findings=[["FU004"]]),
-        _report_with(findings=[report_to_json(full_report())[0][5]]),  # findings as rows, not columns
-        _findings_with(count=2),  # columns shorter than the count
-        _findings_with(count=-1),
-        _findings_with(count=True),
-        _findings_with(code=["FU004", "FU005"]),  # a column longer than the count
-        _findings_with(nodes="p"),
-        _findings_with(fix=[[["a-pass", "safe"]], [2]]),  # an index past the table (0 is null)
-        _findings_with(fix=[[["a-pass", "safe"]], [-1]]),
-        _findings_with(fix=[[["a-pass", "safe"]], [True]]),
-        _findings_with(fix=[[["a-pass", "safe"]], [1, 1]]),
-        _findings_with(fix=[[["a-pass", "safe"]]]),
-        _findings_with(fix=[{"a": 1}, [1]]),
-        _findings_with(severity=[["warning"]]),  # unhashable where a Literal's value is expected
-        _findings_with(data=[[{}], [1]]),  # a row with a tuple past the column
-        _findings_with(data=[[{}], [-1]]),
-        _findings_with(data=[[{}], ["0"]]),
-        _findings_with(data=[[{}]]),
-        _findings_with(data=[[[]], []]),  # a list where an object is expected, in a row without tuples
-        _report_with(findings=[{"code": "FU004"}]),
-        _report_with(findings="no"),
+        (lambda d: d.update(report=["m.onnx"]), "$.report"),  # an array where an object is expected
+        (lambda d: d["report"].pop("path"), "$.report"),  # a required field missing
+        (lambda d: d.update(extra=1), "extra"),  # a field nobody knows
+        (lambda d: d.pop("stacks"), "stacks"),
+        (lambda d: d["report"].update(findings="no"), "$.report.findings"),
+        (lambda d: _finding(d).update(code=7), "$.report.findings[0].code"),  # str
+        (lambda d: _finding(d).update(help=["not", "a", "string"]), "$.report.findings[0].help"),  # str or null
+        (lambda d: _finding(d).update(severity="fatal"), "$.report.findings[0].severity"),  # a Literal
+        (lambda d: _finding(d).update(nodes=["a", 1]), "$.report.findings[0].nodes[1]"),  # a list of strings
+        (lambda d: _finding(d).update(nodes=None), "$.report.findings[0].nodes"),
+        (lambda d: _finding(d).update(data=[]), "$.report.findings[0].data"),  # an object
+        (lambda d: _finding(d)["fix"].pop("name"), "$.report.findings[0].fix"),  # a dataclass missing a field
+        (lambda d: _finding(d)["impact"].update(latency_ms_after="slow"), "latency_ms_after"),
+        (lambda d: d["report"]["cost"].update(macs="many"), "$.report.cost.macs"),  # a number
+        (lambda d: d["report"]["cost"].update(macs=True), "$.report.cost.macs"),  # a bool is not a number
+        (
+            lambda d: d["report"]["cost"].update(by_op_type={"Conv": {"count": "two"}}),
+            "$.report.cost.by_op_type[...][...]",
+        ),
+        (lambda d: d["report"]["cost"].update(by_op_type=[]), "$.report.cost.by_op_type"),
+        (lambda d: d["stacks"][0][0].update(line="62"), "$.stacks[0][0].line"),
+        (lambda d: d.update(source_stacks=[0, True]), "$.source_stacks[1]"),
     ],
 )
-def test_a_malformed_document_is_refused(document):
-    with pytest.raises((TypeError, KeyError, ValueError)):
-        report_from_json(document)
+def test_a_malformed_entry_is_refused_with_the_field_named(change, where):
+    with pytest.raises(ValueError, match=re.escape(where)):
+        decode_entry(_document(change), "k")
 
 
 @pytest.mark.parametrize(
-    "document",
+    "change",
     [
-        _finding_with(code=7),  # str
-        _finding_with(help=["not", "a", "string"]),  # str or null
-        _finding_with(severity="fatal"),  # a Literal
-        _finding_with(nodes=["a", 1]),  # a list of strings
-        _finding_with(nodes=None),
-        _finding_with(data=[]),  # an object
-        _finding_with(fix=["x"]),  # a dataclass (or null) missing a field
-        _finding_with(fix={"name": "x", "applicability": "safe"}),  # an object, not the list of its fields
-        _finding_with(impact={"__tuple__": []}),
-        _cost_with(macs="many"),  # a number
-        _cost_with(macs=True),  # a bool is not a number
-        _cost_with(latency_ms="slow"),  # a number or null
-        _cost_with(by_op_type={"Conv": {"count": "two"}}),  # an object of numbers
-        _cost_with(by_op_type={"Conv": [3]}),
-        _cost_with(by_op_type=[]),
-        _findings_with(impact=[["ort-cpu", 1.0, "slow", None]]),  # a dataclass or null, in a column
-        _findings_with(impact=[5]),
+        lambda d: d.update(source_stacks=[0]),  # fewer indices than sources
+        lambda d: d.update(source_stacks=[0, 0, 0]),  # more
+        lambda d: d.update(source_stacks=[0, 1]),  # past the table
+        lambda d: d.update(source_stacks=[0, -1]),
+        lambda d: _finding(d)["source"].update(frames=d["stacks"][0]),  # a stack in place and in the table
+        lambda d: d["tuples"].update({"2": {}}),  # data for a finding past the report's
+        lambda d: d["tuples"].update({"1": {}}),  # the suppressed finding's: its data is in the report already
     ],
 )
-def test_every_kind_of_field_is_checked(document):
-    """The generated builders check each field as the annotation says, whether inline or by a converter."""
-    with pytest.raises((TypeError, KeyError, ValueError)):
-        report_from_json(document)
+def test_an_entry_whose_parts_do_not_add_up_is_refused(change):
+    def suppressed_data(document):
+        document["report"]["suppressed"][0]["finding"]["data"] = {"x": 1}
+
+    with pytest.raises(ValueError):
+        decode_entry(_document(lambda d: (suppressed_data(d), change(d))), "k")
+
+
+@pytest.mark.parametrize(("field", "value"), [("format", 7), ("netlint_version", "0.0.1"), ("key", "other")])
+def test_an_entry_of_another_format_version_or_key_is_none(field, value):
+    assert decode_entry(_document(lambda d: d.update({field: value})), "k") is None
 
 
 def test_a_null_where_the_annotation_allows_it_is_kept():
-    document = _finding_with(help=None, fix=None, impact=None)
-    _set(_field(document[0], ModelReport, "cost"), CostSummary, {"latency_ms": None})
-    report = report_from_json(document)
+    def nulls(document):
+        _finding(document).update(help=None, fix=None, impact=None)
+        document["report"]["cost"]["latency_ms"] = None
+
+    report = decode_entry(_document(nulls), "k")
     assert report.cost.latency_ms is None
     assert (report.findings[0].help, report.findings[0].fix, report.findings[0].impact) == (None, None, None)
 
@@ -369,10 +310,20 @@ def test_reports_with_errors_are_not_stored(tmp_path):
     assert cache.get("cd" * 32, "m.onnx") is None
 
 
-def test_a_report_that_would_not_come_back_equal_is_not_stored(tmp_path):
+@pytest.mark.parametrize(
+    "spoil",
+    [
+        lambda finding: finding.data.update(weights=np.ones(3)),  # an array: JSON cannot carry it exactly
+        lambda finding: finding.data.update(ops={"Conv"}),  # a set: it would come back a list
+        lambda finding: finding.data.update({"3": 1, 3: 2}),  # a key that is not a string
+        lambda finding: object.__setattr__(finding.impact, "latency_ms_after", 1),  # would come back 1.0
+    ],
+)
+def test_a_report_that_would_not_come_back_as_it_was_is_not_stored(tmp_path, spoil):
     report = dataclasses.replace(full_report(), errors=[])
-    report.findings[0].data["weights"] = np.ones(3)  # an array: JSON cannot carry it exactly
+    spoil(report.findings[0])
     assert not Cache(tmp_path).put("ef" * 32, report)
+    assert not list(tmp_path.rglob("*.json"))
 
 
 @pytest.mark.parametrize("garbage", [b"", b"{not json", b"[]", b'{"format": 1}', b"\xff\xfe"])
@@ -515,7 +466,7 @@ def test_a_real_report_with_cost_and_impacts_round_trips(tmp_path, data_dir):
     path = data_dir / "tv_mobilenet_v2_bn_unfolded_noweights.onnx"
     report = lint_file(path, settings)
     assert report.cost is not None and report.keys and any(f.impact for f in report.findings)
-    assert report_from_json(json.loads(json.dumps(report_to_json(report)))) == report
+    assert decode_entry(encode_entry("k", report), "k") == report
     key = cache_key(path, settings)
     assert Cache(tmp_path).put(key, report)
     assert Cache(tmp_path).get(key, str(path)) == report
@@ -595,83 +546,18 @@ def test_the_cache_stores_its_digest_memo_with_its_entries(tmp_path, data_dir, l
     assert (tmp_path / "cache" / "CACHEDIR.TAG").is_file()
 
 
-def test_a_keyword_only_field_is_rebuilt_by_name():
-    """Builders pass fields positionally (cheaper), except the ones __init__ takes only by keyword."""
-
-    @dataclasses.dataclass
-    class Mixed:
-        first: int
-        named: str = dataclasses.field(default="x", kw_only=True)
-        last: float = 1.0
-
-    assert netlint.cache._build(Mixed, [1, "y", 2.5]) == Mixed(1, 2.5, named="y")
-    assert netlint.cache._encode(Mixed(1, 2.5, named="y")) == [1, "y", 2.5]
-    with pytest.raises(TypeError):
-        netlint.cache._build(Mixed, [1, 2, 2.5])
-
-
-def test_equal_frozen_string_values_are_shared_and_others_are_not():
-    """A rebuilt report shares one FixRef between findings with the same fix (immutable: sharing cannot leak a
-    change); a mutable dataclass, or a frozen one with numbers (Impact), is built anew each time."""
-    report = full_report()
-    report.findings = [dataclasses.replace(report.findings[0]) for _ in range(3)]
-    rebuilt = report_from_json(json.loads(json.dumps(report_to_json(report))))
-    assert rebuilt == report
-    fixes = [finding.fix for finding in rebuilt.findings]
-    assert fixes[0] is not None and all(fix is fixes[0] for fix in fixes)
-    assert len({id(finding) for finding in rebuilt.findings}) == 3
-    impacts = [finding.impact for finding in rebuilt.findings]
-    assert impacts[0] is not None and impacts[0] is not impacts[1]
-    other = netlint.cache._build(FixRef, ["other-pass", "safe", ""])
-    assert other == FixRef("other-pass", "safe") and other is not fixes[0]
-
-
-@dataclasses.dataclass
-class _Chain:
-    name: str
-    rest: _Chain | None = None
-
-
-def test_a_dataclass_that_refers_to_itself_is_rebuilt():
-    chain = _Chain("a", _Chain("b", _Chain("c")))
-    assert netlint.cache._build(_Chain, ["a", ["b", ["c", None]]]) == chain
-    assert netlint.cache._encode(chain) == ["a", ["b", ["c", None]]]
-    with pytest.raises(TypeError):
-        netlint.cache._build(_Chain, ["a", ["b", [3, None]]])
-
-
-def test_only_the_rows_that_hold_a_tuple_are_walked():
-    """Finding.data is stored with the rows that hold a tuple: those get their tuples back, the others are kept as
-    parsed (a dict shaped like a tagged tuple in an untagged row stays a dict: only netlint's own tags are read)."""
-    report = full_report()
-    plain = dataclasses.replace(report.findings[0], data={"slopes": [0.25], "nested": {"deep": [{"x": 1}]}})
-    report.findings = [plain, report.findings[0], dataclasses.replace(plain, data={})]
-    document = report_to_json(report)
-    values, tagged = _field(document[0], ModelReport, "findings")[
-        1 + [f.name for f in dataclasses.fields(Finding)].index("data")
-    ]
-    assert tagged == [1]
-    assert report_from_json(json.loads(json.dumps(document))) == report
-    values[0]["nested"] = {"__tuple__": [1]}
-    assert report_from_json(json.loads(json.dumps(document))).findings[0].data["nested"] == {"__tuple__": [1]}
-
-
 def test_an_entry_of_the_previous_format_is_a_miss_and_is_rewritten(tmp_path, data_dir):
-    """Entries of format 2 (each finding as the list of its fields) are not read as format 3 (findings by columns):
-    one found where a current entry belongs is a miss, and the next put replaces it."""
+    """An entry of format 7 (dataclasses as lists of their fields, lists of them by columns) is not read as the
+    current one, whatever format it claims: one found where a current entry belongs is a miss, and the next put
+    replaces it."""
     cache = Cache(tmp_path / "cache")
     settings = _settings()
     key = cache_key(data_dir / MODEL, settings)
     report = lint_file(data_dir / MODEL, settings)
     assert report.findings and cache.put(key, report)
     entry = cache._entry(key)
-    document = json.loads(entry.read_text())
-    old_report = list(document["report"][0])  # format 3 had no table of stacks, nor sources
-    old_report[5] = [  # the previous layout: rows
-        netlint.cache._encode(dataclasses.replace(finding, source=None, other_sources=None))
-        for finding in report.findings
-    ]
-    old = dict(document, format=2, report=old_report)
+    report_row = [report.path, report.format, report.target, None, None, [len(report.findings), ["FU004"]]]
+    old = {"format": 7, "netlint_version": netlint.__version__, "key": key, "report": [report_row, []]}
     entry.write_text(json.dumps(old))
     assert cache.get(key, "m.onnx") is None
     entry.write_text(json.dumps(dict(old, format=netlint.cache.CACHE_FORMAT)))  # the layout alone is refused too

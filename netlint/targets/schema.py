@@ -1,41 +1,27 @@
 """Validation of a target document (the parsed TOML of a built-in target or of a user's own target file).
 
-Every problem is one `UsageError` line that names the file, the key (as a dotted TOML path) and what was expected.
-Unknown keys are errors, so a typo never silently turns a hardware fact off.
+The layout is typed (msgspec Structs below: msgspec.convert checks types, required and unknown keys, enumerations
+and bounds); what types cannot say is checked after, by name (a source listed in target.sources, a precision or chip
+the target declares, an op type in ONNX's vocabulary, the names in cost.assumed, ...). Every problem is one
+`UsageError` line that names the file, the key (as a dotted TOML path) and what was expected. Unknown keys are errors,
+so a typo never silently turns a hardware fact off.
 
-Layout of a target document (every section but [target] is optional; `generic.toml` has only [target]):
-
-    [target]        name, description, kind, precisions, default_precision, chips, default_chip, sources,
-                    portable (no particular hardware: what depends on the target is summarised across the built-in
-                    targets), formats (the model formats the target's toolchain compiles: onnx, tflite)
-    [fusion]        source, hosts (the op types activations fuse into; default: every conv-like op),
-                    [[fusion.other_hosts]] (host, activations, source: another op type with its own fusion and
-                    list, e.g. ONNX Runtime's FusedGemm; the cost model reads it, the rules speak of conv hosts),
-                    requires_lone_consumer, lone_consumer_exempt, precision.<p>.activations (and .efficiency),
-                    [[fusion.conditional]] (activations, chips, precisions, efficiency, source),
-                    [fusion.residual] (activations, requires_bias, requires_same_shape, source)
-    [ops]           supported, fallback, data_types (the tensor types the accelerator runs), source
-    [layout]        channel_alignment, precisions (those the alignment applies to; default: all), source
-    [quantization]  schemes, power_of_two_scales, per_channel, source
-    [activations]   relu6_cost, notes, source
-    [data_movers]   same_cost_precisions, source
-    [shapes]        static, source
-    [throughput]    macs_per_cycle.<precision> (MACs per cycle of the conv/matmul engine), source
-    [[runtime.rewrites]]  fix, source: a netlint fix pass the target's runtime applies by itself when it loads a model
-    [cost]          source, the numbers of COST_NUMBERS (units in the key names), views_free, data_dependent_ops,
-                    activation_ops_per_element (activation op type -> Relu-equivalent ops per element),
-                    assumed (the keys nobody sourced, dotted: "memory_gb_per_s", "precision.int16.vector_gops_per_s"),
-                    precision.<p> (the same numbers, overriding per precision)
-
-Each fact's `source` must be one of the strings listed in `target.sources`.
+The layout is `Document` and the tables it holds, below; every section but [target] is optional (`generic.toml` has
+only [target]), and each fact's `source` must be one of the strings listed in `target.sources`.
 """
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Callable, Iterable, Mapping
+import types
+import typing
+from collections.abc import Iterator, Mapping
 from functools import cache
-from typing import Any, NoReturn
+from typing import Annotated, Any, Literal, NoReturn, Union
+
+import msgspec
+from msgspec import Meta, Struct
 
 from netlint.errors import UsageError
 from netlint.ir.ops import ACTIVATION_OPS, COMPOSITE_ACTIVATIONS
@@ -107,54 +93,9 @@ _PRECISION_NAME = re.compile(r"[a-z0-9][a-z0-9_-]*")
 _CAMEL_CASE = re.compile(r"[A-Z][A-Za-z0-9]*")
 _FIX_NAME = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)*")
 
-_SECTIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
-    # section: (required keys, optional keys)
-    "target": (
-        frozenset({"name"}),
-        frozenset(
-            {
-                "description",
-                "kind",
-                "precisions",
-                "default_precision",
-                "chips",
-                "default_chip",
-                "sources",
-                "portable",
-                "formats",
-            }
-        ),
-    ),
-    "fusion": (
-        frozenset({"source", "precision"}),
-        frozenset(
-            {"hosts", "requires_lone_consumer", "lone_consumer_exempt", "conditional", "residual", "other_hosts"}
-        ),
-    ),
-    "ops": (frozenset({"supported", "fallback", "source"}), frozenset({"data_types"})),
-    "layout": (frozenset({"channel_alignment", "source"}), frozenset({"precisions"})),
-    "quantization": (frozenset({"schemes", "power_of_two_scales", "per_channel", "source"}), frozenset()),
-    "activations": (frozenset({"relu6_cost", "source"}), frozenset({"notes"})),
-    "data_movers": (frozenset({"same_cost_precisions", "source"}), frozenset()),
-    "shapes": (frozenset({"static", "source"}), frozenset()),
-    "throughput": (frozenset({"macs_per_cycle", "source"}), frozenset()),
-    "runtime": (frozenset({"rewrites"}), frozenset()),
-    "cost": (
-        frozenset({"source"}),
-        COST_NUMBERS
-        | COST_FLAGS
-        | COST_LISTS
-        | COST_TABLES
-        | {"assumed", "precision", "chip", "backend", "kernels", "accuracy"},
-    ),
-}
 # [cost.backend]: which backend prices (netlint.cost.backends) and its options.
 BACKENDS = ("static", "onnxruntime", "vela")
 ORT_LEVELS = ("disable", "basic", "extended", "layout", "all")
-_BACKEND_KEYS = (
-    frozenset({"name", "source"}),
-    frozenset({"optimization_level", "system_config", "memory_mode", "config", "accelerator_config", "budget_s"}),
-)
 # [cost.accuracy]: the measured error bands (percent) per basis, for a model's latency and for a finding's saving.
 ACCURACY_KEYS = frozenset(
     f"{basis}_{what}_pct" for basis in ("runtime", "vendor", "static") for what in ("model", "finding")
@@ -174,464 +115,438 @@ KERNEL_RATES = frozenset(
         "gb_per_s", "past_cache_gb_per_s", "past_llc_gb_per_s", "cold_gb_per_s",
     }
 )  # fmt: skip
-_REWRITE_KEYS = (frozenset({"fix", "source"}), frozenset())
-_RESIDUAL_KEYS = (frozenset({"activations", "requires_bias", "requires_same_shape", "source"}), frozenset())
-_CONDITIONAL_KEYS = (frozenset({"activations", "source"}), frozenset({"chips", "precisions", "efficiency"}))
-_OTHER_HOST_KEYS = (frozenset({"host", "activations", "source"}), frozenset())
-_PRECISION_TABLE_KEYS = (frozenset({"activations"}), frozenset({"efficiency"}))
+
+# --- the layout, typed -----------------------------------------------------------------------------------------------
+Positive = Annotated[float, Meta(gt=0)]
+NonNegative = Annotated[float, Meta(ge=0)]
+NonEmpty = Meta(min_length=1)  # an array that must list something
+Activation = Literal[tuple(sorted(ACTIVATION_KINDS))]  # type: ignore[valid-type]
+Host = Literal[tuple(FUSION_HOSTS)]  # type: ignore[valid-type]
+Efficiency = Literal[EFFICIENCIES]  # type: ignore[valid-type]
+Kind = Literal[KINDS]  # type: ignore[valid-type]
+Format = Literal[FORMATS]  # type: ignore[valid-type]
+Fallback = Literal[FALLBACKS]  # type: ignore[valid-type]
+DataType = Literal[DATA_TYPES]  # type: ignore[valid-type]
+Scheme = Literal[SCHEMES]  # type: ignore[valid-type]
+PerChannel = Literal[PER_CHANNEL]  # type: ignore[valid-type]
+Relu6Cost = Literal[RELU6_COSTS]  # type: ignore[valid-type]
+BackendName = Literal[BACKENDS]  # type: ignore[valid-type]
+OrtLevel = Literal[ORT_LEVELS]  # type: ignore[valid-type]
 
 
+class Table(Struct, forbid_unknown_fields=True, kw_only=True):
+    """A TOML table: unknown keys are errors."""
+
+
+class TargetTable(Table):
+    name: str
+    description: str = ""
+    kind: Kind | None = None
+    precisions: list[str] = []
+    default_precision: str | None = None
+    chips: list[str] = []
+    default_chip: str | None = None
+    sources: list[str] = []
+    portable: bool = False  # no particular hardware: what depends on the target is summarised across the built-in ones
+    formats: Annotated[list[Format], NonEmpty] | None = None  # the model formats the target's toolchain compiles
+
+
+class PrecisionFusion(Table):
+    activations: list[Activation]
+    efficiency: Efficiency | None = None
+
+
+class ConditionalFusion(Table):
+    activations: Annotated[list[Activation], NonEmpty]
+    source: str
+    chips: Annotated[list[str], NonEmpty] | None = None
+    precisions: Annotated[list[str], NonEmpty] | None = None
+    efficiency: Efficiency | None = None
+
+
+class ResidualFusion(Table):
+    activations: list[Activation]
+    requires_bias: bool
+    requires_same_shape: bool
+    source: str
+
+
+class OtherHost(Table):
+    host: Host
+    activations: Annotated[list[Activation], NonEmpty]
+    source: str
+
+
+class Fusion(Table):
+    source: str
+    precision: dict[str, Any]  # precision -> PrecisionFusion (checked entry by entry, to name the precision)
+    hosts: Annotated[list[Host], NonEmpty] | None = None  # the op types activations fuse into (default: all)
+    requires_lone_consumer: bool = False
+    lone_consumer_exempt: list[Activation] = []
+    conditional: list[ConditionalFusion] = []
+    residual: ResidualFusion | None = None
+    other_hosts: list[OtherHost] = []  # an op type with its own fusion list (ORT's FusedGemm), for the cost model
+
+
+class Ops(Table):
+    supported: Annotated[list[str], NonEmpty]
+    fallback: Fallback
+    source: str
+    data_types: Annotated[list[DataType], NonEmpty] | None = None  # the tensor types the accelerator runs
+
+
+class Layout(Table):
+    channel_alignment: Annotated[int, Meta(ge=1)]
+    source: str
+    precisions: Annotated[list[str], NonEmpty] | None = None  # those the alignment applies to (default: all)
+
+
+class Quantization(Table):
+    schemes: Annotated[list[Scheme], NonEmpty]
+    power_of_two_scales: bool
+    per_channel: PerChannel
+    source: str
+
+
+class Activations(Table):
+    relu6_cost: Relu6Cost
+    source: str
+    notes: str = ""
+
+
+class DataMovers(Table):
+    same_cost_precisions: Annotated[list[str], NonEmpty]
+    source: str
+
+
+class Shapes(Table):
+    static: bool
+    source: str
+
+
+class Throughput(Table):
+    macs_per_cycle: dict[str, Any]  # precision -> MACs per cycle of the conv/matmul engine (checked entry by entry)
+    source: str
+
+
+class Rewrite(Table):
+    fix: str
+    source: str
+
+
+class Runtime(Table):
+    rewrites: list[Rewrite]  # netlint fix passes the target's runtime applies by itself when it loads a model
+
+
+class Backend(Table):
+    name: BackendName
+    source: str
+    optimization_level: OrtLevel | None = None
+    system_config: str | None = None
+    memory_mode: str | None = None
+    config: str | None = None
+    accelerator_config: str | None = None
+    budget_s: Positive | None = None
+
+
+def _number(name: str) -> Any:
+    """A cost number's type, by its unit: overheads (`_us`) may be 0, a ratio is >= 1, the rest are positive."""
+    if name == "data_dependent_ratio":
+        return Annotated[float, Meta(ge=1)]
+    return NonNegative if name.endswith("_us") else Positive
+
+
+def _table(name: str, fields: list[tuple[Any, ...]]) -> type[Table]:
+    """A Table of optional fields made from the schema's name lists (msgspec.defstruct)."""
+    return msgspec.defstruct(name, fields, bases=(Table,), kw_only=True)  # type: ignore[no-any-return]
+
+
+_NUMBERS = [(name, _number(name) | None, None) for name in sorted(COST_NUMBERS)]
+_EXTRAS = [
+    ("views_free", bool | None, None),
+    ("data_dependent_ops", list[str] | None, None),
+    ("activation_ops_per_element", dict[str, Any] | None, None),  # op type -> Positive (checked by name)
+]
+CostPrecision = _table("CostPrecision", [*_NUMBERS, *_EXTRAS, ("source", str | None, None)])  # cites its numbers
+CostChipPrecision = _table("CostChipPrecision", _NUMBERS)
+CostChip = _table("CostChip", [*_NUMBERS, ("precision", dict[str, Any], {}), ("source", str | None, None)])
+Accuracy = _table("Accuracy", [("source", str), *((k, NonNegative | None, None) for k in sorted(ACCURACY_KEYS))])
+KernelClass = _table(
+    "KernelClass",
+    [*((k, Positive | None, None) for k in sorted(KERNEL_RATES)), ("overhead_us", NonNegative | None, None)],
+)
+Kernels = _table(
+    "Kernels",
+    [
+        ("source", str),
+        ("op_us_per_melement", dict[str, Any], {}),  # op type -> NonNegative (checked entry by entry)
+        *((k, _number(k) | None, None) for k in sorted(KERNEL_NUMBERS)),
+        *((k, KernelClass | None, None) for k in sorted(KERNEL_CLASSES)),
+    ],
+)
+Cost = _table(
+    "Cost",
+    [
+        ("source", str),
+        *_NUMBERS,
+        *_EXTRAS,
+        ("assumed", list[str], []),  # the keys nobody sourced, dotted: "precision.int16.vector_gops_per_s"
+        ("precision", dict[str, Any], {}),  # precision -> CostPrecision (checked entry by entry, to name it)
+        ("chip", dict[str, Any], {}),  # chip -> CostChip (likewise)
+        ("backend", Backend | None, None),
+        ("kernels", Kernels | None, None),
+        ("accuracy", Accuracy | None, None),
+    ],
+)
+
+
+class Document(Table):
+    target: TargetTable
+    fusion: Fusion | None = None
+    ops: Ops | None = None
+    layout: Layout | None = None
+    quantization: Quantization | None = None
+    activations: Activations | None = None
+    data_movers: DataMovers | None = None
+    shapes: Shapes | None = None
+    throughput: Throughput | None = None
+    runtime: Runtime | None = None
+    cost: Cost | None = None
+
+
+# --- checking --------------------------------------------------------------------------------------------------------
 def validate_target(data: Mapping[str, Any], where: str, builtin_name: str | None = None) -> None:
     """Raise UsageError (one line: `where: key: what was expected`) unless `data` is a valid target document.
     `builtin_name` is the file stem of a built-in target, which [target].name must equal."""
-    _Validator(where).document(data, builtin_name)
+    _Checker(where).document(data, builtin_name)
 
 
-class _Validator:
+class _Checker:
     def __init__(self, where: str) -> None:
         self.where = where
-        self.precisions: tuple[str, ...] = ()
-        self.chips: tuple[str, ...] = ()
-        self.sources: tuple[str, ...] = ()
-
-    # -- reporting -------------------------------------------------------------------------------------------------
+        self.target = TargetTable(name="")
 
     def fail(self, key: str, message: str) -> NoReturn:
         raise UsageError(f"{self.where}: {key}: {message}")
 
-    def got(self, value: Any) -> str:
-        kind = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "an array"}
-        if isinstance(value, dict):
-            return "a table"
-        return kind.get(type(value), type(value).__name__)
-
-    # -- primitive checks --------------------------------------------------------------------------------------------
-
-    def keys(self, table: Mapping[str, Any], key: str, spec: tuple[frozenset[str], frozenset[str]]) -> None:
-        required, optional = spec
-        allowed = required | optional
-        for name in table:
-            if name not in allowed:
-                self.fail(_join(key, name), f"unknown key (expected one of: {', '.join(sorted(allowed))})")
-        for name in sorted(required):
-            if name not in table:
-                self.fail(_join(key, name), "missing required key")
-
-    def table(self, value: Any, key: str) -> Mapping[str, Any]:
-        if not isinstance(value, dict):
-            self.fail(key, f"expected a table, got {self.got(value)}")
-        return value
-
-    def string(self, value: Any, key: str) -> str:
-        if not isinstance(value, str) or not value.strip():
-            self.fail(
-                key,
-                f"expected a non-empty string, got {'a blank string' if isinstance(value, str) else self.got(value)}",
-            )
-        return value
-
-    def boolean(self, value: Any, key: str) -> bool:
-        if not isinstance(value, bool):
-            self.fail(key, f"expected true or false, got {self.got(value)}")
-        return value
-
-    def integer(self, value: Any, key: str, minimum: int) -> int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            self.fail(key, f"expected an integer >= {minimum}, got {self.got(value)}")
-        if value < minimum:
-            self.fail(key, f"expected an integer >= {minimum}, got {value}")
-        return value
-
-    def choice(self, value: Any, key: str, choices: Iterable[str]) -> str:
-        choices = tuple(choices)
-        if not isinstance(value, str) or value not in choices:
-            shown = repr(value) if isinstance(value, str) else self.got(value)
-            self.fail(key, f"expected one of {', '.join(choices)}, got {shown}")
-        return value
-
-    def strings(
-        self, value: Any, key: str, *, nonempty: bool = False, item: Callable[[Any, str], str] | None = None
-    ) -> tuple[str, ...]:
-        if not isinstance(value, list):
-            self.fail(key, f"expected an array of strings, got {self.got(value)}")
-        if nonempty and not value:
-            self.fail(key, "expected a non-empty array of strings")
-        seen: set[str] = set()
-        for index, entry in enumerate(value):
-            entry_key = f"{key}[{index}]"
-            (item or self.string)(entry, entry_key)
-            if entry in seen:
-                self.fail(entry_key, f"duplicate entry {entry!r}")
-            seen.add(entry)
-        return tuple(value)
-
-    def source(self, table: Mapping[str, Any], key: str) -> None:
-        source = self.string(table["source"], _join(key, "source"))
-        if source not in self.sources:
-            self.fail(_join(key, "source"), f"{_short(source)!r} is not listed in target.sources (cite it there too)")
-
-    # -- item checks ---------------------------------------------------------------------------------------------------
-
-    def activation(self, value: Any, key: str) -> str:
-        self.string(value, key)
-        if value not in ACTIVATION_KINDS:
-            self.fail(
-                key, f"{value!r} is not an activation kind (expected one of: {', '.join(sorted(ACTIVATION_KINDS))})"
-            )
-        return value
-
-    def precision_name(self, value: Any, key: str) -> str:
-        self.string(value, key)
-        if not _PRECISION_NAME.fullmatch(value) or value == ALL_PRECISIONS:
-            self.fail(key, f"expected a lower-case precision name like 'a8' or 'fp16' (not 'all'), got {value!r}")
-        return value
-
-    def declared_precision(self, value: Any, key: str) -> str:
-        self.string(value, key)
-        if value not in self.precisions:
-            declared = ", ".join(self.precisions) or "none declared"
-            self.fail(key, f"{value!r} is not one of target.precisions ({declared})")
-        return value
-
-    def declared_chip(self, value: Any, key: str) -> str:
-        self.string(value, key)
-        if value not in self.chips:
-            self.fail(key, f"{value!r} is not one of target.chips ({', '.join(self.chips) or 'none declared'})")
-        return value
-
-    def op_type(self, value: Any, key: str) -> str:
-        self.string(value, key)
-        problem = op_type_problem(value)
-        if problem:
-            self.fail(key, problem)
-        return value
-
-    # -- sections ------------------------------------------------------------------------------------------------------
+    def convert(self, value: Any, kind: Any, key: str) -> Any:
+        """`value` as `kind` (msgspec.convert), its errors as one line naming the dotted key (and, for an unknown key
+        or a value not among the allowed ones, what is allowed there)."""
+        try:
+            return msgspec.convert(value, kind)
+        except msgspec.ValidationError as exc:
+            message, _, at = str(exc).partition(" - at `$")
+            at = at.rstrip("`")
+            path = f"{key}{at}" if key else at.lstrip(".")
+            allowed = _allowed(kind, at)
+            field = re.fullmatch(r"Object (contains unknown|missing required) field `(.*)`", message)
+            if field:
+                path, message = _join(path, field[2]), f"{field[1].replace('contains ', '')} key"
+            if allowed and (message == "unknown key" or message.startswith("Invalid enum value")):
+                message += f" (expected one of: {', '.join(allowed)})"
+            message = message.replace(" | null`", "`").replace("`object`", "`table`")  # TOML: no null, tables
+            self.fail(path or "(document)", message)
 
     def document(self, data: Mapping[str, Any], builtin_name: str | None) -> None:
-        for name in data:
-            if name not in _SECTIONS:
-                self.fail(name, f"unknown section (expected one of: {', '.join(_SECTIONS)})")
-        if "target" not in data:
-            self.fail("target", "missing required [target] table")
-        for name in _SECTIONS:
-            if name in data:
-                self.table(data[name], name)
-        self.target(data["target"], builtin_name)
-        if "fusion" in data:
-            self.fusion(data["fusion"])
-        if "ops" in data:
-            self.ops(data["ops"])
-        if "layout" in data:
-            self.layout(data["layout"])
-        if "quantization" in data:
-            self.quantization(data["quantization"])
-        if "activations" in data:
-            self.activations(data["activations"])
-        if "data_movers" in data:
-            self.data_movers(data["data_movers"])
-        if "shapes" in data:
-            self.shapes(data["shapes"])
-        if "throughput" in data:
-            self.throughput(data["throughput"])
-        if "runtime" in data:
-            self.runtime(data["runtime"])
+        document: Document = self.convert(data, Document, "")
+        self.target = target = document.target
+        self.strings_and_numbers(data["target"], "target")  # first: what the other tables are checked against
+        self.target_table(target, builtin_name)
+        if document.fusion is not None:
+            self.fusion(document.fusion)
+        if document.ops is not None and WILDCARD_OP in document.ops.supported:
+            if len(document.ops.supported) > 1:
+                self.fail("ops.supported", f"{WILDCARD_OP!r} (every op) must be the only entry")
+        elif document.ops is not None:
+            self.op_types(document.ops.supported, "ops.supported")
+        if document.layout is not None and document.layout.precisions is not None:
+            self.declared(document.layout.precisions, "layout.precisions", target.precisions, "target.precisions")
+        if document.data_movers is not None:
+            self.declared(
+                document.data_movers.same_cost_precisions,
+                "data_movers.same_cost_precisions",
+                target.precisions,
+                "target.precisions",
+            )
+        if document.throughput is not None:
+            for name, value in document.throughput.macs_per_cycle.items():
+                key = f"throughput.macs_per_cycle.{name}"
+                self.declared([name], key, target.precisions, "target.precisions", indexed=False)
+                self.convert(value, Annotated[int, Meta(ge=1)], key)
+        for index, rewrite in enumerate(document.runtime.rewrites if document.runtime else []):
+            if not _FIX_NAME.fullmatch(rewrite.fix):
+                self.fail(
+                    f"runtime.rewrites[{index}].fix",
+                    f"expected a fix pass name like 'fold-batchnorm', got {rewrite.fix!r}",
+                )
         if "cost" in data:
             self.cost(data["cost"])
+        self.strings_and_numbers(data, "")  # last: the types of the tables typed `dict[str, Any]` are checked
+        for key, table in _sources(data):
+            if table["source"] not in target.sources:
+                self.fail(
+                    _join(key, "source"),
+                    f"{_short(table['source'])!r} is not listed in target.sources (cite it there too)",
+                )
 
-    def target(self, table: Mapping[str, Any], builtin_name: str | None) -> None:
-        self.keys(table, "target", _SECTIONS["target"])
-        name = self.string(table["name"], "target.name")
-        if builtin_name is not None and name != builtin_name:
+    def strings_and_numbers(self, value: Any, key: str) -> None:
+        """Strings are not blank (a description or notes may be empty), arrays of strings list each once, numbers are
+        finite."""
+        if isinstance(value, str) and not value.strip() and key.rpartition(".")[2] not in ("description", "notes"):
+            self.fail(key, "expected a non-empty string, got a blank string")
+        if isinstance(value, float) and not math.isfinite(value):
+            self.fail(key, f"expected a finite number, got {value}")
+        if isinstance(value, dict):
+            for name, item in value.items():
+                self.strings_and_numbers(item, _join(key, name))
+        elif isinstance(value, list):
+            seen: set[str] = set()
+            for index, item in enumerate(value):
+                self.strings_and_numbers(item, f"{key}[{index}]")
+                if isinstance(item, str):
+                    if item in seen:
+                        self.fail(f"{key}[{index}]", f"duplicate entry {item!r}")
+                    seen.add(item)
+
+    def target_table(self, target: TargetTable, builtin_name: str | None) -> None:
+        if builtin_name is not None and target.name != builtin_name:
             self.fail("target.name", f"a built-in target's name must equal its file name, expected {builtin_name!r}")
-        if "description" in table and not isinstance(table["description"], str):
-            self.fail("target.description", f"expected a string, got {self.got(table['description'])}")
-        if "kind" in table:
-            self.choice(table["kind"], "target.kind", KINDS)
-        self.sources = self.strings(table.get("sources", []), "target.sources")
-        self.precisions = self.strings(table.get("precisions", []), "target.precisions", item=self.precision_name)
-        if self.precisions and "default_precision" not in table:
+        for index, name in enumerate(target.precisions):
+            if not _PRECISION_NAME.fullmatch(name) or name == ALL_PRECISIONS:
+                self.fail(
+                    f"target.precisions[{index}]",
+                    f"expected a lower-case precision name like 'a8' or 'fp16' (not 'all'), got {name!r}",
+                )
+        if target.precisions and target.default_precision is None:
             self.fail("target.default_precision", "missing: required when target.precisions is not empty")
-        if "default_precision" in table:
-            if not self.precisions:
-                self.fail("target.default_precision", "set, but target.precisions is empty (declare the precisions)")
-            self.declared_precision(table["default_precision"], "target.default_precision")
-        if "portable" in table:
-            self.boolean(table["portable"], "target.portable")
-        if "formats" in table:
-            self.strings(
-                table["formats"], "target.formats", nonempty=True, item=lambda v, k: self.choice(v, k, FORMATS)
-            )
-        self.chips = self.strings(table.get("chips", []), "target.chips")
-        if "default_chip" in table:
-            if not self.chips:
-                self.fail("target.default_chip", "set, but target.chips is empty (declare the chips)")
-            self.declared_chip(table["default_chip"], "target.default_chip")
+        for name, declared in (("precision", target.precisions), ("chip", target.chips)):
+            default = getattr(target, f"default_{name}")
+            if default is not None and not declared:
+                self.fail(f"target.default_{name}", f"set, but target.{name}s is empty (declare the {name}s)")
+            if default is not None:
+                self.declared([default], f"target.default_{name}", declared, f"target.{name}s", indexed=False)
 
-    def fusion(self, table: Mapping[str, Any]) -> None:
-        self.keys(table, "fusion", _SECTIONS["fusion"])
-        self.source(table, "fusion")
-        if "hosts" in table:
-            self.strings(
-                table["hosts"], "fusion.hosts", nonempty=True, item=lambda v, k: self.choice(v, k, FUSION_HOSTS)
-            )
-        if "requires_lone_consumer" in table:
-            self.boolean(table["requires_lone_consumer"], "fusion.requires_lone_consumer")
-        if "lone_consumer_exempt" in table:
-            self.strings(table["lone_consumer_exempt"], "fusion.lone_consumer_exempt", item=self.activation)
-        if "residual" in table:
-            residual = self.table(table["residual"], "fusion.residual")
-            self.keys(residual, "fusion.residual", _RESIDUAL_KEYS)
-            self.strings(residual["activations"], "fusion.residual.activations", item=self.activation)
-            self.boolean(residual["requires_bias"], "fusion.residual.requires_bias")
-            self.boolean(residual["requires_same_shape"], "fusion.residual.requires_same_shape")
-            self.source(residual, "fusion.residual")
-        per_precision = self.table(table["precision"], "fusion.precision")
-        expected = self.precisions or (ALL_PRECISIONS,)
-        for name in per_precision:
+    def declared(self, names: list[str], key: str, declared: list[str], what: str, indexed: bool = True) -> None:
+        """Each of `names` is one of the target's precisions or chips."""
+        for index, name in enumerate(names):
+            if name not in declared:
+                self.fail(
+                    f"{key}[{index}]" if indexed else key,
+                    f"{name!r} is not one of {what} ({', '.join(declared) or 'none declared'})",
+                )
+
+    def op_types(self, names: list[str], key: str) -> None:
+        for index, name in enumerate(names):
+            problem = op_type_problem(name)
+            if problem:
+                self.fail(f"{key}[{index}]", problem)
+
+    def fusion(self, fusion: Fusion) -> None:
+        precisions = self.target.precisions
+        expected = precisions or [ALL_PRECISIONS]
+        for name in fusion.precision:
             if name not in expected:
                 why = (
-                    f"not one of target.precisions ({', '.join(self.precisions)})"
-                    if self.precisions
+                    f"not one of target.precisions ({', '.join(precisions)})"
+                    if precisions
                     else "a target without precisions has a single [fusion.precision.all] table"
                 )
                 self.fail(f"fusion.precision.{name}", why)
         for name in expected:
-            key = f"fusion.precision.{name}"
-            if name not in per_precision:
-                self.fail(key, "missing table: every precision needs its list of fusing activations")
-            entry = self.table(per_precision[name], key)
-            self.keys(entry, key, _PRECISION_TABLE_KEYS)
-            self.strings(entry["activations"], f"{key}.activations", item=self.activation)
-            if "efficiency" in entry:
-                self.choice(entry["efficiency"], f"{key}.efficiency", EFFICIENCIES)
-        conditional = table.get("conditional", [])
-        if not isinstance(conditional, list):
-            self.fail(
-                "fusion.conditional",
-                f"expected an array of tables ([[fusion.conditional]]), got {self.got(conditional)}",
-            )
-        for index, entry in enumerate(conditional):
+            if name not in fusion.precision:
+                self.fail(
+                    f"fusion.precision.{name}", "missing table: every precision needs its list of fusing activations"
+                )
+            self.convert(fusion.precision[name], PrecisionFusion, f"fusion.precision.{name}")
+        for index, conditional in enumerate(fusion.conditional):
             key = f"fusion.conditional[{index}]"
-            entry = self.table(entry, key)
-            self.keys(entry, key, _CONDITIONAL_KEYS)
-            self.strings(entry["activations"], f"{key}.activations", nonempty=True, item=self.activation)
-            if "chips" in entry:
-                self.strings(entry["chips"], f"{key}.chips", nonempty=True, item=self.declared_chip)
-            if "precisions" in entry:
-                self.strings(entry["precisions"], f"{key}.precisions", nonempty=True, item=self.declared_precision)
-            if "efficiency" in entry:
-                self.choice(entry["efficiency"], f"{key}.efficiency", EFFICIENCIES)
-            self.source(entry, key)
-        other_hosts = table.get("other_hosts", [])
-        if not isinstance(other_hosts, list):
-            self.fail(
-                "fusion.other_hosts",
-                f"expected an array of tables ([[fusion.other_hosts]]), got {self.got(other_hosts)}",
-            )
-        for index, entry in enumerate(other_hosts):
-            key = f"fusion.other_hosts[{index}]"
-            entry = self.table(entry, key)
-            self.keys(entry, key, _OTHER_HOST_KEYS)
-            self.choice(entry["host"], f"{key}.host", FUSION_HOSTS)
-            if entry["host"] in table.get("hosts", FUSION_HOSTS):
-                self.fail(f"{key}.host", f"{entry['host']!r} is already one of fusion.hosts")
-            self.strings(entry["activations"], f"{key}.activations", nonempty=True, item=self.activation)
-            self.source(entry, key)
-
-    def ops(self, table: Mapping[str, Any]) -> None:
-        self.keys(table, "ops", _SECTIONS["ops"])
-        supported = self.strings(table["supported"], "ops.supported", nonempty=True)
-        if WILDCARD_OP in supported:
-            if len(supported) > 1:
-                self.fail("ops.supported", f"{WILDCARD_OP!r} (every op) must be the only entry")
-        else:
-            for index, name in enumerate(supported):
-                self.op_type(name, f"ops.supported[{index}]")
-        self.choice(table["fallback"], "ops.fallback", FALLBACKS)
-        if "data_types" in table:
-            self.strings(
-                table["data_types"], "ops.data_types", nonempty=True, item=lambda v, k: self.choice(v, k, DATA_TYPES)
-            )
-        self.source(table, "ops")
-
-    def layout(self, table: Mapping[str, Any]) -> None:
-        self.keys(table, "layout", _SECTIONS["layout"])
-        self.integer(table["channel_alignment"], "layout.channel_alignment", 1)
-        if "precisions" in table:
-            self.strings(table["precisions"], "layout.precisions", nonempty=True, item=self.declared_precision)
-        self.source(table, "layout")
-
-    def quantization(self, table: Mapping[str, Any]) -> None:
-        self.keys(table, "quantization", _SECTIONS["quantization"])
-        self.strings(
-            table["schemes"], "quantization.schemes", nonempty=True, item=lambda v, k: self.choice(v, k, SCHEMES)
-        )
-        self.boolean(table["power_of_two_scales"], "quantization.power_of_two_scales")
-        self.choice(table["per_channel"], "quantization.per_channel", PER_CHANNEL)
-        self.source(table, "quantization")
-
-    def activations(self, table: Mapping[str, Any]) -> None:
-        self.keys(table, "activations", _SECTIONS["activations"])
-        self.choice(table["relu6_cost"], "activations.relu6_cost", RELU6_COSTS)
-        if "notes" in table and not isinstance(table["notes"], str):
-            self.fail("activations.notes", f"expected a string, got {self.got(table['notes'])}")
-        self.source(table, "activations")
-
-    def data_movers(self, table: Mapping[str, Any]) -> None:
-        self.keys(table, "data_movers", _SECTIONS["data_movers"])
-        self.strings(
-            table["same_cost_precisions"],
-            "data_movers.same_cost_precisions",
-            nonempty=True,
-            item=self.declared_precision,
-        )
-        self.source(table, "data_movers")
-
-    def shapes(self, table: Mapping[str, Any]) -> None:
-        self.keys(table, "shapes", _SECTIONS["shapes"])
-        self.boolean(table["static"], "shapes.static")
-        self.source(table, "shapes")
-
-    def throughput(self, table: Mapping[str, Any]) -> None:
-        self.keys(table, "throughput", _SECTIONS["throughput"])
-        per_precision = self.table(table["macs_per_cycle"], "throughput.macs_per_cycle")
-        for name, value in per_precision.items():
-            self.declared_precision(name, f"throughput.macs_per_cycle.{name}")
-            self.integer(value, f"throughput.macs_per_cycle.{name}", 1)
-        self.source(table, "throughput")
-
-    def runtime(self, table: Mapping[str, Any]) -> None:
-        self.keys(table, "runtime", _SECTIONS["runtime"])
-        rewrites = table["rewrites"]
-        if not isinstance(rewrites, list):
-            self.fail(
-                "runtime.rewrites", f"expected an array of tables ([[runtime.rewrites]]), got {self.got(rewrites)}"
-            )
-        for index, entry in enumerate(rewrites):
-            key = f"runtime.rewrites[{index}]"
-            entry = self.table(entry, key)
-            self.keys(entry, key, _REWRITE_KEYS)
-            name = self.string(entry["fix"], f"{key}.fix")
-            if not _FIX_NAME.fullmatch(name):
-                self.fail(f"{key}.fix", f"expected a fix pass name like 'fold-batchnorm', got {name!r}")
-            self.source(entry, key)
+            self.declared(conditional.chips or [], f"{key}.chips", self.target.chips, "target.chips")
+            self.declared(conditional.precisions or [], f"{key}.precisions", precisions, "target.precisions")
+        for index, other in enumerate(fusion.other_hosts):
+            if other.host in (fusion.hosts or FUSION_HOSTS):
+                self.fail(f"fusion.other_hosts[{index}].host", f"{other.host!r} is already one of fusion.hosts")
 
     def cost(self, table: Mapping[str, Any]) -> None:
-        self.keys(table, "cost", _SECTIONS["cost"])
-        self.source(table, "cost")
+        """The numbers of [cost], per precision and per chip (typed as a whole already), and what cost.assumed names."""
+        precisions, chips = self.target.precisions, self.target.chips
         present = self.cost_numbers(table, "cost")
-        per_precision = self.table(table.get("precision", {}), "cost.precision")
-        for name, entry in per_precision.items():
+        for name, entry in table.get("precision", {}).items():
             key = f"cost.precision.{name}"
-            self.declared_precision(name, key)
-            entry = self.table(entry, key)
-            self.keys(entry, key, (frozenset(), COST_NUMBERS | COST_FLAGS | COST_LISTS | COST_TABLES | {"source"}))
-            if "source" in entry:  # numbers of this precision that cite where (else [cost].source covers them)
-                self.source(entry, key)
+            self.declared([name], key, precisions, "target.precisions", indexed=False)
+            self.convert(entry, CostPrecision, key)
             present |= {f"precision.{name}.{number}" for number in self.cost_numbers(entry, key)}
-        for chip, entry in self.table(table.get("chip", {}), "cost.chip").items():  # per chip, then per precision
+        for chip, entry in table.get("chip", {}).items():  # per chip, then per precision
             key = f"cost.chip.{chip}"
-            self.declared_chip(chip, key)
-            entry = self.table(entry, key)
-            self.keys(entry, key, (frozenset(), COST_NUMBERS | {"precision", "source"}))
-            if "source" in entry:  # numbers measured for this chip cite where (else [cost].source covers them)
-                self.source(entry, key)
+            self.declared([chip], key, chips, "target.chips", indexed=False)
+            self.convert(entry, CostChip, key)
             present |= {f"chip.{chip}.{number}" for number in self.cost_numbers(entry, key)}
-            for name, inner in self.table(entry.get("precision", {}), f"{key}.precision").items():
-                self.declared_precision(name, f"{key}.precision.{name}")
-                inner = self.table(inner, f"{key}.precision.{name}")
-                self.keys(inner, f"{key}.precision.{name}", (frozenset(), COST_NUMBERS))
+            for name, inner in entry.get("precision", {}).items():
+                self.declared([name], f"{key}.precision.{name}", precisions, "target.precisions", indexed=False)
+                self.convert(inner, CostChipPrecision, f"{key}.precision.{name}")
                 self.cost_numbers(inner, f"{key}.precision.{name}")
-        for index, name in enumerate(self.strings(table.get("assumed", []), "cost.assumed")):
+        for op, value in table.get("kernels", {}).get("op_us_per_melement", {}).items():
+            self.convert(value, NonNegative, f"cost.kernels.op_us_per_melement.{op}")
+        for index, name in enumerate(table.get("assumed", [])):
             if name not in present:
                 self.fail(f"cost.assumed[{index}]", f"{name!r} names no number or flag of this [cost] table")
-        if "backend" in table:
-            self.cost_backend(self.table(table["backend"], "cost.backend"))
-        if "accuracy" in table:
-            self.cost_accuracy(self.table(table["accuracy"], "cost.accuracy"))
-        if "kernels" in table:
-            self.cost_kernels(self.table(table["kernels"], "cost.kernels"))
-
-    def cost_backend(self, table: Mapping[str, Any]) -> None:
-        self.keys(table, "cost.backend", _BACKEND_KEYS)
-        self.source(table, "cost.backend")
-        self.choice(table["name"], "cost.backend.name", BACKENDS)
-        if "optimization_level" in table:
-            self.choice(table["optimization_level"], "cost.backend.optimization_level", ORT_LEVELS)
-        for name in ("system_config", "memory_mode", "config", "accelerator_config"):
-            if name in table:
-                self.string(table[name], f"cost.backend.{name}")
-        if "budget_s" in table:
-            self.positive(table["budget_s"], "cost.backend.budget_s")
-
-    def cost_accuracy(self, table: Mapping[str, Any]) -> None:
-        self.keys(table, "cost.accuracy", (frozenset({"source"}), ACCURACY_KEYS))
-        self.source(table, "cost.accuracy")
-        for name in ACCURACY_KEYS & table.keys():
-            self.positive(table[name], f"cost.accuracy.{name}", zero=True)
-
-    def cost_kernels(self, table: Mapping[str, Any]) -> None:
-        optional = KERNEL_NUMBERS | KERNEL_CLASSES | {"op_us_per_melement"}
-        self.keys(table, "cost.kernels", (frozenset({"source"}), optional))
-        self.source(table, "cost.kernels")
-        for name in KERNEL_NUMBERS & table.keys():
-            self.positive(table[name], f"cost.kernels.{name}", zero=name.endswith("_us"))
-        for kind in KERNEL_CLASSES & table.keys():
-            key = f"cost.kernels.{kind}"
-            entry = self.table(table[kind], key)
-            self.keys(entry, key, (frozenset(), KERNEL_RATES | {"overhead_us"}))
-            for name, value in entry.items():
-                self.positive(value, f"{key}.{name}", zero=name == "overhead_us")
-        for op, value in self.table(table.get("op_us_per_melement", {}), "cost.kernels.op_us_per_melement").items():
-            self.positive(value, f"cost.kernels.op_us_per_melement.{op}", zero=True)
-
-    def positive(self, value: Any, key: str, zero: bool = False) -> float:
-        if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
-            self.fail(key, f"expected a number, got {self.got(value)}")
-        if value < 0 or (value == 0 and not zero) or value == float("inf"):
-            self.fail(key, f"expected a {'non-negative' if zero else 'positive'} finite number, got {value}")
-        return float(value)
 
     def cost_numbers(self, table: Mapping[str, Any], key: str) -> set[str]:
-        """Check the numbers (positive; overheads may be 0) and flags of a cost table; return the keys present."""
-        for name in COST_NUMBERS & table.keys():
-            value = table[name]
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                self.fail(_join(key, name), f"expected a number, got {self.got(value)}")
-            if value < 0 or (value == 0 and not name.endswith("_us")):
-                self.fail(
-                    _join(key, name),
-                    f"expected a {'non-negative' if name.endswith('_us') else 'positive'} number, got {value}",
-                )
-        if "data_dependent_ratio" in table and table["data_dependent_ratio"] < 1:
-            self.fail(_join(key, "data_dependent_ratio"), f"expected a ratio >= 1, got {table['data_dependent_ratio']}")
+        """What types cannot say of a cost table's numbers; the number, flag, list and table keys present."""
         block = table.get("nchwc_block_channels")
-        if block is not None and not isinstance(block, bool) and isinstance(block, float) and not block.is_integer():
+        if isinstance(block, float) and not block.is_integer():
             self.fail(_join(key, "nchwc_block_channels"), f"expected a whole number of channels, got {block}")
         if ("reorder_dram_gb_per_s" in table) != ("reorder_cache_mb" in table):
             given, missing = sorted(("reorder_dram_gb_per_s", "reorder_cache_mb"), key=lambda k: k not in table)
             self.fail(_join(key, missing), f"expected with {given} (the tensor size where that rate starts)")
-        for name in COST_FLAGS & table.keys():
-            self.boolean(table[name], _join(key, name))
-        for name in COST_LISTS & table.keys():
-            self.strings(table[name], _join(key, name), item=self.op_type)
+        self.op_types(table.get("data_dependent_ops", []), _join(key, "data_dependent_ops"))
         for name in COST_TABLES & table.keys():
-            self.activation_table(table[name], _join(key, name))
+            for op, number in table[name].items():
+                if op not in ACTIVATION_OPS:
+                    self.fail(
+                        _join(_join(key, name), op),
+                        f"{op!r} is not an activation op type (expected one of: {', '.join(sorted(ACTIVATION_OPS))})",
+                    )
+                self.convert(number, Positive, _join(_join(key, name), op))
         return set((COST_NUMBERS | COST_FLAGS | COST_LISTS | COST_TABLES) & table.keys())
 
-    def activation_table(self, value: Any, key: str) -> None:
-        """activation op type -> a positive, finite number (Relu-equivalent ops per element)."""
-        for op, number in self.table(value, key).items():
-            if op not in ACTIVATION_OPS:
-                self.fail(
-                    _join(key, op),
-                    f"{op!r} is not an activation op type (expected one of: {', '.join(sorted(ACTIVATION_OPS))})",
-                )
-            if isinstance(number, bool) or not isinstance(number, int | float):
-                self.fail(_join(key, op), f"expected a number, got {self.got(number)}")
-            if not 0 < number < float("inf"):
-                self.fail(_join(key, op), f"expected a positive number (ops per element, Relu = 1), got {number}")
+
+def _allowed(kind: Any, at: str) -> list[str]:
+    """The keys of the table, or the values of the enumeration, that `kind` has at msgspec's path `at`
+    (".fusion.conditional[0].chips", "[...]" for a table's values)."""
+    for name, _ in re.findall(r"\.([^.\[]+)|\[(\d+|\.\.\.)\]", at):
+        kind = _bare(kind)
+        if name:
+            kind = typing.get_type_hints(kind, include_extras=True).get(name) if _is_table(kind) else None
+        else:
+            kind = (typing.get_args(kind) or (None,))[-1]  # a list's items, a table's values
+    kind = _bare(kind)
+    if _is_table(kind):
+        return list(kind.__struct_fields__)
+    return [str(value) for value in typing.get_args(kind)] if typing.get_origin(kind) is Literal else []
+
+
+def _bare(kind: Any) -> Any:
+    """`kind` without Annotated[...] and `| None`."""
+    while typing.get_origin(kind) in (Annotated, Union, types.UnionType):
+        kind = next(arg for arg in typing.get_args(kind) if arg is not type(None))
+    return kind
+
+
+def _is_table(kind: Any) -> bool:
+    return isinstance(kind, type) and issubclass(kind, Table)
+
+
+def _sources(data: Mapping[str, Any], key: str = "") -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """Every table of the document that has a `source`, with its dotted key."""
+    if "source" in data and key:
+        yield key, data
+    for name, value in data.items():
+        if isinstance(value, dict):
+            yield from _sources(value, _join(key, name))
+        elif isinstance(value, list):
+            for index, item in enumerate(value):
+                if isinstance(item, dict):
+                    yield from _sources(item, f"{_join(key, name)}[{index}]")
 
 
 def op_type_problem(name: str) -> str | None:

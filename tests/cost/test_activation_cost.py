@@ -132,9 +132,9 @@ def test_other_targets_keep_one_op_per_element() -> None:
 @pytest.mark.parametrize(
     ("entry", "message"),
     [
-        ("Gelu = 0.0", "cost.activation_ops_per_element.Gelu: expected a positive number"),
-        ("Gelu = -2.0", "cost.activation_ops_per_element.Gelu: expected a positive number"),
-        ('Gelu = "slow"', "cost.activation_ops_per_element.Gelu: expected a number, got a string"),
+        ("Gelu = 0.0", "cost.activation_ops_per_element.Gelu: Expected `float` > 0.0"),
+        ("Gelu = -2.0", "cost.activation_ops_per_element.Gelu: Expected `float` > 0.0"),
+        ('Gelu = "slow"', "cost.activation_ops_per_element.Gelu: Expected `float`, got `str`"),
         ("Conv = 2.0", "cost.activation_ops_per_element.Conv: 'Conv' is not an activation op type"),
         ("GELU = 2.0", "cost.activation_ops_per_element.GELU: 'GELU' is not an activation op type"),
     ],
@@ -151,5 +151,5 @@ def test_a_bad_table_entry_is_a_one_line_error(tmp_path: Path, entry: str, messa
 def test_the_table_must_be_a_table(tmp_path: Path) -> None:
     path = tmp_path / "bad.toml"
     path.write_text('[target]\nname = "bad"\nsources = ["s"]\n[cost]\nsource = "s"\nactivation_ops_per_element = 2.0\n')
-    with pytest.raises(UsageError, match=re.escape("cost.activation_ops_per_element: expected a table")):
+    with pytest.raises(UsageError, match=re.escape("cost.activation_ops_per_element: Expected `table`, got `float`")):
         load_target(str(path))

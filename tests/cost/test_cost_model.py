@@ -136,8 +136,8 @@ def test_a_users_target_file_sets_the_numbers(tmp_path: Path) -> None:
     ("cost", "message"),
     [
         ("conv_gmac_per_s = 1.0", "cost.conv_gmac_per_s: unknown key"),
-        ('conv_gmacs_per_s = "fast"', "cost.conv_gmacs_per_s: expected a number, got a string"),
-        ("conv_gmacs_per_s = 0.0", "cost.conv_gmacs_per_s: expected a positive number"),
+        ('conv_gmacs_per_s = "fast"', "cost.conv_gmacs_per_s: Expected `float`, got `str`"),
+        ("conv_gmacs_per_s = 0.0", "cost.conv_gmacs_per_s: Expected `float` > 0.0"),
         ('assumed = ["memory_gb_per_s"]', "cost.assumed[0]: 'memory_gb_per_s' names no number"),
         ("[cost.precision.int8]\nconv_gmacs_per_s = 1.0", "cost.precision.int8: 'int8' is not one of"),
     ],

@@ -248,7 +248,7 @@ def test_data_dependent_ratio_below_one_is_rejected(tmp_path) -> None:
         '[target]\nname = "t"\nsources = ["s"]\n[cost]\nsource = "s"\ndata_dependent_ratio = 0.5\n'
         'data_dependent_ops = ["PRelu"]\n'
     )
-    with pytest.raises(UsageError, match="data_dependent_ratio: expected a ratio >= 1"):
+    with pytest.raises(UsageError, match=r"data_dependent_ratio: Expected `float` >= 1\.0"):
         load_target(str(path))
     path.write_text('[target]\nname = "t"\nsources = ["s"]\n[cost]\nsource = "s"\ndata_dependent_ops = ["PRELU"]\n')
     with pytest.raises(UsageError, match=r"cost\.data_dependent_ops"):

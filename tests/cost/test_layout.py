@@ -240,7 +240,7 @@ def test_the_dram_reorder_rate_needs_its_cache_size(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("value", "message"),
-    [("8.5", "expected a whole number of channels, got 8.5"), ("0", "expected a positive number, got 0")],
+    [("8.5", "expected a whole number of channels, got 8.5"), ("0", "nchwc_block_channels: Expected `float` > 0.0")],
 )
 def test_the_block_must_be_a_positive_whole_number(tmp_path: Path, value: str, message: str) -> None:
     path = tmp_path / "bad.toml"

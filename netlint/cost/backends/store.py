@@ -2,7 +2,7 @@
 
 Each entry is a JSON document named by the SHA-256 of what decides it (the exported graph's bytes, the toolchain's
 version and options). Held in memory for the process, and on disk in the content cache's folder when the command
-uses one (`use`, called for each model linted with a cache: netlint.batch), under `<cache>/v7/backends/`, so ORT or
+uses one (`use`, called for each model linted with a cache: netlint.batch), under `<cache>/v8/backends/`, so ORT or
 Vela runs once per distinct graph or neighbourhood across runs. Writes are atomic (a temporary file renamed into
 place); an unreadable entry is a miss. JSON only, never pickle: reading a cache folder must not run code.
 """
@@ -19,7 +19,7 @@ from typing import Any
 _MEMORY: dict[str, Any] = {}
 _MEMORY_LIMIT = 4096
 _FOLDER: list[Path | None] = [None]
-SUBFOLDER = ("v7", "backends")  # v7: netlint.cache.CACHE_FORMAT (a test checks)
+SUBFOLDER = ("v8", "backends")  # v8: netlint.cache.CACHE_FORMAT (a test checks)
 
 
 def use(folder: Path | str | None) -> None:
