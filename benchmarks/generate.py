@@ -118,23 +118,7 @@ def conv_net(n_nodes: int, channels: int = 8, size: int = 8) -> tuple[onnx.Graph
     b.weights[-2] = (zero, np.array(0.0, np.float32))
     b.weights[-1] = (six, np.array(6.0, np.float32))
     consts = {"zero": zero, "six": six}
-    x = b.one("Relu", [_conv(b, "input", 3, channels, 3, "/stem/conv")], "/stem/relu")
-    index = 0
-    while len(b.nodes) < n_nodes - 3:
-        x = _conv_block(b, x, channels, index, consts)
-        index += 1
-    x = b.one("GlobalAveragePool", [x], "/head/pool")
-    x = b.one("Flatten", [x], "/head/flatten")
-    y = b.one(
-        "Gemm", [x, b.weight("/head/fc.weight", (10, channels)), b.weight("/head/fc.bias", (10,))], "/head/fc", transB=1
-    )
-    graph = helper.make_graph(
-        b.nodes,
-        "conv_net",
-        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, size, size])],
-        [helper.make_tensor_value_info(y, TensorProto.FLOAT, [1, 10])],
-    )
-    return graph, b
+    return _stacked(b, "conv_net", n_nodes, channels, size, lambda x, index: _conv_block(b, x, channels, index, consts))
 
 
 def findings_net(n_nodes: int, channels: int = 8, size: int = 8) -> tuple[onnx.GraphProto, _Builder]:
@@ -142,14 +126,25 @@ def findings_net(n_nodes: int, channels: int = 8, size: int = 8) -> tuple[onnx.G
     PRelu blocks with residual adds (4 nodes each), the conv of every 7th block also feeding the add (a multi-consumer
     conv) instead of the block's input. About 36k findings at 100k nodes (issue 24)."""
     b = _Builder()
-    x = b.one("Relu", [_conv(b, "input", 3, channels, 3, "/stem/conv")], "/stem/relu")
-    index = 0
-    while len(b.nodes) < n_nodes - 3:
+
+    def block(x: str, index: int) -> str:
         s = f"/blocks.{index}"
         y = _conv(b, x, channels, channels, 3, f"{s}/conv")
         slope = b.weight(f"{s}/prelu.weight", (channels, 1, 1), scale=0.01, low=0.2)
         act = b.one("PRelu", [_bn(b, y, channels, f"{s}/bn"), slope], f"{s}/prelu")
-        x = b.one("Add", [act, y if index % 7 == 0 else x], f"{s}/add")
+        return b.one("Add", [act, y if index % 7 == 0 else x], f"{s}/add")
+
+    return _stacked(b, "findings_net", n_nodes, channels, size, block)
+
+
+def _stacked(
+    b: _Builder, name: str, n_nodes: int, channels: int, size: int, block: Callable[[str, int], str]
+) -> tuple[onnx.GraphProto, _Builder]:
+    """A stem conv, blocks made by `block(x, index)` until the graph has about `n_nodes` nodes, a classifier head."""
+    x = b.one("Relu", [_conv(b, "input", 3, channels, 3, "/stem/conv")], "/stem/relu")
+    index = 0
+    while len(b.nodes) < n_nodes - 3:
+        x = block(x, index)
         index += 1
     x = b.one("GlobalAveragePool", [x], "/head/pool")
     x = b.one("Flatten", [x], "/head/flatten")
@@ -158,7 +153,7 @@ def findings_net(n_nodes: int, channels: int = 8, size: int = 8) -> tuple[onnx.G
     )
     graph = helper.make_graph(
         b.nodes,
-        "findings_net",
+        name,
         [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, size, size])],
         [helper.make_tensor_value_info(y, TensorProto.FLOAT, [1, 10])],
     )
