@@ -546,6 +546,8 @@ kernel_overhead_us = 2
 assumed = ["kernel_overhead_us"]
 [cost.precision.fp16]
 conv_gmacs_per_s = 50.0
+weight_bits = 8
+source = "Board manual — DOC-123"
 [cost.chip.v2]
 memory_gb_per_s = 8.0
 [cost.kernels]
@@ -560,6 +562,14 @@ BROKEN_COST = [
     ("number not finite", "conv_gmacs_per_s = 100.0", "conv_gmacs_per_s = inf", "cost.conv_gmacs_per_s", "finite"),
     ("not a number", "conv_gmacs_per_s = 100.0", "conv_gmacs_per_s = nan", "cost.conv_gmacs_per_s", ""),
     ("per precision", "= 50.0", '= "x"', "cost.precision.fp16.conv_gmacs_per_s", "str"),
+    ("weight bits not whole", "weight_bits = 8", "weight_bits = 7.5", "cost.precision.fp16.weight_bits", "int"),
+    (
+        "precision source not listed",
+        'weight_bits = 8\nsource = "Board manual — DOC-123"',
+        'weight_bits = 8\nsource = "A blog post"',
+        "cost.precision.fp16.source",
+        "target.sources",
+    ),
     ("per chip", "memory_gb_per_s = 8.0", "memory_gb_per_s = true", "cost.chip.v2.memory_gb_per_s", "bool"),
     ("chip not declared", "[cost.chip.v2]", "[cost.chip.v9]", "cost.chip.v9", "target.chips"),
     ("unknown key per chip", "memory_gb_per_s = 8.0", "memory_gbps = 8.0", "cost.chip.v2.memory_gbps", "unknown"),

@@ -253,6 +253,8 @@ def _number(name: str) -> Any:
     """A cost number's type, by its unit: overheads (`_us`) may be 0, a ratio is >= 1, the rest are positive."""
     if name == "data_dependent_ratio":
         return Annotated[float, Meta(ge=1)]
+    if name == "weight_bits":
+        return Annotated[int, Meta(ge=1)]
     return NonNegative if name.endswith("_us") else Positive
 
 
