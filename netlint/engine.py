@@ -74,7 +74,7 @@ def _lint_file(path: Path, settings: Settings) -> ModelReport:
 def missing_weights(model: Model) -> list[str]:
     """What the loader said about external data it could not read (a missing file, a location outside the folder,
     bytes past the end): an error with `fail-on-missing-weights`, a note without."""
-    from netlint.io.onnx_io import WEIGHTS_UNAVAILABLE
+    from netlint.io.onnx_data import WEIGHTS_UNAVAILABLE
 
     return [note.removesuffix(WEIGHTS_UNAVAILABLE) for note in model.notes if note.endswith(WEIGHTS_UNAVAILABLE)]
 

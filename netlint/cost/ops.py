@@ -25,6 +25,10 @@ Conventions (they are what the numbers mean; change them here and nowhere else):
   never costed as zero.
 - free: Constant, Shape, Size, and every node whose inputs are all constants or shape arithmetic (a runtime folds them
   at load time), and the Quantize/Dequantize markers of a QDQ model (folded into the quantized kernels).
+
+(Over 600 lines: the conventions above, the op tables and the one formula per op class that applies them are one
+table, read together when a number is questioned; split, a convention and the formula that follows it would live in
+different files.)
 """
 
 from __future__ import annotations

@@ -11,6 +11,9 @@ nothing about, so load -> save -> load gives the same tree.
 Numeric vectors stay numpy views of the input (buffers are never copied until they are serialised). Scalars are
 stored with their value; a scalar equal to its schema default is omitted on write, as the converter does. Buffers
 stored outside the flatbuffer (models over 2 GB: `Buffer.offset`) are refused with a clear error.
+
+(Over 600 lines: it is one format, the TFLite schema read and written by one reflection over its generated code, with
+the operator versions the writer stamps; split, the reader and the writer of a field would live apart.)
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Which nodes are live: they have effects of their own, or their outputs reach a graph output (values a node's
 bodies read count as its inputs). One analysis for GR001, the remove-dead-code pass that removes what GR001
-reports, and the cost model's runtime dead-code elimination (netlint.cost.model).
+reports, and the cost model's runtime dead-code elimination (netlint.cost.placement).
 
 `all_live` answers the usual case (no dead code) in one pass; `live_nodes` finds the live set, in one pass in reverse
 file order when the graph is topologically sorted with one writer per value, else by a walk back from the outputs.

@@ -11,7 +11,7 @@ import onnx
 import pytest
 
 from netlint.config import FileConfig, Overrides, settings_for
-from netlint.cost import model as model_module
+from netlint.cost import latency as latency_module
 from netlint.cost.impact import model_cost, price_findings
 from netlint.cost.model import cost_model
 from netlint.engine import lint_model
@@ -71,17 +71,17 @@ def test_repeated_kernels_timed_once_keep_every_latency(
 ) -> None:
     graph = load(light_dir / name).graph
     timed: list[object] = []
-    original = model_module._kernel_time
+    original = latency_module._kernel_time
 
     def counting(*args: object) -> tuple[float, float]:
         timed.append(args[0])
         return original(*args)  # type: ignore[arg-type]
 
     with monkeypatch.context() as patch:
-        patch.setattr(model_module, "_kernel_time", counting)
+        patch.setattr(latency_module, "_kernel_time", counting)
         shared = _latencies(graph, target)
     kernels = cost_model(graph, target).kernels
     assert len(timed) < kernels  # some kernels repeat: timed once
     with monkeypatch.context() as patch:
-        patch.setattr(model_module, "_kernel_key", lambda *args: None)
+        patch.setattr(latency_module, "_kernel_key", lambda *args: None)
         assert _latencies(graph, target) == shared

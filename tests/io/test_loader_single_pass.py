@@ -11,6 +11,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+import netlint.io.onnx_data as onnx_data
 import netlint.io.onnx_io as onnx_io
 from netlint.errors import ModelLoadError
 from netlint.ir import Graph
@@ -152,9 +153,9 @@ def test_small_constants_decode_in_a_fresh_process_state(
 ) -> None:
     """A serialized small constant is decoded on first use without the loader's per-type caches (empty in a new
     process, where the first lint reads them)."""
-    monkeypatch.setattr(onnx_io, "_NP_DTYPES", {})
+    monkeypatch.setattr(onnx_data, "_NP_DTYPES", {})
     monkeypatch.setattr(onnx_io, "_DTYPE_NAMES", {0: None})
-    onnx_io._np_dtype.cache_clear()
+    onnx_data._np_dtype.cache_clear()
     tensor = numpy_helper.from_array(array, "w")
     if not raw:
         tensor = helper.make_tensor("w", tensor.data_type, array.shape, array.reshape(-1).tolist(), raw=False)
