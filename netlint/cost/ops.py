@@ -543,6 +543,8 @@ def _free_reason(ctx: CostContext, node: Node) -> str | None:
         return "shape arithmetic"
     if node.id in ctx.markers:
         return "QDQ marker: folded into the neighbouring quantized kernels"
+    if node.op == "Identity" and ctx.graph.format == "tflite":  # only a priced edit writes one (a hand fold's output)
+        return "TFLite has no Identity operator: the producer writes this output itself"
     static, const = ctx.static, ctx.const
     inputs = False
     for name in node.inputs:

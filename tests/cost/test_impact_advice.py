@@ -4,6 +4,7 @@ of each advised change's saving on two targets where they disagree, and the `bas
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -21,6 +22,8 @@ from netlint.targets import load_target
 from netlint.testing import GraphBuilder, TfliteBuilder, lint, load
 
 pytestmark = pytest.mark.usefixtures("static_cost")  # the static model's prices of advised changes
+
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def repriced(model: onnx.ModelProto | bytes, code: str, found_on: dict, target: str, **kw: str) -> Impact:
@@ -433,6 +436,19 @@ def test_a_manual_fold_is_priced_as_the_batch_norm_gone(target: str) -> None:
     before = model_cost(load(concat_bn()).graph, chosen).latency_us
     after = model_cost(load(b.build()).graph, chosen).latency_us
     assert impact.saving_ms == pytest.approx((before - after) / 1000, rel=0.01)
+
+
+@pytest.mark.usefixtures("static_cost")
+def test_a_hand_fold_at_a_tflite_graph_output_saves_the_whole_folded_kernel() -> None:
+    """The fold's last op writes the graph output: the priced edit keeps the name with an Identity, which TFLite does
+    not have (the conv writes the output itself), so it is free and the saving is the MUL's whole kernel."""
+    model = (DATA / "passes" / "fold_affine_neg.tflite").read_bytes()
+    [finding] = lint(model, select=["FU008"], target="ethos-u55").findings
+    assert finding.fix is not None and finding.fix.applicability == "manual"
+    assert finding.impact is not None and "done by hand" in (finding.impact.basis or "")
+    mul = model_cost(load(model).graph, load_target("ethos-u55")).node("sg0/op1")
+    assert mul.node.op == "Mul" and mul.latency_us > 0
+    assert finding.impact.saving_ms == pytest.approx(mul.latency_us / 1000, rel=0.01)
 
 
 # --- the advice a rule declares --------------------------------------------------------------------------------------
