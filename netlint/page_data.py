@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Collection, Iterable, Sequence
 
-from netlint.cost import backends
+from netlint.cost.impact import model_cost
 from netlint.cost.model import ModelCost
 from netlint.cost.ops import MOVER, VIEW
 from netlint.ir import Graph, Model, Node
@@ -23,8 +23,9 @@ TOP_KERNELS = 12  # the slowest kernels charted
 
 
 def page_data(model: Model, report: ModelReport, target: Target) -> PageData:
-    """The page's data for `report`'s findings on `model`, priced by the target's backend as the check priced it (a
-    failing cost model leaves the breakdown out and says why)."""
+    """The page's data for `report`'s findings on `model`, with the cost the check priced it by (netlint.cost.impact's,
+    kept in the graph's analysis cache: not computed again; a failing cost model leaves the breakdown out and says
+    why)."""
     graphs = list(model.graphs())
     where = {node.id: graph for graph in graphs for node in graph.nodes}
     pictures: dict[tuple[str, ...], Picture] = {}
@@ -36,7 +37,7 @@ def page_data(model: Model, report: ModelReport, target: Target) -> PageData:
     ops = Counter(node.op for graph in graphs for node in graph.nodes)
     page = PageData(len(graphs), dict(ops.most_common()), list(pictures.values()))
     try:
-        cost = backends.cost(model.graph, target)
+        cost = model_cost(model.graph, target)
     except Exception as exc:  # the page must not die with the cost model; say what happened
         page.cost_error = f"{type(exc).__name__}: {exc}"
         return page
