@@ -324,3 +324,34 @@ def test_ort_fuses_a_gemm_with_the_activations_of_its_own_fusion() -> None:
         assert (result.node("act").fused_into == "fc") is fused, activation
         assert cost_model(model, "qualcomm-htp").node("act").fused_into is None  # HTP: convolutions only
     assert load_target("ort-cpu").other_host_fusions()["Gemm"] >= {"Relu", "Sigmoid", "Tanh"}
+
+
+def int8_convs(reshape: bool) -> bytes:
+    """Two int8 3x3 convs, with or without a RESHAPE between them."""
+    b = TfliteBuilder("int8")
+    quant = {"scale": [0.05], "zero_point": [0]}
+    weight_quant = {"scale": [0.01] * 16, "zero_point": [0] * 16, "axis": 0}
+    weights, bias = np.ones((16, 3, 3, 16), np.int8), np.zeros(16, np.int32)
+    y = b.conv_2d(
+        b.input("x", [1, 32, 32, 16], "int8", quant), weights, bias, out_quant=quant, weight_quant=weight_quant
+    )
+    if reshape:
+        moved = b.tensor("moved", [1, 64, 16, 16], "int8", quant)
+        shape = [1, 64, 16, 16]
+        b.op("RESHAPE", [y, b.const("shape", np.array(shape, np.int32))], [moved], {"new_shape": shape})
+        y = moved
+    b.output(b.conv_2d(y, weights, bias, out_quant=quant, weight_quant=weight_quant))
+    return b.build()
+
+
+@pytest.mark.usefixtures("static_cost")
+@pytest.mark.parametrize("target", ["ethos-u55", "ethos-u65"])
+def test_ethos_u_prices_a_reshape_at_nothing_as_vela_removes_memory_only_ops(target: str) -> None:
+    """Vela bypasses Reshape/Squeeze/ExpandDims/Identity (bypass_memory_only_ops): the model with a RESHAPE between
+    its convs compiles to the same two convs, so the static model prices the RESHAPE at 0."""
+    chosen = load_target(target)
+    with_reshape = cost_model(load(int8_convs(reshape=True)), chosen)
+    without = cost_model(load(int8_convs(reshape=False)), chosen)
+    [reshape] = [entry for entry in with_reshape.nodes if entry.node.op == "Reshape"]
+    assert not reshape.latency_us  # no kernel time (None: not a kernel of its own)
+    assert with_reshape.latency_us == pytest.approx(without.latency_us)
