@@ -145,7 +145,8 @@ NCHW_GRID = (  # (kernel, cin, cout, size, stride, group): what the NCHWc transf
 )  # fmt: skip
 GEMM_GRID = (  # (rows, depth, columns)
     (1, 512, 1000), (1, 1024, 1000), (1, 2048, 1000), (1, 4096, 4096), (1, 9216, 4096), (8, 512, 512), (64, 512, 512),
-    (128, 768, 768), (128, 768, 3072), (16, 1024, 4096), (197, 384, 1152),
+    (128, 768, 768), (128, 768, 3072), (16, 1024, 4096), (197, 384, 1152), (1, 1280, 1000), (1, 4096, 1000),
+    (1, 2048, 2048),
 )  # fmt: skip
 ELEMENTWISE = ("Add", "Mul", "Relu", "Sigmoid", "Tanh", "Erf", "Exp", "Clip", "LeakyRelu", "HardSwish", "Gelu",
                "HardSigmoid", "Elu", "Softplus", "Div", "Neg", "Sqrt", "Abs")  # fmt: skip

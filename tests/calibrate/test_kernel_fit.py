@@ -75,6 +75,8 @@ def test_update_replaces_only_the_cost_tables_and_cites_the_run() -> None:
     before = [line for line in original.splitlines() if not line.startswith(("#", "["))][:40]
     assert all(line in result for line in before[:20])  # the target's other facts, as they were written
     assert "# the run's header" in result
+    assert "# Written by `netlint calibrate`" in original and "# Written by `netlint calibrate`" not in result  # the
+    # old run's header (above the old [cost], a blank line between) goes with it
 
 
 # --- timing on a shared machine --------------------------------------------------------------------------------------

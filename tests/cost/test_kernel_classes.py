@@ -16,6 +16,7 @@ from netlint.calibrate.bench import MAX_WARM_CALLS, _warm_calls, measure
 from netlint.calibrate.kernel_fit import fit_class
 from netlint.calibrate.kernel_suite import micro_models
 from netlint.cost.kernels import (
+    GEMM,
     PRELU_MIXED,
     SOFTMAX,
     UNKNOWN_MINORITY_SHARE,
@@ -151,3 +152,19 @@ def test_visits_are_warmed_by_calls_filling_warm_ms() -> None:
     assert timings.rounds == 2
     assert counts["a"] >= 1 + 2 * (MAX_WARM_CALLS + 1)  # each visit of a: the untimed calls, then the timed ones
     assert counts["b"] <= 1 + 2 * 20  # b is not warmed: its first timing and its timed calls only
+
+
+def test_a_gemm_s_weights_past_the_last_level_cache_are_streamed_at_their_own_rate() -> None:
+    def fc(rows: int, depth: int, columns: int) -> Kernel:  # alexnet's fc6 is 1 x 9216 x 4096: 151 MB of weights
+        x, w = Tensor((rows, depth), "float32"), Tensor((columns, depth), "float32", const=True)
+        return Kernel("Gemm", inputs=(x, w), outputs=(Tensor((rows, columns), "float32"),), attrs=(("transB", 1),))
+
+    big, small = classify(fc(1, 9216, 4096), llc_mb=4.0), classify(fc(1, 512, 1000), llc_mb=4.0)
+    assert big is not None and small is not None and big.kind == small.kind == GEMM
+    assert big.amount("weight_bytes_past_llc") == 9216 * 4096 * 4 - 4e6
+    assert small.amount("weight_bytes_past_llc") == 0  # 2 MB: in the cache
+    rates = KernelRates(
+        {GEMM: ClassRates(0.0, {"weight_gb_per_s": 40.0, "weight_past_llc_gb_per_s": 20.0})}, llc_mb=4.0
+    )
+    streamed = rates.time(fc(1, 9216, 4096))
+    assert streamed == pytest.approx(9216 * 4096 * 4 / 40e3 + (9216 * 4096 * 4 - 4e6) / 20e3)
