@@ -254,15 +254,15 @@ def _kernel_time(
 
 
 def _output_rate(head: NodeCost, working: list[NodeCost], rates: Rates) -> float:
-    """Output elements per second (1e9) of an NPU kernel: its head op's own rate ([cost].output_gelements_per_s_by_op,
-    else output_gelements_per_s), or its fused activation's when slower: Vela's output stage takes the larger of
-    the op's and the activation's cycles per element (_estimate_output_cycles_per_element, npu_performance.py), and a
-    lookup-table activation (Sigmoid, Tanh, and in int8 HardSwish, LeakyRelu) costs more per element than a conv's
-    output on the larger chips."""
+    """Output elements per second (1e9) of an NPU kernel: the slowest of output_gelements_per_s, its op's rate and its
+    fused activation's ([cost].output_gelements_per_s_by_op): Vela's output stage takes the larger of the op's and the
+    activation's cycles per element (_estimate_output_cycles_per_element, npu_performance.py); an ADD writes slower
+    than a conv, and a lookup-table activation (Sigmoid, Tanh, and in int8 HardSwish, LeakyRelu) too on the larger
+    chips."""
     by_op = rates.output_gelements_per_s_by_op
-    rate = by_op.get(head.op, rates.output_gelements_per_s)
+    rate = rates.output_gelements_per_s
     assert rate is not None
-    kinds = [head.node.fused_activation] if head.node.fused_activation and not head.extra_pass else []
+    kinds = [head.op, head.node.fused_activation] if head.node.fused_activation and not head.extra_pass else [head.op]
     kinds += [m.op for m in working if m.fusion == ACTIVATION]
     for kind in kinds:
         rate = min(rate, by_op.get(kind, rate))  # type: ignore[arg-type]

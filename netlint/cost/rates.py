@@ -77,7 +77,7 @@ class Rates:
     weight_gb_per_s: float | None = None  # None: weights move at memory_gb_per_s with the activations
     mac_output_gelements_per_s: float | None = None  # None: a MAC kernel's outputs cost no more than other kernels'
     weight_bits: int | None = None  # None: a float model's weights are deployed at the activations' width
-    # op type -> output elements per second (1e9) where an op (or a fused activation) writes slower or faster than
+    # op type -> output elements per second (1e9) where an op (or a fused activation) writes slower than
     # output_gelements_per_s; read only with output_gelements_per_s
     output_gelements_per_s_by_op: Mapping[str, float] = field(default_factory=dict, hash=False, compare=False)
     # op type -> input elements per second (1e9) the op reads at most (Ethos-U: a MEAN runs as a depthwise conv whose

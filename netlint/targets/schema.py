@@ -90,7 +90,7 @@ COST_LISTS = frozenset({"data_dependent_ops", "output_stage_activations"})
 # Relu-equivalents (Relu = 1: an activation's per-element time on the target relative to a Relu's, measured by
 # `netlint calibrate`); op types not listed count 1. output_gelements_per_s_by_op: op type -> the output elements per
 # second (1e9) of a kernel that op heads, or of one it is fused into as its activation (an NPU's output stage: Vela's
-# output and activation cycles per element); op types not listed write at output_gelements_per_s.
+# output and activation cycles per element), where slower than output_gelements_per_s.
 # input_gelements_per_s_by_op: op type -> input elements per second (1e9) the op reads at most (an NPU that runs a
 # reduction as a convolution over its input: Vela's MEAN).
 COST_TABLES = frozenset({"activation_ops_per_element", "output_gelements_per_s_by_op", "input_gelements_per_s_by_op"})
