@@ -116,7 +116,7 @@ def _cost_model(
     tails = _runtime_rewrites(graph, target, entries, by_id)
     _hold_saturations(graph, target, entries)
     _mark_fallback(graph, target, entries)
-    _group_kernels(graph, ctx, target, entries, by_id, tails)
+    _group_kernels(graph, ctx, target, entries, by_id, tails, rates)
     if rates is not None and rates.views_free:  # an aliased view launches nothing
         for entry in entries:
             if entry.cost is not None and entry.cost.op_class == VIEW and entry.fused_into is None:
