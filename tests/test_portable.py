@@ -53,8 +53,8 @@ def test_each_target_is_named_once_with_the_selections_that_differ() -> None:
     rule = all_rules()["FU003"]()
     where = where_it_matters(rule, ("PRelu", "Conv"))
     assert where == (
-        "fuses on onednn-cpu, qualcomm-htp (chip 8550 or 8650); does not fuse on ethos-u55 (any chip), ethos-u65, ort-cpu, "
-        "qualcomm-htp (chip 8450), ti-tda4vm"
+        "fuses on onednn-cpu, qualcomm-htp (chip 8550 or 8650); does not fuse on ethos-u55 (any chip), ethos-u65, "
+        "ort-cpu, qualcomm-htp (chip 8450), ti-tda4vm"
     )
     relu6 = where_it_matters(rule, ("Relu6", "Conv"))
     assert "does not fuse on qualcomm-htp (fp16 on chip 8450)" in relu6  # the HTP table's FP16 column
