@@ -21,7 +21,12 @@ if TYPE_CHECKING:
     import networkx as nx
 
 NCHW = "NCHW"
-_UNKNOWN = object()  # "not computed yet" in memo dicts whose values may be None
+_UNKNOWN = object()  # "not computed yet" in memo entries whose values may be None
+# Graph.memo's keys for the graph's own queries, each followed by a value name (a node for ACTIVATION)
+ORIGIN = "constant origin"  # _const_origin's walk through pass-through ops
+ACTIVATION = "activation"
+USES = "uses"  # several rules ask it of every conv
+ACTIVATION_USES = "activation uses"
 NHWC = "NHWC"
 
 # The most elements a constant computed from a declared shape (ConstantOfShape, a sparse initializer) may have: a
@@ -208,13 +213,10 @@ class Graph:
         self._by_id = by_id
         self._composites: dict[Node, Composite] | None = None
         self._nx: nx.DiGraph | None = None
-        self._origins: dict[str, Value | Node | None] = {}  # memo of _const_origin's walks through pass-through ops
-        self._activations: dict[Node, str | None] = {}  # memo of `activation`, by node (see `_composite_index`)
-        self._uses: dict[str, tuple[tuple[Node, ...], bool]] = {}  # memo of `uses`: several rules ask it of every conv
-        self._activation_uses: dict[str, tuple[Node, ...]] = {}  # memo of `activation_uses`
-        # The graph's analysis cache: what rules, shared analyses and the cost model derive from the structure,
-        # keyed by (what, node or value name, ...): valid until the next reindex. A node keys by identity, which
-        # unlike its id string costs no memory read to hash.
+        # The graph's analysis cache: what the graph's own queries (ORIGIN, ACTIVATION, USES, ACTIVATION_USES), the
+        # shared analyses, the rules and the cost model derive from the structure, keyed by (what, node or value
+        # name, ...): valid until the next reindex. A node keys by identity, which unlike its id string costs no
+        # memory read to hash.
         self.memo: dict[tuple[Any, ...], Any] = {}
 
     # --- plain structure -------------------------------------------------------------------------------------------
@@ -293,16 +295,19 @@ class Graph:
         node = self._producer.get(name)
         if node is None or (node.op not in PASS_THROUGH_OPS and node.op != "ConstantOfShape"):  # ...an activation
             return None
-        if name in self._origins:
-            return self._origins[name]
+        memo = self.memo
+        known = memo.get((ORIGIN, name), _UNKNOWN)
+        if known is not _UNKNOWN:
+            return known  # type: ignore[return-value]
         walked: list[str] = []  # every name on the walk has the same origin: remember them all (linear on long chains)
         origin: Value | Node | None = None
         seen: set[str] = set()
         while name and name not in seen:
             seen.add(name)
             walked.append(name)
-            if name in self._origins:
-                origin = self._origins[name]
+            known = memo.get((ORIGIN, name), _UNKNOWN)
+            if known is not _UNKNOWN:
+                origin = known  # type: ignore[assignment]
                 break
             value = self.value(name)
             if value is not None and value.is_const:
@@ -318,7 +323,7 @@ class Graph:
                 origin = node
             break
         for step in walked:
-            self._origins[step] = origin
+            memo[ORIGIN, step] = origin
         return origin
 
     def const(self, name: str, dequantize: bool = True) -> np.ndarray | None:
@@ -441,14 +446,14 @@ class Graph:
         """Like `effective_consumers`, but a composite activation (SiLU, HardSwish, Gelu, Mish written as several
         nodes) counts once, as its output node: x -> {Sigmoid, Mul} of one SiLU is one use. Remembered per value
         (the caller gets its own list)."""
-        known = self._uses.get(name)
+        known = self.memo.get((USES, name))
         if known is None:
             known = self._find_uses(name)
         return list(known[0]), known[1]
 
     def uses_view(self, name: str) -> tuple[tuple[Node, ...], bool]:
         """`uses`, as the remembered tuple itself (no copy): for rules that ask it of every conv and only read it."""
-        known = self._uses.get(name)
+        known = self.memo.get((USES, name))
         return known if known is not None else self._find_uses(name)
 
     def only_use(self, name: str) -> Node | None:
@@ -479,17 +484,18 @@ class Graph:
                 representative = composite.output_node if composite is not None else consumer
                 found.setdefault(representative.id, representative)
             known = tuple(found.values()), reaches_output
-        self._uses[name] = known
+        self.memo[USES, name] = known
         return known
 
     def activation_uses(self, name: str) -> tuple[Node, ...]:
         """The uses of `name` (see `uses`) that are activations applied to it as their data input, in use order: not
         e.g. a Clip reading it as a bound or a PRelu as its slope. Remembered per value: FU001 and FU003 ask it of
         every conv."""
-        known = self._activation_uses.get(name)
+        memo = self.memo
+        known = memo.get((ACTIVATION_USES, name))
         if known is not None:
-            return known
-        uses = self._uses.get(name)
+            return known  # type: ignore[no-any-return]
+        uses = memo.get((USES, name))
         found: list[Node] = []
         source = None
         for node in (uses if uses is not None else self._find_uses(name))[0]:
@@ -501,7 +507,7 @@ class Graph:
             data = composite.input if composite is not None else (node.inputs[0] if node.inputs else "")
             if self.source(data) == source:
                 found.append(node)
-        known = self._activation_uses[name] = tuple(found)
+        known = memo[ACTIVATION_USES, name] = tuple(found)
         return known
 
     def composite(self, node: Node) -> Composite | None:
@@ -524,7 +530,7 @@ class Graph:
     def activation(self, node: Node) -> str | None:
         """The activation `node` computes (see netlint.ir.ops.activation_kind); a composite's inner nodes are None.
         Remembered per node: several rules ask it of every node (it reads Clip bounds and the composite index)."""
-        known = self._activations.get(node, _UNKNOWN)
+        known = self.memo.get((ACTIVATION, node), _UNKNOWN)
         if known is not _UNKNOWN:
             return known  # type: ignore[return-value]
         composites = self._composites
@@ -533,7 +539,7 @@ class Graph:
             kind = composite.kind if node is composite.output_node else None
         else:
             kind = activation_kind(self, node)
-        self._activations[node] = kind
+        self.memo[ACTIVATION, node] = kind
         return kind
 
     # --- algorithms that pay for a networkx view ---------------------------------------------------------------------
