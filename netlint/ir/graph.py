@@ -192,7 +192,7 @@ class Graph:
             reads: Iterable[str] = inputs
             count = len(inputs)
             if node.subgraphs:  # a node owning subgraphs also reads the outer values its bodies capture
-                reads = dict.fromkeys([*inputs, *_captured(node)])
+                reads = dict.fromkeys([*inputs, *captured_names(node)])
             elif count > 1 and (inputs[0] == inputs[1] if count == 2 else len(set(inputs)) < count):
                 reads = dict.fromkeys(reads)  # a node reading one value twice consumes it once
             for inp in reads:
@@ -559,14 +559,14 @@ class Graph:
         return self._nx
 
 
-def _captured(node: Node) -> list[str]:
+def captured_names(node: Node) -> list[str]:
     """Values from enclosing scopes that `node`'s subgraphs (If/Loop/Scan bodies, at any depth) read."""
     names: list[str] = []
     for body in node.subgraphs.values():
         local = {*body.inputs, *(out for inner in body.nodes for out in inner.outputs)}
         local.update(name for name, value in body.values.items() if value.is_const)
         for inner in body.nodes:
-            names.extend(name for name in (*inner.inputs, *_captured(inner)) if name and name not in local)
+            names.extend(name for name in (*inner.inputs, *captured_names(inner)) if name and name not in local)
         names.extend(name for name in body.outputs if name not in local)
     return names
 

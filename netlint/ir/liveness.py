@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from netlint.ir.graph import Graph, Node, _captured
+from netlint.ir.graph import Graph, Node, captured_names
 
 # TFLite ops that matter for their effect on state, not for an output (they have none, or none that is read).
 SIDE_EFFECT_OPS = frozenset({"ASSIGN_VARIABLE", "CALL_ONCE"})
@@ -110,7 +110,7 @@ def _live_by_walk(graph: Graph) -> set[Node]:
 
 
 def reads(node: Node) -> list[str]:
-    return [*node.inputs, *_captured(node)] if node.subgraphs else list(node.inputs)
+    return [*node.inputs, *captured_names(node)] if node.subgraphs else list(node.inputs)
 
 
 def unused_constants(graph: Graph, names: Iterable[str] | None = None) -> list[str]:
