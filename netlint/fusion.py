@@ -117,7 +117,7 @@ def fusing_selections() -> Iterator[Target]:
                 yield selection
 
 
-class Activation(NamedTuple):  # not a frozen dataclass: built for every activation after a conv, 3x cheaper
+class Activation(NamedTuple):  # not a frozen dataclass: built for every activation after a conv, cheaper
     """An activation applied to a conv's output."""
 
     node: Node  # the activation (a composite's output node), or the conv / affine node for a fused activation

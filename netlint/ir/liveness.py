@@ -57,7 +57,7 @@ def is_root(node: Node) -> bool:
 
 def _live_in_order(graph: Graph) -> set[Node] | None:
     """`live_nodes` in one pass over the nodes in reverse file order, keeping the set of values live nodes read:
-    half the cost of the walk, exact when the nodes are topologically sorted (as ONNX requires) and no value has two
+    cheaper than the walk, exact when the nodes are topologically sorted (as ONNX requires) and no value has two
     writers. None when either is not so (a node found dead writes a value a live node reads, or the counts of
     written values and of their writers differ): `_live_by_walk` decides then."""
     needed = set(graph.outputs)

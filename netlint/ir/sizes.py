@@ -53,10 +53,10 @@ class TensorSizes:
     """`kind`: for every value of the graph whose shape is fully static (non-negative ints) and whose dtype has a
     size, a small int standing for its (shape, dtype, layout, whether it holds data); `numels[kind]` and
     `sizes[kind]` are its element count and its size in bytes at its own dtype. One name-keyed map, the sizes per
-    kind: a model has few kinds, and a map entry per name is what building the index costs (215k names in a 100k-node
-    graph). The cost model's memo key (netlint.cost.ops._signature) is made of the kinds. `const`: the names the
-    graph's nodes can read for which Graph.is_const is true (the cost model and DM001 ask it for every input of every
-    node: a set lookup instead of a call)."""
+    kind: a model has few kinds, and a map entry per name is what building the index costs. The cost model's memo
+    key (netlint.cost.ops._signature) is made of the kinds. `const`: the names the graph's nodes can read for which
+    Graph.is_const is true (the cost model and DM001 ask it for every input of every node: a set lookup instead of a
+    call)."""
 
     __slots__ = ("const", "derived_const", "graph", "kind", "numels", "sizes")
 
@@ -87,7 +87,7 @@ class TensorSizes:
             if kind:
                 kinds[name] = kind
         derived = _derived_const(graph, const)  # constants without data of their own (their kind says nothing of it)
-        self.const: Set[str] = const  # read only (not copied into a frozenset: 100k names on a 100k-node graph)
+        self.const: Set[str] = const  # read only (not copied into a frozenset: a name per weight)
         self.derived_const = frozenset(derived)
 
     def is_const(self, name: str) -> bool:
@@ -136,8 +136,7 @@ def _derived_const(graph: Graph, const: set[str]) -> list[str]:
 
 def const_names(graph: Graph) -> Set[str]:
     """`TensorSizes.const` of `graph`: from its index while it is built, else computed alone, without sizing
-    anything (DM003 asks after the cost model has released the index; rebuilding it took a tenth of the lint on a
-    100k-node graph)."""
+    anything (DM003 asks after the cost model has released the index, whose rebuilding would cost more)."""
     index: TensorSizes | None = graph.memo.get(INDEX)
     if index is not None:
         return index.const
@@ -206,8 +205,8 @@ def _sized(shape: tuple, dtype: str | None) -> tuple[int | None, int | None]:
 
 
 def release(graph: Graph) -> None:
-    """Drop the graph's index (the cost model calls this when done: on a 100k-node graph the index holds ~30 MB that
-    nothing needs afterwards, and the report is built next); a later tensor_sizes() builds it again."""
+    """Drop the graph's index (the cost model calls this when done: on a large graph the index is large, nothing
+    needs it afterwards, and the report is built next); a later tensor_sizes() builds it again."""
     graph.memo.pop(INDEX, None)
 
 
