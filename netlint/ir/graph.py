@@ -22,7 +22,10 @@ if TYPE_CHECKING:
 
 NCHW = "NCHW"
 _UNKNOWN = object()  # "not computed yet" in memo entries whose values may be None
-# Graph.memo's keys for the graph's own queries, each followed by a value name (a node for ACTIVATION)
+# Graph.memo's keys for the graph's own queries: the composite index and the networkx view, and (each followed by a
+# value name, a node for ACTIVATION) what a query found for one value or node
+COMPOSITES = ("composites",)  # member node -> its composite activation (see `_composite_index`)
+NX = ("networkx view",)
 ORIGIN = "constant origin"  # _const_origin's walk through pass-through ops
 ACTIVATION = "activation"
 USES = "uses"  # several rules ask it of every conv
@@ -211,12 +214,10 @@ class Graph:
         self._producer = producer
         self._consumers = consumers
         self._by_id = by_id
-        self._composites: dict[Node, Composite] | None = None
-        self._nx: nx.DiGraph | None = None
-        # The graph's analysis cache: what the graph's own queries (ORIGIN, ACTIVATION, USES, ACTIVATION_USES), the
-        # shared analyses, the rules and the cost model derive from the structure, keyed by (what, node or value
-        # name, ...): valid until the next reindex. A node keys by identity, which unlike its id string costs no
-        # memory read to hash.
+        # The graph's analysis cache: what the graph's own queries (COMPOSITES, NX, ORIGIN, ACTIVATION, USES,
+        # ACTIVATION_USES), the shared analyses, the rules and the cost model derive from the structure, keyed by
+        # (what, node or value name, ...): valid until the next reindex. A node keys by identity, which unlike its id
+        # string costs no memory read to hash.
         self.memo: dict[tuple[Any, ...], Any] = {}
 
     # --- plain structure -------------------------------------------------------------------------------------------
@@ -472,7 +473,7 @@ class Graph:
             consumers, reaches_output = direct, name in self._output_set
         else:
             consumers, reaches_output = self.effective_consumers(name)
-        composites = self._composites if self._composites is not None else self._composite_index()
+        composites = self._composite_index()
         if len(consumers) == 1:  # one reader: its own representative unless inside a composite
             consumer = consumers[0]
             composite = composites.get(consumer)
@@ -503,7 +504,7 @@ class Graph:
                 continue
             if source is None:
                 source = self.source(name)
-            composite = self._composites.get(node) if self._composites is not None else self.composite(node)
+            composite = self.composite(node)
             data = composite.input if composite is not None else (node.inputs[0] if node.inputs else "")
             if self.source(data) == source:
                 found.append(node)
@@ -512,16 +513,15 @@ class Graph:
 
     def composite(self, node: Node) -> Composite | None:
         """The composite activation `node` belongs to, if any."""
-        composites = self._composites
-        if composites is None:
-            composites = self._composite_index()
-        return composites.get(node)
+        return self._composite_index().get(node)
 
     def _composite_index(self) -> dict[Node, Composite]:
         """Each member node of a composite activation -> its composite. Keyed by the node itself (nodes hash by
         identity): a lookup then never reads the node's id string, which on a large graph is a cache miss per query."""
-        composites: dict[Node, Composite] = {}
-        self._composites = composites
+        composites: dict[Node, Composite] | None = self.memo.get(COMPOSITES)
+        if composites is not None:
+            return composites
+        composites = self.memo[COMPOSITES] = {}
         for composite in find_composites(self):
             for member in composite.nodes:
                 composites.setdefault(member, composite)
@@ -533,8 +533,7 @@ class Graph:
         known = self.memo.get((ACTIVATION, node), _UNKNOWN)
         if known is not _UNKNOWN:
             return known  # type: ignore[return-value]
-        composites = self._composites
-        composite = (composites if composites is not None else self._composite_index()).get(node)
+        composite = self._composite_index().get(node)
         if composite is not None:
             kind = composite.kind if node is composite.output_node else None
         else:
@@ -545,7 +544,8 @@ class Graph:
     # --- algorithms that pay for a networkx view ---------------------------------------------------------------------
     def nx(self) -> nx.DiGraph:
         """A networkx view (node ids, edges labelled with the tensor), built on first request only."""
-        if self._nx is None:
+        view: nx.DiGraph | None = self.memo.get(NX)
+        if view is None:
             import networkx as nx
 
             view = nx.DiGraph()
@@ -555,8 +555,8 @@ class Graph:
                     producer = self.producer(inp) if inp else None
                     if producer is not None:
                         view.add_edge(producer.id, node.id, tensor=inp)
-            self._nx = view
-        return self._nx
+            self.memo[NX] = view
+        return view
 
 
 def captured_names(node: Node) -> list[str]:
