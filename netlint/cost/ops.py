@@ -49,11 +49,11 @@ from netlint.ir.sizes import (
     TensorSizes,
     conv_macs,
     conv_transpose_macs,
+    counted_shape,
     gemm_macs,
     itemsize_of,
     matmul_macs,
     static_names,
-    static_shape,
     tensor_sizes,
 )
 from netlint.ir.sizes import input_at as _input
@@ -310,7 +310,7 @@ class CostContext(StaticShapes):
             if known[1]:
                 self.assumed.extend(known[1])
             return known[0]
-        dims, notes = self._shapes[name] = static_shape(name, self.value(name), self.dims)
+        dims, notes = self._shapes[name] = counted_shape(name, self.value(name), self.dims)
         self.assumed.extend(notes)
         return dims
 

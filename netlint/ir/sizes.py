@@ -413,7 +413,7 @@ class StaticShapes:
         return value
 
     def shape(self, name: str) -> tuple[int, ...]:
-        return static_shape(name, self.value(name), self.dims)[0]
+        return counted_shape(name, self.value(name), self.dims)[0]
 
     def numel(self, name: str) -> int:
         return math.prod(self.shape(name))
@@ -427,7 +427,7 @@ class StaticShapes:
         return shape[axis]
 
 
-def static_shape(name: str, value: Value, dims: Mapping[str, int]) -> tuple[tuple[int, ...], tuple[str, ...]]:
+def counted_shape(name: str, value: Value, dims: Mapping[str, int]) -> tuple[tuple[int, ...], tuple[str, ...]]:
     """The shape of `value` (named `name`) with each dynamic dimension taken as `dims[its name]` or 1, and a note for
     each taken as 1."""
     if value.shape is None:
