@@ -687,3 +687,19 @@ def test_cli_targets_lists_every_target_and_its_sources(run_cli) -> None:
         assert target.name in result.stdout
         for source in target.sources:
             assert source in result.stdout
+
+
+def test_derived_facts_are_computed_once_per_selection() -> None:
+    """Target.derived keeps what a module derives from a selection (fusion.where_it_fuses' answers): computed on the
+    first request, kept with that selection only (another precision is another selection)."""
+    target = load_target("qualcomm-htp")
+    computed: list[str] = []
+
+    def compute() -> str:
+        computed.append(target.label)
+        return f"answer {len(computed)}"
+
+    assert target.derived("question", compute) == "answer 1"
+    assert target.derived("question", compute) == "answer 1"
+    assert target.select("a16").derived("question", compute) == "answer 2"
+    assert len(computed) == 2

@@ -32,7 +32,7 @@ def _latency(result: ModelCost, rates: Rates, target: Target, ctx: CostContext) 
         result.notes.append(
             "the target has no fallback_us_per_mb: nodes on the CPU are costed at the accelerator's rates"
         )
-    numeric = _costed_numeric(target, ctx.graph)  # once: hashing the Target per kernel cost a tenth of this loop
+    numeric = _costed_numeric(target, ctx.graph)  # once, not a Target hash per kernel
     times: dict[tuple, tuple[float, float]] = {}  # repeated kernels (same member costs, scale, ...) are timed once
     by_dtype = _rates_by_dtype(target, rates)
     base_rates = rates

@@ -35,7 +35,7 @@ netlint.cost.placement, fusion and the layout's kernels in netlint.cost.grouping
 what they fill in (NodeCost, ModelCost) in netlint.cost.breakdown.
 
 Nodes the model cannot cost are coverage gaps: the totals and the latency are then lower bounds (`complete` False).
-Everything is linear in the number of nodes (a 100k-node graph costs in well under a second).
+Everything is linear in the number of nodes.
 """
 
 from __future__ import annotations
