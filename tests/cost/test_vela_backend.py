@@ -92,14 +92,16 @@ def test_a_float_model_is_on_the_cpu_whether_vela_or_the_static_model_prices_it(
 
 
 def test_each_finding_is_priced_from_its_window_compiled_before_and_after(capsys) -> None:
-    code = main(["check", str(V3), "--target", "ethos-u55", "--chip", "ethos-u55-128", "--select", "FU003",
-                 "--format", "json", "--no-cache"])  # fmt: skip
+    # int8 HARD_SWISH fuses (Vela's lookup table); the int16x8 fusion table has no lookup table, so FU003 reports
+    # the 19 HARD_SWISH of this model there, and Vela prices each one's window as the model is (int8)
+    code = main(["check", str(V3), "--target", "ethos-u55", "--chip", "ethos-u55-128", "--precision", "int16x8",
+                 "--select", "FU003", "--format", "json", "--no-cache"])  # fmt: skip
     assert code == 1
     [model] = json.loads(capsys.readouterr().out)["models"]
     priced = [f["impact"] for f in model["findings"] if f["impact"] is not None]
-    assert priced and all(p["pricing"]["basis"] == "vendor-estimator" for p in priced)
-    # Vela's own cycles, window by window: a Relu fuses into the conv where the HARD_SWISH (a lookup table) ran
-    # alone, which saves most after the larger dense convs and almost nothing after the depthwise ones
+    assert len(priced) == 19 and all(p["pricing"]["basis"] == "vendor-estimator" for p in priced)
+    # Vela's own cycles, window by window: a Relu fuses into the conv where the HARD_SWISH's lookup table slowed the
+    # conv's output stage, which saves most after the larger dense convs and almost nothing after the depthwise ones
     savings = [p["saving_ms"] for p in priced]
     assert all(saving >= 0 for saving in savings) and max(savings) > 10 * min(savings)
 
@@ -109,4 +111,4 @@ def test_without_vela_the_static_model_fitted_to_it_prices(monkeypatch) -> None:
     backends.reset()
     cost = backends.cost(load_model(INT8).graph, load_target("ethos-u55", None, "ethos-u55-128"))
     assert cost.pricing.basis == "static-model" and "model of Vela" in cost.pricing.graph
-    assert cost.latency_us == pytest.approx(7379, rel=0.25)  # docs/cost-model.md: within 12% on this chip
+    assert cost.latency_us == pytest.approx(7379, rel=0.1)  # docs/cost-model.md: within 4% on this chip
