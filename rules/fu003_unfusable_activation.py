@@ -69,8 +69,8 @@ class UnfusableActivation(Rule[Unfusable]):
 
     Without a target (the default `generic`) there is no fusion table to compare with: the rule gives one info
     finding per activation kind and op, counting them and naming the built-in targets where they fuse and where they
-    do not ("57 convs are followed by SiLU: fuses on onednn-cpu; does not fuse on ethos-u55, ethos-u65, ort-cpu,
-    qualcomm-htp (any chip), ti-tda4vm"). A kind every built-in target fuses is not mentioned.
+    do not ("57 convs are followed by SiLU: fuses on onednn-cpu; does not fuse on ethos-u55 (any chip),
+    ethos-u65, ort-cpu, qualcomm-htp (any chip), ti-tda4vm"). A kind every built-in target fuses is not mentioned.
 
     ## Why is this bad?
     Accelerators apply a fused activation to the accumulator before the conv writes its result. Any other activation

@@ -190,6 +190,8 @@ class Fusion(Table):
     hosts: Annotated[list[Host], NonEmpty] | None = None  # the op types activations fuse into (default: all)
     requires_lone_consumer: bool = False
     lone_consumer_exempt: list[Activation] = []
+    # the compiler turns a PRelu whose slopes are all equal into a LeakyRelu before it fuses (Vela's convert_prelu)
+    converts_uniform_prelu: bool = False
     conditional: list[ConditionalFusion] = []
     residual: ResidualFusion | None = None
     other_hosts: list[OtherHost] = []  # an op type with its own fusion list (ORT's FusedGemm), for the cost model
