@@ -214,11 +214,9 @@ def _kernel_time(
     for member in working:  # ...and the residual, which the kernel reads
         if member.fusion == RESIDUAL and member.cost is not None and member.cost.op_class == ELTWISE:
             traffic += _residual_bytes(ctx, member.node, head) * scale
-    outputs = _elements(ctx, head.node) if macs and head.node.outputs else 0
     gemm = _gemm_blocked(ctx, head.node, rates) if head in working else None
     if gemm is not None:  # a dense conv as a blocked GEMM computes it: padded channels cost like real ones
         macs += gemm[0] - head.cost.macs  # type: ignore[union-attr]
-        outputs = gemm[1]
     mac_rate = rates.depthwise_gmacs_per_s if _grouped(head.node) else rates.conv_gmacs_per_s
     compute = macs / (mac_rate * 1e3) + ops / (rates.vector_gops_per_s * 1e3)  # G/s -> per microsecond
     weights = 0.0
@@ -229,7 +227,8 @@ def _kernel_time(
         # ... overlaps the MACs: Vela prices each output block at the larger of its MAC (DPU) and output cycles
         # (ethosu/vela/npu_performance.py, _estimate_conv_cycles; an elementwise op at its output cycles alone)
         compute = max(compute, _elements(ctx, head.node) / (rates.output_gelements_per_s * 1e3))
-    if rates.mac_output_gelements_per_s is not None and outputs:  # the loop around the MACs, per output element
+    if rates.mac_output_gelements_per_s is not None and macs and head.node.outputs:  # the loop around the MACs
+        outputs = gemm[1] if gemm is not None else _elements(ctx, head.node)
         compute += outputs / (rates.mac_output_gelements_per_s * 1e3)
     time = max(compute, traffic / (rates.memory_gb_per_s * 1e3), weights)
     worst = time
