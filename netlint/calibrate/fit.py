@@ -41,6 +41,7 @@ ELTWISE = "eltwise"  # elementwise ops (one per output element), with the bytes 
 OVERHEAD = "overhead"  # kernels in a chain of tiny ops
 ACTIVATION = "activation"  # one activation alone on one tensor shape, timed against Relu on the same shape
 REORDER = "reorder"  # bytes one NCHW <-> NCHWc reorder reads + writes (`bytes`: the tensor's size), time per reorder
+WEIGHTS = "weights"  # weight bytes of a 1x1 conv on one pixel (a fully connected layer): a kernel bound by its weights
 CACHE_STEP = 1.5  # two reorder rates only when the cache-resident one is at least this many times the larger ones'
 SPLIT_GAIN = 2.0  # ... and the split divides the fit's squared log error at least by this
 
@@ -147,6 +148,7 @@ class Fitted:
     mac_output_gelements_per_s: float | None = None  # a MAC kernel's per-output-element cost (fit_mac_kernels)
     mac_block_channels: int | None = None  # output channels a dense conv computes at once (fit_mac_kernels)
     mac_block_depth: int | None = None  # input channels per kernel tap it reads at once
+    weight_gb_per_s: float | None = None  # weight bytes a kernel streams per second (1e9), when WEIGHTS were timed
 
     def numbers(self) -> dict[str, float]:
         numbers = {
@@ -161,6 +163,8 @@ class Fitted:
         for key in ("mac_block_channels", "mac_block_depth"):
             if getattr(self, key) not in (None, 1):
                 numbers[key] = getattr(self, key)
+        if self.weight_gb_per_s is not None:
+            numbers["weight_gb_per_s"] = self.weight_gb_per_s
         if self.reorder is not None:
             numbers.update(self.reorder.numbers())
         return numbers
@@ -228,6 +232,7 @@ def fit_cost(samples: Sequence[Sample]) -> Fitted:
     memory = line(MEMORY)
     kernel_overhead_us = max(overhead.slope_us, 0.0)
     reorders = [s for s in samples if s.family == REORDER]
+    weights = [s for s in samples if s.family == WEIGHTS]
     memory_gb_per_s = memory.rate_per_us / 1e3  # bytes per microsecond -> 1e9 bytes per second
     return Fitted(
         conv_gmacs_per_s=line(CONV).rate_per_us / 1e3,
@@ -237,6 +242,9 @@ def fit_cost(samples: Sequence[Sample]) -> Fitted:
         kernel_overhead_us=kernel_overhead_us,
         call_overhead_us=max(overhead.intercept_us, 0.0),
         reorder=fit_reorder(reorders, kernel_overhead_us) if reorders else None,
+        weight_gb_per_s=fit_line([s.work for s in weights], [s.time_us for s in weights]).rate_per_us / 1e3
+        if weights
+        else None,
     )
 
 

@@ -37,6 +37,7 @@ from netlint.calibrate.fit import (
     MEMORY,
     OVERHEAD,
     REORDER,
+    WEIGHTS,
     Fitted,
     Sample,
     fit_cost,
@@ -161,6 +162,9 @@ GEMM_DEPTHWISE = ((5, 32, 28), (5, 96, 14))
 # activations LiteRT runs outside XNNPACK in int8 (its delegate takes HARD_SWISH in float only: TFLite's own kernel,
 # one element at a time on x86): (channels, size), timed alone for [cost.precision.int8].activation_ops_per_element
 QUANTIZED_ACTIVATIONS = {"int8": {"HardSwish": ((32, 28), (64, 28))}}
+# int8 only: 1x1 convs on one pixel (input, output channels), the fully connected heads and squeeze-excitation convs of
+# mobile networks: XNNPACK streams their weights (64 kB to 1.3 MB) at the weight rate, not at the Adds' memory rate
+WEIGHT_CONVS = ((256, 256), (576, 1024), (1024, 1024), (1280, 1024))
 
 
 def precision_suite() -> list[MicroModel]:
@@ -186,6 +190,9 @@ def precision_suite() -> list[MicroModel]:
                 spec = MicroModel(f"{precision}_{family}_add_{c}_{h}", c, h, h, [Layer("add2")], family, work, n,
                                   3 * n * width)  # fmt: skip
                 models.append(MicroModel(**{**spec.__dict__, "precision": precision}))
+        for c, out in WEIGHT_CONVS if precision == "int8" else ():
+            spec = MicroModel(f"{precision}_weights_{c}_{out}", c, 1, 1, [Layer("conv", out, 1)], WEIGHTS, c * out)
+            models.append(MicroModel(**{**spec.__dict__, "precision": precision}))
         for op, shapes in QUANTIZED_ACTIVATIONS.get(precision, {}).items():
             for c, h in shapes:
                 n = c * h * h

@@ -16,6 +16,7 @@ from netlint.calibrate.fit import (
     MEMORY,
     OVERHEAD,
     REORDER,
+    WEIGHTS,
     Reorder,
     Sample,
     fit_cost,
@@ -111,6 +112,17 @@ def test_fit_cost_recovers_the_numbers_that_made_the_timings():
     assert fitted.kernel_overhead_us == pytest.approx(0.25, rel=1e-6)
     assert fitted.call_overhead_us == pytest.approx(6.0, rel=1e-6)
     assert set(fitted.numbers()) <= COST_NUMBERS
+
+
+def test_weight_bound_kernels_give_a_weight_rate_apart_from_the_memory_rate():
+    # LiteRT's int8 fully connected heads stream their weights at ~90 GB/s from the cache, where the int8 Adds that
+    # set memory_gb_per_s run at 16 (bound by requantization, not by memory)
+    weights = [Sample(WEIGHTS, f"w{n}", n, 2.0 + n / 90e3) for n in (65536, 589824, 1048576, 1310720)]
+    fitted = fit_cost(synthetic(memory=16.0) + weights)
+    assert fitted.weight_gb_per_s == pytest.approx(90.0, rel=1e-6)
+    assert fitted.memory_gb_per_s == pytest.approx(16.0, rel=1e-6)
+    assert fitted.numbers()["weight_gb_per_s"] == fitted.weight_gb_per_s
+    assert "weight_gb_per_s" not in fit_cost(synthetic()).numbers()  # not timed: weights move with the activations
 
 
 def test_fit_cost_tracks_a_different_machine():

@@ -192,6 +192,18 @@ def test_litert_int8_narrow_convs_pay_for_the_whole_gemm_tile() -> None:
     assert cost_model(float_conv, blocked).latency_us == pytest.approx(cost_model(float_conv, unblocked).latency_us)
 
 
+def test_litert_int8_fully_connected_layers_stream_their_weights_at_the_weight_rate() -> None:
+    # a 1x1 conv on one pixel (a squeeze-excitation conv, a classifier head) reads each weight once: its time is its
+    # weights over the rate XNNPACK streams them at, not over the Adds' memory rate
+    int8 = {"conv_gmacs_per_s": 1000.0, "memory_gb_per_s": 16.0}
+    model = load(int8_conv(1024, 1000, size=1))
+    weights = 1024 * 1000 + 4 * 1000  # int8 weights and int32 bias
+    before = cost_model(model, litert_int8(int8)).nodes[0].latency_us
+    after = cost_model(model, litert_int8({**int8, "weight_gb_per_s": 90.0})).nodes[0].latency_us
+    assert before > weights / 16e3
+    assert after == pytest.approx(weights / 90e3)
+
+
 def test_litert_int8_hard_swish_is_priced_from_the_int8_table() -> None:
     # LiteRT's XNNPACK delegate takes HARD_SWISH in float only: the int8 one runs TFLite's own kernel, an element at
     # a time (3.3 ns per element measured, 25x an XNNPACK float HardSwish per element); calibration times it in int8
