@@ -4,17 +4,24 @@ Without ethos-u-vela installed, netlint prices Ethos-U with its static model; it
 against Vela's own performance estimator (so a user without Vela gets Vela's behaviour, approximately):
 
 1. Synthetic int8 (and int16x8) TFLite layers, built in memory (dense 1x1 and 3x3 convs, depthwise 3x3, fully
-   connected, Add, Mul, pools, over a grid of shapes; none of them a corpus model), each compiled alone by Vela for
-   the chip; Vela's per-layer cycles are the samples.
-2. The static model's numbers that explain those cycles best (least squares on log time, one number at a time,
-   coordinate descent): conv and depthwise MAC rates, the vector rate (per element), the per-output-element rate,
-   the activation memory rate and the weight memory rate (Vela's default system reads weights from off-chip
-   flash), the per-operator overhead; the int16x8 precision's own MAC and vector rates.
-3. Evaluation on the corpus' int8 / int16x8 TFLite models (never seen by the fit): the static model's latency
-   against Vela's, per model (median error), and the operators each places on the CPU.
+   connected, Add, Mul, pools, global means, over a grid of shapes; none of them a corpus model), each compiled alone
+   by Vela for the chip; Vela's cycles are the samples. On ethos-u65 each layer sits between two ABS operators and
+   its own per-layer cycles are the sample: Vela's default ethos-u65 system keeps a model's inputs and outputs in
+   DRAM and its intermediate tensors in SRAM, so a layer alone measures DRAM, not what it costs inside a network.
+2. Vela's own numbers, not fitted: the output cycles per element of a conv, an ADD / SUB, a MUL and a lookup-table
+   activation per chip (VELA_OUTPUT_CYCLES, from Vela's architecture_features.py) at Vela's default clock, and a
+   MEAN's input elements per second (the median over the synthetic MEAN layers).
+3. The static model's numbers that explain those cycles best (least squares on log time, one number at a time,
+   coordinate descent): conv and depthwise MAC rates, the vector rate (per element), the activation memory rate and
+   the weight memory rate (Vela's default system reads weights from off-chip flash), the per-operator overhead; the
+   int16x8 precision's own MAC and vector rates.
+4. Evaluation on the corpus' int8 / int16x8 TFLite models (never seen by the fit): the static model's latency
+   against Vela's, per model (median error), per operator type (Vela's per-layer cycles against the static model's
+   kernels), and the operators each places on the CPU.
 
     python benchmarks/fit_ethos_u.py --chip ethos-u55-128              # prints the [cost] numbers and the table
-    python benchmarks/fit_ethos_u.py --chip ethos-u55-128 --json out.json
+    python benchmarks/fit_ethos_u.py --target ethos-u65 --chip ethos-u65-256 --json out.json
+    python benchmarks/fit_ethos_u.py --chip ethos-u55-64 --evaluate-only  # the shipped numbers against Vela, no fit
 
 Vela's defaults (system config and memory mode) are used, as the ethos-u55 target's Vela backend does.
 """
@@ -48,10 +55,36 @@ FITTED = (
     "kernel_overhead_us",
 )
 PER_PRECISION = ("conv_gmacs_per_s", "depthwise_gmacs_per_s", "vector_gops_per_s")
-# Not fitted: Vela's own output cycles per element (ethosu/vela/architecture_features.py, output_cycles_per_elem) of a
-# conv, per chip: with a 32-bit accumulator (int8) and a 40-bit one (int16x8). The static model, like Vela's
-# _estimate_conv_cycles, takes the larger of a kernel's MAC time and its output time.
-VELA_OUTPUT_CYCLES = {32: (2.0, 3.0), 64: (1.0, 1.5), 128: (0.5, 0.75), 256: (0.25, 0.375), 512: (0.125, 0.1875)}
+# Not fitted: Vela's own output cycles per element (ethosu/vela/architecture_features.py,
+# _generate_output_perf_tables: output_cycles_per_elem and activation_cycles_per_elem, as
+# npu_performance.py's _estimate_output_cycles_per_element picks them), per chip: a conv with a 32-bit accumulator
+# (int8) and a 40-bit one (int16x8), an ADD / SUB ("advanced" add), a MUL, and a lookup-table activation (LOGISTIC,
+# TANH, and in int8 HARD_SWISH and LEAKY_RELU, which Vela turns into a LUT and fuses into the operator before). The
+# static model, like Vela's _estimate_conv_cycles, takes the larger of a kernel's MAC time and its output time.
+VELA_OUTPUT_CYCLES = {  # chip -> (conv int8, conv int16x8, add, mul, LUT activation) cycles per output element
+    "ethos-u55-32": (2.0, 3.0, 6.0, 3.0, 1.0),
+    "ethos-u55-64": (1.0, 1.5, 3.0, 1.5, 1.0),
+    "ethos-u55-128": (0.5, 0.75, 1.5, 0.75, 1.0),
+    "ethos-u55-256": (0.25, 0.375, 0.75, 0.375, 1.0),
+    "ethos-u65-256": (0.25, 0.375, 0.75, 0.375, 1.0),
+    "ethos-u65-512": (0.125, 0.1875, 0.375, 0.1875, 0.5),
+}
+# Vela's default system config per NPU (ethosu/vela/architecture_features.py picks it; ethosu/config_files/Arm/vela.ini
+# gives its core_clock): Ethos_U55_High_End_Embedded 500 MHz, Ethos_U65_Client_Server 1 GHz.
+VELA_CLOCK_GHZ = {"ethos-u55": 0.5, "ethos-u65": 1.0}
+LUT_ACTIVATIONS = ("Sigmoid", "Tanh", "HardSwish", "LeakyRelu")
+
+
+def vela_tables(chip: str, mean_gelements_per_s: float | None) -> dict:
+    """The [cost.chip] numbers taken from Vela rather than fitted: output rates (G elements/s) and the MEAN's
+    input rate (measured on the synthetic MEAN layers)."""
+    conv, _, add, mul, lut = VELA_OUTPUT_CYCLES[chip]
+    clock = VELA_CLOCK_GHZ[chip.rsplit("-", 1)[0]]
+    by_op = {"Add": clock / add, "Sub": clock / add, "Mul": clock / mul} | {op: clock / lut for op in LUT_ACTIVATIONS}
+    found = {"output_gelements_per_s": clock / conv, "output_gelements_per_s_by_op": by_op}
+    if mean_gelements_per_s is not None:
+        found["input_gelements_per_s_by_op"] = {"ReduceMean": mean_gelements_per_s}
+    return found
 
 
 CONVS = (  # (channels, size, kernel, output channels, stride)
@@ -61,52 +94,94 @@ CONVS = (  # (channels, size, kernel, output channels, stride)
 )  # fmt: skip
 
 
-def layer_models(precision: str) -> list[tuple[str, bytes]]:
-    """(name, TFLite bytes) of one-layer models."""
+Sample = tuple[Path, float, str | None]  # a layer's file, Vela's microseconds, the layer's node id (None: the model)
+MEANS = ((16, 56), (32, 28), (96, 14), (240, 14), (576, 7), (1280, 7), (128, 28))  # (channels, size): a global mean
+
+
+def mean_rate(samples: dict[str, Sample]) -> float | None:
+    """Input elements per second (1e9) of Vela's MEAN (a depthwise conv over the whole input, 1x1 output blocks):
+    the median over the synthetic MEAN layers."""
+    rates = [
+        int(name.split("_")[1]) * int(name.split("_")[2]) ** 2 / (vela_us * 1e3)
+        for name, (_, vela_us, _) in samples.items()
+        if name.startswith("mean_") and vela_us > 0
+    ]
+    return float(np.median(rates)) if rates else None
+
+
+def layer_models(precision: str, embed: bool = False) -> list[tuple[str, bytes, str | None]]:
+    """(name, TFLite bytes, the layer's node id or None) of one-layer models. `embed`: each layer between ABS
+    operators (its inputs and its output), so that its tensors are a network's intermediate ones: on ethos-u65, Vela's
+    default system places a model's inputs and outputs in DRAM and its intermediate tensors in SRAM, so a layer alone
+    measures DRAM, not what it costs inside a network; the sample is then the layer's own per-layer cycles."""
     rng = np.random.default_rng(0)
     act = "int16" if precision == "int16x8" else "int8"
     bias_type = np.int64 if precision == "int16x8" else np.int32
     quant = {"scale": [0.05], "zero_point": [0]}
     found = []
+    ops_before: list[int] = []
 
     def model(name: str, body) -> None:
         b = TfliteBuilder(name)
+        ops_before.clear()
         out = body(b)
+        layer = len(ops_before)  # the layer's operator index: after one ABS per input
+        if embed:
+            out = _abs(b, out)
         b.output(out)
-        found.append((name, b.build()))
+        found.append((name, b.build(), f"sg0/op{layer}" if embed else None))
+
+    def _abs(b: TfliteBuilder, x: int) -> int:
+        out = b.tensor("abs", list(b._shape(x)), act, quant)
+        b.op("ABS", [x], [out], {})
+        return out
+
+    def inp(b: TfliteBuilder, name: str, shape: list[int]) -> int:
+        x = b.input(name, shape, act, quant)
+        if embed:
+            ops_before.append(1)
+            x = _abs(b, x)
+        return x
 
     def conv(b: TfliteBuilder, c: int, h: int, k: int, out: int, stride: int = 1) -> int:
-        x = b.input("x", [1, h, h, c], act, quant)
+        x = inp(b, "x", [1, h, h, c])
         w = rng.integers(-100, 100, (out, k, k, c)).astype(np.int8)
         wq = {"scale": [0.01] * out, "zero_point": [0] * out, "axis": 0}
         return b.conv_2d(x, w, np.zeros(out, bias_type), stride=stride, out_quant=quant, weight_quant=wq)
 
     def dw(b: TfliteBuilder, c: int, h: int, k: int, stride: int = 1) -> int:
-        x = b.input("x", [1, h, h, c], act, quant)
+        x = inp(b, "x", [1, h, h, c])
         w = rng.integers(-100, 100, (1, k, k, c)).astype(np.int8)
         wq = {"scale": [0.01] * c, "zero_point": [0] * c, "axis": 3}
         return b.depthwise_conv_2d(x, w, np.zeros(c, bias_type), stride=stride, out_quant=quant, weight_quant=wq)
 
     def binary(b: TfliteBuilder, opcode: str, c: int, h: int) -> int:
-        x = b.input("x", [1, h, h, c], act, quant)
-        y = b.input("y", [1, h, h, c], act, quant)
+        x = inp(b, "x", [1, h, h, c])
+        y = inp(b, "y", [1, h, h, c])
         out = b.tensor("out", [1, h, h, c], act, quant)
         b.op(opcode, [x, y], [out], {"fused_activation_function": "NONE"})
         return out
 
     def pool(b: TfliteBuilder, opcode: str, c: int, h: int) -> int:
-        x = b.input("x", [1, h, h, c], act, quant)
+        x = inp(b, "x", [1, h, h, c])
         out = b.tensor("out", [1, h // 2, h // 2, c], act, quant)
         options = {"padding": "VALID", "stride_w": 2, "stride_h": 2, "filter_width": 2, "filter_height": 2}
         b.op(opcode, [x], [out], options)
         return out
 
     def dense(b: TfliteBuilder, n: int, m: int) -> int:
-        x = b.input("x", [1, n], act, quant)
+        x = inp(b, "x", [1, n])
         w = b.const("w", rng.integers(-100, 100, (m, n)).astype(np.int8), quant={"scale": [0.01], "zero_point": [0]})
         bias = b.const("b", np.zeros(m, bias_type), quant={"scale": [0.0005], "zero_point": [0]})
         out = b.tensor("out", [1, m], act, quant)
         b.op("FULLY_CONNECTED", [x, w, bias], [out], {})
+        return out
+
+    def mean(b: TfliteBuilder, c: int, h: int) -> int:
+        x = inp(b, "x", [1, h, h, c])
+        axis = b.const("axis", np.array([1, 2], np.int32))
+        out = b.tensor("out", [1, 1, 1, c], act, quant)
+        b.op("MEAN", [x, axis], [out], {"keep_dims": True})
         return out
 
     for c, h, k, out, stride in CONVS:
@@ -122,26 +197,38 @@ def layer_models(precision: str) -> list[tuple[str, bytes]]:
             model(f"{opcode.lower()}_{c}_{h}", lambda b, op=opcode, c=c, h=h: pool(b, op, c, h))
     for n, m in ((1280, 1000), (512, 512), (1024, 1024)):
         model(f"fc_{n}_{m}", lambda b, n=n, m=m: dense(b, n, m))
+    for c, h in MEANS:
+        model(f"mean_{c}_{h}", lambda b, c=c, h=h: mean(b, c, h))
     return found
 
 
 def compile_all(models: list[tuple[str, bytes]], chip: str, folder: Path) -> dict[str, Compiled]:
     files = []
-    for name, data in models:
+    for name, data, *_ in models:
         path = folder / f"{name}.tflite"
         path.write_bytes(data)
         files.append(path)
     results = compile_many(files, ["--accelerator-config", chip, "--verbose-performance"], budget_s=3600)
-    return {name: r for (name, _), r in zip(models, results, strict=True) if isinstance(r, Compiled)}
+    return {model[0]: r for model, r in zip(models, results, strict=True) if isinstance(r, Compiled)}
+
+
+def layer_us(compiled: Compiled, node: str | None) -> float:
+    """Vela's time of the synthetic layer: the whole model's, or (embedded between ABS operators) the layer's own
+    per-layer cycles."""
+    if node is None:
+        return compiled.inference_us
+    cycles = sum(row["cycles"] for row in compiled.layers if row["target"] == "NPU" and row["op"] != "Abs")
+    return cycles / compiled.clock_hz * 1e6
 
 
 _LOADED: dict[Path, object] = {}
 
 
-def predicted(path: Path, target: Target) -> float | None:
+def predicted(path: Path, target: Target, node: str | None = None) -> float | None:
     if path not in _LOADED:  # the descent prices each layer file hundreds of times
         _LOADED[path] = load_model(path)
-    return cost_model(_LOADED[path], target).latency_us
+    cost = cost_model(_LOADED[path], target)
+    return cost.latency_us if node is None else cost.node(node).latency_us
 
 
 def with_numbers(base: Target, numbers: dict[str, float], precision: dict[str, dict[str, float]]) -> Target:
@@ -159,11 +246,14 @@ def with_numbers(base: Target, numbers: dict[str, float], precision: dict[str, d
     return replace(base, data={**base.data, "cost": cost})
 
 
-def fit(samples: dict[str, tuple[Path, float]], base: Target, keys: tuple[str, ...], start: dict[str, float],
-        precision: str | None = None) -> dict[str, float]:  # fmt: skip
+def fit(samples: dict[str, Sample], base: Target, keys: tuple[str, ...], start: dict[str, float],
+        precision: str | None = None, fixed: dict | None = None) -> dict[str, float]:  # fmt: skip
     """Coordinate descent on log error from two starts, the MAC rates as given and halved (the descent moves one
     number at a time and can settle where a slow number stands in for another); the start whose descent explains the
-    layers best wins. Only the synthetic layers decide: the corpus models are never seen."""
+    layers best wins. Only the synthetic layers decide: the corpus models are never seen. `fixed`: numbers (Vela's
+    own) the layers are priced with but that are not fitted."""
+    if fixed:
+        base = with_numbers(base, fixed, {})
     halved = {
         key: value / 2 if key in ("conv_gmacs_per_s", "depthwise_gmacs_per_s") else value
         for key, value in start.items()
@@ -172,7 +262,7 @@ def fit(samples: dict[str, tuple[Path, float]], base: Target, keys: tuple[str, .
     return min(results, key=lambda result: result[1])[0]
 
 
-def _descend(samples: dict[str, tuple[Path, float]], base: Target, keys: tuple[str, ...], start: dict[str, float],
+def _descend(samples: dict[str, Sample], base: Target, keys: tuple[str, ...], start: dict[str, float],
              precision: str | None) -> tuple[dict[str, float], float]:  # fmt: skip
     """Coordinate descent on log error: each number scaled by factors from 1/8 to 8 in turn, eight passes; the
     numbers and their error."""
@@ -183,8 +273,8 @@ def _descend(samples: dict[str, tuple[Path, float]], base: Target, keys: tuple[s
         if precision is not None:
             target = target.select(precision=precision)
         total = 0.0
-        for path, vela_us in samples.values():
-            mine = predicted(path, target)
+        for path, vela_us, node in samples.values():
+            mine = predicted(path, target, node)
             if mine and vela_us > 0:
                 total += float(np.log(mine / vela_us) ** 2)
         return total
@@ -198,6 +288,26 @@ def _descend(samples: dict[str, tuple[Path, float]], base: Target, keys: tuple[s
                 if found < best:
                     best, numbers = found, trial
     return numbers, best
+
+
+def _op_key(name: str) -> str:
+    """Vela's per-layer operator names (Conv2D, HardSwish) and TFLite's (CONV_2D, HARD_SWISH) on one spelling."""
+    return name.replace("_", "").lower()
+
+
+def per_op(vela: Compiled, cost, model) -> dict[str, tuple[float, float]]:
+    """Operator type -> (Vela's microseconds, the static model's): Vela's per-layer cycles by original operator (a
+    fused activation's row has 0 cycles, its work is in its producer's), the static model's kernel times by the TFLite
+    operator of the kernel's first node."""
+    found: dict[str, list[float]] = {}
+    for layer in vela.layers:
+        if layer["target"] == "NPU":
+            found.setdefault(_op_key(layer["op"]), [0.0, 0.0])[0] += layer["cycles"] / vela.clock_hz * 1e6
+    for entry in cost.nodes:
+        if entry.latency_us and not entry.fallback:
+            op = _op_key(model.graph.node(entry.id).source_op or entry.op)
+            found.setdefault(op, [0.0, 0.0])[1] += entry.latency_us
+    return {op: (values[0], values[1]) for op, values in found.items()}
 
 
 def evaluate(corpus: Path, chip: str, target: Target, folder: Path) -> list[dict]:
@@ -221,13 +331,39 @@ def evaluate(corpus: Path, chip: str, target: Target, folder: Path) -> list[dict
                 "error": (cost.latency_us or 0) / vela.inference_us - 1,
                 "vela_cpu_ops": vela_cpu,
                 "static_cpu_ops": mine_cpu,
+                "per_op": per_op(vela, cost, model),
             }
         )
     return rows
 
 
+def _print_rows(label: str, rows: list[dict]) -> None:
+    print(f"\n{label}: static vs Vela per model")
+    for row in rows:
+        print(
+            f"  {row['model']:44s} vela {row['vela_us']:9.0f} us  static {row['static_us'] or 0:9.0f} us "
+            f"({row['error']:+.0%})  CPU ops vela {row['vela_cpu_ops']} static {row['static_cpu_ops']}"
+        )
+    totals: dict[str, list[float]] = {}
+    for row in rows:
+        for op, (vela_us, static_us) in row["per_op"].items():
+            pair = totals.setdefault(op, [0.0, 0.0])
+            pair[0] += vela_us
+            pair[1] += static_us
+    print(f"{label}: per operator type over the {len(rows)} models (us: Vela, static, static / Vela)")
+    for op, (vela_us, static_us) in sorted(totals.items(), key=lambda item: -item[1][0]):
+        ratio = f"{static_us / vela_us:.2f}" if vela_us else "-"
+        print(f"  {op:24s} {vela_us:9.0f} {static_us:9.0f} {ratio:>6s}")
+
+
 def _sig(value: float) -> float:
     return float(f"{value:.3g}")
+
+
+def _toml(value: float | dict) -> str:
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{key} = {_sig(number)}" for key, number in value.items()) + " }"
+    return str(_sig(value))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -236,39 +372,53 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target", default="ethos-u55")
     parser.add_argument("--corpus", default=str(REPO.parent / "shared" / "corpus"))
     parser.add_argument("--json", metavar="FILE")
+    parser.add_argument(
+        "--evaluate-only", action="store_true", help="compare the target as it is with Vela (no fit): per model, per op"
+    )
     args = parser.parse_args(argv)
     base = load_target(args.target, None, args.chip)
     folder = Path(tempfile.mkdtemp(prefix="netlint-fit-ethos-u-"))
     results: dict = {"chip": args.chip, "target": args.target}
     before = evaluate(Path(args.corpus), args.chip, base, folder)
     results["before"] = before
-    samples: dict[str, dict[str, tuple[Path, float]]] = {}
+    if args.evaluate_only:
+        _print_rows("as shipped", before)
+        errors = [abs(row["error"]) for row in before]
+        print(f"median |static/Vela - 1|: {float(np.median(errors)):.1%}, worst {max(errors):.1%}")
+        if args.json:
+            Path(args.json).write_text(json.dumps(results, indent=2, default=str) + "\n", encoding="utf-8")
+        return 0
+    samples: dict[str, dict[str, Sample]] = {}
     for precision in ("int8", "int16x8"):
-        models = layer_models(precision)
+        models = layer_models(precision, embed=args.chip.startswith("ethos-u65"))
         compiled = compile_all(models, args.chip, folder)
         samples[precision] = {
-            name: (folder / f"{name}.tflite", compiled[name].inference_us) for name, _ in models if name in compiled
+            name: (folder / f"{name}.tflite", layer_us(compiled[name], node), node)
+            for name, _, node in models
+            if name in compiled
         }
         print(f"{precision}: {len(samples[precision])} layers compiled by Vela", file=sys.stderr)
     rates = base.data["cost"]
-    clock = float(rates.get("clock_ghz", 0.5))
+    clock = VELA_CLOCK_GHZ[args.chip.rsplit("-", 1)[0]]
     macs = int(args.chip.rsplit("-", 1)[1])
+    fixed = vela_tables(args.chip, mean_rate(samples["int8"]))
     start = {
         "conv_gmacs_per_s": clock * macs,
         "depthwise_gmacs_per_s": clock * macs / 8,
         "vector_gops_per_s": float(rates.get("vector_gops_per_s", 8.0)),
-        "output_gelements_per_s": clock / VELA_OUTPUT_CYCLES[macs][0],
         "memory_gb_per_s": float(rates.get("memory_gb_per_s", 4.0)),
         "weight_gb_per_s": 0.5,
         "kernel_overhead_us": float(rates.get("kernel_overhead_us", 2.0)),
     }
-    numbers = fit(samples["int8"], base.select(precision="int8"), FITTED, start)
+    numbers = fit(samples["int8"], base.select(precision="int8"), FITTED, start, fixed=fixed)
+    numbers = {**numbers, **fixed}
     fitted_base = with_numbers(base, numbers, {})
     int16 = fit(
         samples["int16x8"],
         fitted_base,
         PER_PRECISION,
-        {key: numbers[key] for key in PER_PRECISION} | {"output_gelements_per_s": clock / VELA_OUTPUT_CYCLES[macs][1]},
+        {key: numbers[key] for key in PER_PRECISION}
+        | {"output_gelements_per_s": clock / VELA_OUTPUT_CYCLES[args.chip][1]},
         precision="int16x8",
     )
     results["numbers"] = numbers
@@ -280,17 +430,12 @@ def main(argv: list[str] | None = None) -> int:
         results[f"{label}_median_error"] = float(np.median(errors)) if errors else None
     print(json.dumps({k: v for k, v in results.items() if k not in ("before", "after")}, indent=2))
     print(f"\n[cost.chip.{args.chip}]  # fitted to Vela {vela_version()} by benchmarks/fit_ethos_u.py")
-    print("\n".join(f"{key} = {_sig(value)}" for key, value in numbers.items() if key != "kernel_overhead_us"))
+    print("\n".join(f"{key} = {_toml(value)}" for key, value in numbers.items() if key != "kernel_overhead_us"))
     print(f"kernel_overhead_us = {round(numbers['kernel_overhead_us'], 2)}")
     print(f"\n[cost.chip.{args.chip}.precision.int16x8]")
     print("\n".join(f"{key} = {_sig(value)}" for key, value in int16.items()))
     for label in ("before", "after"):
-        print(f"\n{label}: static vs Vela per model")
-        for row in results[label]:
-            print(
-                f"  {row['model']:44s} vela {row['vela_us']:9.0f} us  static {row['static_us'] or 0:9.0f} us "
-                f"({row['error']:+.0%})  CPU ops vela {row['vela_cpu_ops']} static {row['static_cpu_ops']}"
-            )
+        _print_rows(label, results[label])
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2, default=str) + "\n", encoding="utf-8")
     return 0

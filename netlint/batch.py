@@ -4,7 +4,7 @@
 How workers start (`start_method`): on Linux, when this process has no other Python thread and none of the libraries
 known to run native thread pools without fork handlers (FORK_UNSAFE) is loaded, workers are forked from this process
 once it has imported the engine, onnx and the rule packs (`preload_engine`): a worker then costs a fork, not a second
-interpreter importing netlint (about 0.2 s of CPU, on a machine whose cores the workers need). numpy's OpenBLAS
+interpreter importing netlint (CPU time on a machine whose cores the workers need). numpy's OpenBLAS
 thread is fork-safe (it registers pthread_atfork handlers). Elsewhere (macOS, Windows) or when threads exist, the pool
 uses 'forkserver' (POSIX) or 'spawn', with the engine preloaded in the server (netlint.worker_preload), and
 `netlint check` starts that server before it imports the engine (`start_early`), so that both import at once.
@@ -188,7 +188,7 @@ def lint_many(
     keys: list[str | None] = [None] * len(work)
     stamps: dict[int, str] = {}  # id(settings) -> its stamp; the settings live in `work` for the whole call
     done = missed = 0
-    with paused(promote=True):  # hits are rebuilt from JSON: many objects, no garbage (collections would cost a third)
+    with paused(promote=True):  # hits are rebuilt from JSON: many objects, no garbage to collect
         for index, (path, settings) in enumerate(work):
             if cache is None:
                 break

@@ -267,7 +267,7 @@ class _Entry(msgspec.Struct, forbid_unknown_fields=True):
     """One entry file: what it was stored for, the report (msgspec encodes and checks the dataclasses from their
     annotations), and what the report's JSON leaves out. Sources' stacks are stored once each in `stacks` and named
     by index in `source_stacks` (one per source, in the order _sources walks them): every instance of a block has the
-    same stack (30k findings of a dynamo export stored 46 MB of stacks, 13 MB without them). `tuples` holds, by
+    same stack (stored per finding, the stacks would be most of a large export's entry). `tuples` holds, by
     finding (in the order _findings walks them), the `data` that holds a tuple, tagged: JSON has only arrays."""
 
     format: int

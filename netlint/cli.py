@@ -158,16 +158,12 @@ def _add_fix_parser(commands: argparse._SubParsersAction) -> None:
     add_target_options(fix)
     add_config_options(fix)
     add_selection_options(fix)
-    verify = fix.add_mutually_exclusive_group()
-    verify.add_argument(
-        "--verify",
-        dest="verify",
-        action="store_const",
-        const=True,
-        default=None,
-        help="run both models with onnxruntime and compare (default: on when onnxruntime is installed)",
+    add_switch(
+        fix,
+        "verify",
+        "run both models with onnxruntime and compare (default: on when onnxruntime is installed)",
+        "do not verify",
     )
-    verify.add_argument("--no-verify", dest="verify", action="store_const", const=False, help="do not verify")
     fix.add_argument(
         "--to-fp16",
         action="store_true",
@@ -278,38 +274,27 @@ def add_selection_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--extend-exclude", action="append", metavar="PATTERNS", help="more files and folders not to search"
     )
-    gitignore = parser.add_mutually_exclusive_group()
-    gitignore.add_argument(
-        "--respect-gitignore",
-        dest="respect_gitignore",
-        action="store_const",
-        const=True,
-        default=None,
-        help="leave out what git ignores (.gitignore, .git/info/exclude, global excludes; the default)",
+    add_switch(
+        parser,
+        "respect-gitignore",
+        "leave out what git ignores (.gitignore, .git/info/exclude, global excludes; the default)",
+        "search folders without asking git what it ignores",
     )
-    gitignore.add_argument(
-        "--no-respect-gitignore",
-        dest="respect_gitignore",
-        action="store_const",
-        const=False,
-        help="search folders without asking git what it ignores",
+    add_switch(
+        parser,
+        "force-exclude",
+        "apply the exclude patterns and .gitignore to files named on the command line too (pre-commit's)",
+        "lint files named on the command line as given (the default, unless force-exclude = true)",
     )
-    force = parser.add_mutually_exclusive_group()
-    force.add_argument(
-        "--force-exclude",
-        dest="force_exclude",
-        action="store_const",
-        const=True,
-        default=None,
-        help="apply the exclude patterns and .gitignore to files named on the command line too (pre-commit's)",
-    )
-    force.add_argument(
-        "--no-force-exclude",
-        dest="force_exclude",
-        action="store_const",
-        const=False,
-        help="lint files named on the command line as given (the default, unless force-exclude = true)",
-    )
+
+
+def add_switch(parser: argparse.ArgumentParser, flag: str, on: str, off: str) -> None:
+    """--FLAG / --no-FLAG, either one: True or False in FLAG's dest, None when neither is given (the configuration
+    or the default decides)."""
+    dest = flag.replace("-", "_")
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(f"--{flag}", dest=dest, action="store_const", const=True, default=None, help=on)
+    group.add_argument(f"--no-{flag}", dest=dest, action="store_const", const=False, help=off)
 
 
 def add_impact_option(parser: argparse.ArgumentParser) -> None:

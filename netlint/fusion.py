@@ -117,7 +117,7 @@ def fusing_selections() -> Iterator[Target]:
                 yield selection
 
 
-class Activation(NamedTuple):  # not a frozen dataclass: built for every activation after a conv, 3x cheaper
+class Activation(NamedTuple):  # not a frozen dataclass: built for every activation after a conv, cheaper
     """An activation applied to a conv's output."""
 
     node: Node  # the activation (a composite's output node), or the conv / affine node for a fused activation
@@ -248,11 +248,7 @@ def where_it_fuses(target: Target, kind: str, op: str) -> str | None:
     """A selection of the same target where `kind` fuses into `op`: another chip in this precision first, then
     another precision on this chip, then any other selection. Kept per target selection (it selects every precision
     x chip of the target)."""
-    key = f"where {kind} fuses into {op}"
-    if key not in target._memo:
-        target._memo[key] = _where_it_fuses(target, kind, op)
-    found: str | None = target._memo[key]
-    return found
+    return target.derived(f"where {kind} fuses into {op}", lambda: _where_it_fuses(target, kind, op))
 
 
 def _where_it_fuses(target: Target, kind: str, op: str) -> str | None:

@@ -20,7 +20,7 @@ class Frame:
     code: str | None = None  # the source line, stripped; None when the export has none
 
 
-@dataclass(slots=True)  # not frozen: a large model's findings make tens of thousands (frozen costs 5x to build)
+@dataclass(slots=True)  # not frozen: a large model's findings make tens of thousands (frozen ones build slowly)
 class Source:
     """The model-code origin of one node: from PyTorch's dynamo metadata (module path and class, the creating frame,
     the whole stack), or from name scopes alone (TorchScript node names: `module`; Keras tensor names in TFLite and

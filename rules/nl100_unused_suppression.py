@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from netlint.ir import Graph
 from netlint.rule import Context, Finding, Rule, register
+from netlint.suppression import printable
 
 if TYPE_CHECKING:
     from netlint.suppression import Item, Suppression
@@ -109,7 +110,5 @@ class UnusedSuppression(Rule):
 
 
 def _names(items: list[str]) -> str:
-    from netlint.suppression import printable
-
     shown = ", ".join(printable(item, 20) for item in items[:SHOWN])
     return shown + (f" and {len(items) - SHOWN} more" if len(items) > SHOWN else "")

@@ -36,7 +36,7 @@ def test_a_first_run_gives_one_summary_per_kind_and_keeps_what_holds_everywhere(
     assert silu.severity == "info" and silu.fix is None and silu.impact is None
     assert silu.nodes == [f"conv{i}" for i in range(4)]  # where they are, anchors in graph order
     assert silu.message == (
-        "4 convs are followed by SiLU: fuses on onednn-cpu; does not fuse on ethos-u55, ethos-u65, ort-cpu, "
+        "4 convs are followed by SiLU: fuses on onednn-cpu; does not fuse on ethos-u55 (any chip), ethos-u65, ort-cpu, "
         "qualcomm-htp (any chip), ti-tda4vm (`--target` to see them)"
     )
     assert silu.reference and "A16) vs FP16" in silu.reference  # the rule's first reference, the HTP guide
@@ -53,8 +53,8 @@ def test_each_target_is_named_once_with_the_selections_that_differ() -> None:
     rule = all_rules()["FU003"]()
     where = where_it_matters(rule, ("PRelu", "Conv"))
     assert where == (
-        "fuses on onednn-cpu, qualcomm-htp (chip 8550 or 8650); does not fuse on ethos-u55, ethos-u65, ort-cpu, "
-        "qualcomm-htp (chip 8450), ti-tda4vm"
+        "fuses on onednn-cpu, qualcomm-htp (chip 8550 or 8650); does not fuse on ethos-u55 (any chip), ethos-u65, "
+        "ort-cpu, qualcomm-htp (chip 8450), ti-tda4vm"
     )
     relu6 = where_it_matters(rule, ("Relu6", "Conv"))
     assert "does not fuse on qualcomm-htp (fp16 on chip 8450)" in relu6  # the HTP table's FP16 column

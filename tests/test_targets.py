@@ -261,12 +261,14 @@ def test_ort_cpu_facts() -> None:
     assert ort.data["ops"]["supported"] == ["*"] and ort.data["ops"]["fallback"] == "none"
 
 
-def test_ethos_u55_fuses_exactly_the_five_tflite_fused_activations() -> None:
+def test_ethos_u55_fuses_the_five_tflite_fused_activations_and_int8_lookup_tables() -> None:
     ethos = load_target("ethos-u55")
     five = {"Relu", "Relu6", "ReluN1To1", "Tanh", "Sigmoid"}
+    lookup_tables = {"HardSwish", "LeakyRelu"}  # int8 only: Vela folds them into the op before, as a lookup table
     for precision in ethos.precisions:
         assert set(ethos.data["fusion"]["precision"][precision]["activations"]) == five
-        assert {kind for kind in ACTIVATION_KINDS if fuses(ethos, kind, precision)} == five
+        fused = {kind for kind in ACTIVATION_KINDS if fuses(ethos, kind, precision)}
+        assert fused == (five | lookup_tables if precision == "int8" else five)
     assert ethos.data["ops"]["fallback"] == "cpu"
     supported = set(ethos.data["ops"]["supported"])
     assert {"Conv", "ConvTranspose", "Gemm", "Add", "Mul", "Softmax", "HardSwish", "LeakyRelu", "PRelu"} <= supported
@@ -685,3 +687,19 @@ def test_cli_targets_lists_every_target_and_its_sources(run_cli) -> None:
         assert target.name in result.stdout
         for source in target.sources:
             assert source in result.stdout
+
+
+def test_derived_facts_are_computed_once_per_selection() -> None:
+    """Target.derived keeps what a module derives from a selection (fusion.where_it_fuses' answers): computed on the
+    first request, kept with that selection only (another precision is another selection)."""
+    target = load_target("qualcomm-htp")
+    computed: list[str] = []
+
+    def compute() -> str:
+        computed.append(target.label)
+        return f"answer {len(computed)}"
+
+    assert target.derived("question", compute) == "answer 1"
+    assert target.derived("question", compute) == "answer 1"
+    assert target.select("a16").derived("question", compute) == "answer 2"
+    assert len(computed) == 2

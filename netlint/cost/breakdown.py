@@ -117,7 +117,7 @@ class ModelCost:
 
     @property
     def bytes(self) -> int:
-        return sum(n.cost.bytes for n in self.nodes if n.cost is not None)
+        return self._sum("bytes")
 
     def macs_of(self, *op_classes: str) -> int:
         return sum(n.cost.macs for n in self.nodes if n.cost is not None and n.cost.op_class in op_classes)

@@ -38,9 +38,13 @@ def _group_kernels(
     entries: list[NodeCost],
     by_id: dict[str, NodeCost],
     tails: dict[str, str],
+    rates: Rates | None = None,
 ) -> None:
-    """Each costed node that does work is a kernel; fusable activations and residual adds join the conv before them."""
+    """Each costed node that does work is a kernel; fusable activations and residual adds join the conv before them
+    (and the activations an NPU applies in that conv's output stage: `rates.output_stage_activations`)."""
     fused = target.fused_activations() or frozenset()
+    if rates is not None and rates.output_stage_activations:
+        fused = fused | rates.output_stage_activations
     hosts = target.fusion_hosts() or CONV_OPS
     others = target.other_host_fusions()  # ops with a fusion (and a list) of their own: ORT's FusedGemm
     partial = {kind for kind in fused if target.fusion_efficiency(kind) == "good"}

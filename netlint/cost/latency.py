@@ -32,7 +32,7 @@ def _latency(result: ModelCost, rates: Rates, target: Target, ctx: CostContext) 
         result.notes.append(
             "the target has no fallback_us_per_mb: nodes on the CPU are costed at the accelerator's rates"
         )
-    numeric = _costed_numeric(target, ctx.graph)  # once: hashing the Target per kernel cost a tenth of this loop
+    numeric = _costed_numeric(target, ctx.graph)  # once, not a Target hash per kernel
     times: dict[tuple, tuple[float, float]] = {}  # repeated kernels (same member costs, scale, ...) are timed once
     by_dtype = _rates_by_dtype(target, rates)
     base_rates = rates
@@ -198,12 +198,16 @@ def _kernel_time(
     # Relu ([cost].activation_ops_per_element: ops per element by op type, default 1); a residual Add costs its ops
     per_element = rates.activation_ops_per_element
     hidden = per_element.get("Relu", 1.0)
+    # an NPU with an output stage (output_gelements_per_s: Ethos-U) applies the kernel's own TFLite fused activation
+    # there, at that stage's rate (see _output_rate), not as vector ops
+    staged = rates.output_gelements_per_s is not None and head.node.fused_activation is not None
     ops = 0.0
     for m in working:
         factor = per_element.get(m.op, 1.0)
         hides = m.fusion == ACTIVATION and not m.partial  # a "good" (not "best") fusion does its work in the kernel
         own = m.cost.ops  # type: ignore[union-attr]
-        if m.in_kernel_clamp:  # the clamp's ops (ops.py counts one per output element) hide like a fused Relu's
+        # the clamp's ops (ops.py counts one per output element) hide like a fused Relu's
+        if m.in_kernel_clamp or (staged and m is head and not head.extra_pass):
             own = max(own - ctx.numel(m.node.outputs[0]), 0)
         ops += own * (max(factor - hidden, 0.0) if hides else factor)
     # fused members add no traffic (they are applied before the kernel writes) but a bias a runtime's fold gives it...
@@ -226,7 +230,10 @@ def _kernel_time(
     if rates.output_gelements_per_s is not None and head.node.outputs:  # the NPU's cost per output element ...
         # ... overlaps the MACs: Vela prices each output block at the larger of its MAC (DPU) and output cycles
         # (ethosu/vela/npu_performance.py, _estimate_conv_cycles; an elementwise op at its output cycles alone)
-        compute = max(compute, _elements(ctx, head.node) / (rates.output_gelements_per_s * 1e3))
+        compute = max(compute, _elements(ctx, head.node) / (_output_rate(head, working, rates) * 1e3))
+    read_rate = rates.input_gelements_per_s_by_op.get(head.op)
+    if read_rate is not None and head.node.inputs and head.node.inputs[0]:  # an op bound by the input it reads
+        compute = max(compute, _numel(ctx, head.node.inputs[0]) / (read_rate * 1e3))
     if rates.mac_output_gelements_per_s is not None and macs and head.node.outputs:  # the loop around the MACs
         outputs = gemm[1] if gemm is not None else _elements(ctx, head.node)
         compute += outputs / (rates.mac_output_gelements_per_s * 1e3)
@@ -248,6 +255,22 @@ def _kernel_time(
         time += extra_pass + rates.kernel_overhead_us
         worst += extra_pass + rates.kernel_overhead_us
     return time, worst
+
+
+def _output_rate(head: NodeCost, working: list[NodeCost], rates: Rates) -> float:
+    """Output elements per second (1e9) of an NPU kernel: the slowest of output_gelements_per_s, its op's rate and its
+    fused activation's ([cost].output_gelements_per_s_by_op): Vela's output stage takes the larger of the op's and the
+    activation's cycles per element (_estimate_output_cycles_per_element, npu_performance.py); an ADD writes slower
+    than a conv, and a lookup-table activation (Sigmoid, Tanh, and in int8 HardSwish, LeakyRelu) too on the larger
+    chips."""
+    by_op = rates.output_gelements_per_s_by_op
+    rate = rates.output_gelements_per_s
+    assert rate is not None
+    kinds = [head.op, head.node.fused_activation] if head.node.fused_activation and not head.extra_pass else [head.op]
+    kinds += [m.op for m in working if m.fusion == ACTIVATION]
+    for kind in kinds:
+        rate = min(rate, by_op.get(kind, rate))  # type: ignore[arg-type]
+    return rate
 
 
 def _weight_scale(scale: float, rates: Rates, numeric: tuple[str, int] | None) -> float:
@@ -312,8 +335,12 @@ def gemm_blocked(
 
 
 def _elements(ctx: CostContext, node: Node) -> int:
+    return _numel(ctx, node.outputs[0])
+
+
+def _numel(ctx: CostContext, name: str) -> int:
     try:
-        return ctx.numel(node.outputs[0])
+        return ctx.numel(name)
     except UnknownCost:
         return 0
 

@@ -35,7 +35,7 @@ netlint.cost.placement, fusion and the layout's kernels in netlint.cost.grouping
 what they fill in (NodeCost, ModelCost) in netlint.cost.breakdown.
 
 Nodes the model cannot cost are coverage gaps: the totals and the latency are then lower bounds (`complete` False).
-Everything is linear in the number of nodes (a 100k-node graph costs in well under a second).
+Everything is linear in the number of nodes.
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def _cost_model(
     tails = _runtime_rewrites(graph, target, entries, by_id)
     _hold_saturations(graph, target, entries)
     _mark_fallback(graph, target, entries)
-    _group_kernels(graph, ctx, target, entries, by_id, tails)
+    _group_kernels(graph, ctx, target, entries, by_id, tails, rates)
     if rates is not None and rates.views_free:  # an aliased view launches nothing
         for entry in entries:
             if entry.cost is not None and entry.cost.op_class == VIEW and entry.fused_into is None:

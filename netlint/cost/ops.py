@@ -38,9 +38,26 @@ from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass, field, replace
 from functools import cache
 
-from netlint.ir import Graph, Node, Value
+from netlint.ir import Graph, Node
+from netlint.ir.errors import UnknownSize
 from netlint.ir.ops import ACTIVATION_OPS
-from netlint.ir.sizes import TensorSizes, itemsize_of, static_names, tensor_sizes
+from netlint.ir.sizes import (
+    CONV_LIKE,
+    GEMM_OPS,
+    MATMUL_LIKE,
+    StaticShapes,
+    TensorSizes,
+    conv_macs,
+    conv_transpose_macs,
+    counted_shape,
+    gemm_macs,
+    itemsize_of,
+    matmul_macs,
+    static_names,
+    tensor_sizes,
+)
+from netlint.ir.sizes import input_at as _input
+from netlint.ir.sizes import required_input as _required
 
 # --- op classes ----------------------------------------------------------------------------------------------------
 CONV = "conv"  # Conv, ConvTranspose, their Integer/QLinear variants
@@ -57,9 +74,7 @@ FREE = "free"  # folded away at load time: constants, shape arithmetic, QDQ mark
 
 COMPUTE_CLASSES = frozenset({CONV, MATMUL})
 
-CONV_LIKE = {"Conv": (0, 1, 2), "ConvInteger": (0, 1, None), "QLinearConv": (0, 3, 8)}  # x, w, bias positions
-MATMUL_LIKE = {"MatMul": (0, 1), "MatMulInteger": (0, 1), "QLinearMatMul": (0, 3)}  # a, b positions
-GEMM_OPS = frozenset({"Gemm"})
+# CONV_LIKE, MATMUL_LIKE and GEMM_OPS (netlint.ir.sizes: their MAC formulas live there) are the compute ops too
 RNN_GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
 
 ELTWISE_OPS = frozenset(
@@ -227,8 +242,9 @@ CONTROL_INPUTS: dict[str, frozenset[int]] = {
 CONTROL_INPUTS["ReduceMean"] = CONTROL_INPUTS["ReduceSum"] = frozenset({1})
 
 
-class UnknownCost(Exception):
-    """A node whose cost cannot be computed (unknown op, shape or dtype): a coverage gap with this reason."""
+# A node whose cost cannot be computed (unknown op, shape or dtype): a coverage gap with this reason. The MAC formulas
+# (netlint.ir.sizes) raise it too, as the IR's UnknownSize.
+UnknownCost = UnknownSize
 
 
 @dataclass(frozen=True)
@@ -251,9 +267,10 @@ class OpCost:
 
 
 @dataclass
-class CostContext:
+class CostContext(StaticShapes):
     """What the per-op functions share for one graph: the graph, dims for named dynamic dimensions, the values that
-    are shape arithmetic, and the QDQ marker nodes."""
+    are shape arithmetic, and the QDQ marker nodes. Shapes, element counts and channels as StaticShapes reads them,
+    memoised, with the dynamic dimensions taken as 1 noted in `assumed`."""
 
     graph: Graph
     dims: Mapping[str, int] = field(default_factory=dict)
@@ -286,12 +303,6 @@ class CostContext:
         self._sizes = self.sizes.sizes
 
     # --- shapes and sizes ------------------------------------------------------------------------------------------
-    def value(self, name: str) -> Value:
-        value = self.graph.value(name) if name else None
-        if value is None:
-            raise UnknownCost(f"tensor '{name}' is not in the graph")
-        return value
-
     def shape(self, name: str) -> tuple[int, ...]:
         """The static shape of `name`; dynamic dims count as `dims[name]` or 1 (recorded in `assumed`)."""
         known = self._shapes.get(name)
@@ -299,22 +310,9 @@ class CostContext:
             if known[1]:
                 self.assumed.extend(known[1])
             return known[0]
-        value = self.value(name)
-        if value.shape is None:
-            raise UnknownCost(f"shape of '{name}' is unknown")
-        dims = []
-        notes: list[str] = []
-        for dim in value.shape:
-            if isinstance(dim, int) and dim >= 0:
-                dims.append(dim)
-            elif isinstance(dim, str) and dim in self.dims:
-                dims.append(int(self.dims[dim]))
-            else:
-                notes.append(f"dynamic dim {dim!r} of '{name}' taken as 1")
-                dims.append(1)
-        self._shapes[name] = (tuple(dims), tuple(notes))
+        dims, notes = self._shapes[name] = counted_shape(name, self.value(name), self.dims)
         self.assumed.extend(notes)
-        return tuple(dims)
+        return dims
 
     def numel(self, name: str) -> int:
         kind = self._kinds.get(name)
@@ -376,14 +374,6 @@ class CostContext:
 
     def is_const(self, name: str) -> bool:
         return name in self.const
-
-    def channels(self, name: str) -> int:
-        value = self.value(name)
-        shape = self.shape(name)
-        axis = value.channel_axis
-        if axis is None:
-            raise UnknownCost(f"'{name}' has no channel axis")
-        return shape[axis]
 
 
 def build_context(graph: Graph, dims: Mapping[str, int] | None = None) -> CostContext:
@@ -639,65 +629,22 @@ def _materialized(ctx: CostContext, name: str) -> bool:
     return bool(graph.consumers(name)) or graph.is_graph_output(name)
 
 
-def _input(node: Node, index: int | None) -> str:
-    if index is None or index >= len(node.inputs) or not node.inputs[index]:
-        return ""
-    return node.inputs[index]
-
-
-def _required(node: Node, index: int, what: str) -> str:
-    name = _input(node, index)
-    if not name:
-        raise UnknownCost(f"{node.op} has no {what} input")
-    return name
-
-
 # --- conv and matmul -------------------------------------------------------------------------------------------------
 def _conv(ctx: CostContext, node: Node) -> OpCost:
-    """MACs = output elements x (weights per output channel). In ONNX the weights are [Cout, Cin/g, k...]; in TFLite
-    CONV_2D [Cout, kh, kw, Cin] and DEPTHWISE_CONV_2D [1, kh, kw, Cout]: weights / Cout is Cin/g x k in all three."""
-    x_at, w_at, _ = CONV_LIKE[node.op]
-    weights = _required(node, w_at, "weight")
-    _required(node, x_at, "data")
-    out = node.outputs[0]
-    out_channels = ctx.channels(out)
-    if out_channels == 0:
-        raise UnknownCost(f"output '{out}' has no channels")
-    macs = ctx.numel(out) * ctx.numel(weights) // out_channels
-    return OpCost(CONV, macs, 0, *_io(ctx, node))
+    return OpCost(CONV, conv_macs(node, ctx), 0, *_io(ctx, node))
 
 
 def _conv_transpose(ctx: CostContext, node: Node) -> OpCost:
-    """MACs = input elements x (weights per input channel): ONNX weights are [Cin, Cout/g, k...], TFLite
-    TRANSPOSE_CONV [Cout, kh, kw, Cin] (group 1); weights / Cin is Cout/g x k in both. Input 3 is TFLite's
-    output_shape (control)."""
-    x = _required(node, 0, "data")
-    weights = _required(node, 1, "weight")
-    in_channels = ctx.channels(x)
-    if in_channels == 0:
-        raise UnknownCost(f"input '{x}' has no channels")
-    macs = ctx.numel(x) * ctx.numel(weights) // in_channels
-    return OpCost(CONV, macs, 0, *_io(ctx, node, skip=frozenset({3})))
+    """Input 3 is TFLite's output_shape (control)."""
+    return OpCost(CONV, conv_transpose_macs(node, ctx), 0, *_io(ctx, node, skip=frozenset({3})))
 
 
 def _gemm(ctx: CostContext, node: Node) -> OpCost:
-    """MACs = output elements x K, K from B ([K, N], or [N, K] with transB: TFLite FULLY_CONNECTED's [O, I])."""
-    b = _required(node, 1, "B")
-    b_shape = ctx.shape(b)
-    if len(b_shape) != 2:
-        raise UnknownCost(f"Gemm B '{b}' is not 2-D")
-    k = b_shape[1] if node.attrs.get("transB", 0) else b_shape[0]
-    return OpCost(MATMUL, ctx.numel(node.outputs[0]) * k, 0, *_io(ctx, node))
+    return OpCost(MATMUL, gemm_macs(node, ctx), 0, *_io(ctx, node))
 
 
 def _matmul(ctx: CostContext, node: Node) -> OpCost:
-    """numpy matmul: MACs = output elements x K, K = A's last dim (its second-to-last with TFLite's adj_x)."""
-    a_at, _ = MATMUL_LIKE[node.op]
-    a_shape = ctx.shape(_required(node, a_at, "A"))
-    if not a_shape:
-        raise UnknownCost("MatMul A is a scalar")
-    k = a_shape[-2] if node.attrs.get("adj_x") and len(a_shape) >= 2 else a_shape[-1]
-    return OpCost(MATMUL, ctx.numel(node.outputs[0]) * k, 0, *_io(ctx, node))
+    return OpCost(MATMUL, matmul_macs(node, ctx), 0, *_io(ctx, node))
 
 
 def _rnn(ctx: CostContext, node: Node) -> OpCost:

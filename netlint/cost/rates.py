@@ -43,6 +43,13 @@ KEYS = (
     "mac_block_channels",
     "mac_block_depth",
     "weight_bits",  # bits per weight in this precision when it differs from the activations' (QNN A16: 8)
+    # op type -> output elements per second (1e9) of a kernel that op heads or is the fused activation of (Ethos-U:
+    # Vela's per-op output and activation cycles per element); others write at output_gelements_per_s
+    "output_gelements_per_s_by_op",
+    "input_gelements_per_s_by_op",  # op type -> input elements per second (1e9) it reads at most (Vela's MEAN)
+    # activation op types the NPU applies in the output stage of the op before them (fused there for pricing,
+    # though [fusion] does not list them: Vela's int8 lookup tables)
+    "output_stage_activations",
 )
 
 
@@ -77,6 +84,13 @@ class Rates:
     mac_block_channels: int = 1  # 1: a dense conv's MACs and outputs are its own (no GEMM tile padding)
     mac_block_depth: int = 1
     weight_bits: int | None = None  # None: a float model's weights are deployed at the activations' width
+    # op type -> output elements per second (1e9) where an op (or a fused activation) writes slower than
+    # output_gelements_per_s; read only with output_gelements_per_s
+    output_gelements_per_s_by_op: Mapping[str, float] = field(default_factory=dict, hash=False, compare=False)
+    # op type -> input elements per second (1e9) the op reads at most (Ethos-U: a MEAN runs as a depthwise conv whose
+    # 1x1 output blocks are bound by their write-back cycles, per input element)
+    input_gelements_per_s_by_op: Mapping[str, float] = field(default_factory=dict, hash=False, compare=False)
+    output_stage_activations: frozenset[str] = frozenset()  # joined to the kernel before them (grouping)
 
     @property
     def calibrated(self) -> bool:
@@ -137,6 +151,13 @@ def rates_for(target: Target) -> Rates | None:
             mac_block_channels=int(merged.get("mac_block_channels", 1)),
             mac_block_depth=int(merged.get("mac_block_depth", 1)),
             weight_bits=int(merged["weight_bits"]) if "weight_bits" in merged else None,
+            output_gelements_per_s_by_op={
+                op: float(value) for op, value in merged.get("output_gelements_per_s_by_op", {}).items()
+            },
+            output_stage_activations=frozenset(merged.get("output_stage_activations", ())),
+            input_gelements_per_s_by_op={
+                op: float(value) for op, value in merged.get("input_gelements_per_s_by_op", {}).items()
+            },
         )
     except KeyError:
         return None

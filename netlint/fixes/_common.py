@@ -9,13 +9,13 @@ transB, [N, K]; TFLite CONV_2D OHWI, DEPTHWISE_CONV_2D 1HWO, FULLY_CONNECTED [O,
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
 from netlint.fixes.registry import Plan
 from netlint.io.tflite_ops import FUSED_ACTIVATION_BUILTINS, builtin_for
-from netlint.ir import PASS_THROUGH_OPS, Graph, Node
+from netlint.ir import PASS_THROUGH_OPS, Graph, Node, Value
 from netlint.ir.edit import Edit
 from netlint.ir.ops import FUSED_ACTIVATIONS
 
@@ -159,21 +159,11 @@ def const_loader(graph: Graph, name: str, dequantize: bool = True) -> Callable[[
         return data.array
     nodes: list[Node] = []
     values = {}
-    stack, seen = [name], set()
-    while stack:
-        current = stack.pop()
-        if not current or current in seen:
-            continue
-        seen.add(current)
-        value = graph.value(current)
+    for current, value, node in _computed_from(graph, name, _CONSTANT_STEPS.__contains__):
         if value is not None:
             values[current] = value
-            if value.data is not None:
-                continue
-        node = graph.producer(current)
-        if node is not None and (node.op in PASS_THROUGH_OPS or node.op == "ConstantOfShape"):
+        if node is not None:
             nodes.append(node)
-            stack.extend(node.inputs)
     frozen = Graph("constant", nodes, values, [], [name])
 
     def load() -> np.ndarray:
@@ -188,6 +178,20 @@ def const_loader(graph: Graph, name: str, dequantize: bool = True) -> Callable[[
 def const_problem(graph: Graph, name: str) -> str | None:
     """Why the constant `name`'s values cannot be read (a missing external data file, a sparse tensor), without
     reading them; None when they can (or when it is not a constant: the callers ask is_const first)."""
+    for _name, value, _node in _computed_from(graph, name, lambda op: True):
+        if value is not None and value.data is not None and value.data.unavailable is not None:
+            return f"needs weight values: {value.data.unavailable}"
+    return None
+
+
+_CONSTANT_STEPS = frozenset({*PASS_THROUGH_OPS, "ConstantOfShape"})  # what Graph.const computes a constant through
+
+
+def _computed_from(
+    graph: Graph, name: str, through: Callable[[str], bool]
+) -> Iterator[tuple[str, Value | None, Node | None]]:
+    """Each name `name` is computed from, once, depth first: (the name, its value if declared, its producer if the
+    walk went on through it: a producer whose op `through` accepts, of a value holding no data)."""
     stack, seen = [name], set()
     while stack:
         current = stack.pop()
@@ -195,14 +199,12 @@ def const_problem(graph: Graph, name: str) -> str | None:
             continue
         seen.add(current)
         value = graph.value(current)
-        if value is not None and value.data is not None:
-            if value.data.unavailable is not None:
-                return f"needs weight values: {value.data.unavailable}"
-            continue
-        node = graph.producer(current)
-        if node is not None:
+        node = None if value is not None and value.data is not None else graph.producer(current)
+        if node is not None and through(node.op):
             stack.extend(node.inputs)
-    return None
+        else:
+            node = None
+        yield current, value, node
 
 
 def uniform(graph: Graph, name: str) -> tuple[np.ndarray, tuple[int, ...]] | None:

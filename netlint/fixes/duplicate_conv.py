@@ -10,7 +10,8 @@ twin takes it as its fused activation and writes the activation's output, and th
 consumers and any graph output keep the original conv. One activation is moved per round; the re-lint moves the next.
 
 Why it is exact: the twin computes the same function of the same inputs, so every value is unchanged. It is not
-free: the conv's MACs are computed twice, and the plan's description says how many (netlint.cost.ops' count).
+free: the conv's MACs are computed twice, and the plan's description says how many (netlint.ir.sizes' count, the
+cost model's).
 
 Guards (the finding is skipped, with the reason): the conv or the activation is gone, the activation reads the conv
 through an Identity, Cast or Q/DQ (the twin would feed that node, which is not the activation), no activation reads
@@ -22,12 +23,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from netlint.cost.ops import UnknownCost, build_context, node_cost
 from netlint.fixes._common import captured, names, same_encoding
 from netlint.fixes.registry import FixPass, Plan, register_fix
 from netlint.ir import Graph, Node
 from netlint.ir.edit import Edit, copy_node
+from netlint.ir.errors import UnknownSize
 from netlint.ir.ops import CONV_OPS
+from netlint.ir.sizes import StaticShapes, macs
 from netlint.rule import Finding
 
 # Activations a conv's fused activation computes exactly (TFLite's conv kernels clamp with them).
@@ -50,8 +52,8 @@ class DuplicateConv(FixPass):
         readers = graph.consumers(out)
         if all(reader in members for reader in readers) and not graph.is_graph_output(out) and not captured(graph, out):
             return "the activation is already the conv's only consumer"
-        macs = conv_macs(graph, conv)
-        cost = f"+{macs:,} MACs" if macs is not None else "MACs unknown (shapes missing)"
+        count = conv_macs(graph, conv)
+        cost = f"+{count:,} MACs" if count is not None else "MACs unknown (shapes missing)"
         act = members[-1]
         kind = graph.activation(act)
         if len(members) == 1 and _fuses(graph, conv, act, kind):
@@ -112,13 +114,9 @@ def _fuses(graph: Graph, conv: Node, act: Node, kind: str | None) -> bool:
 
 
 def conv_macs(graph: Graph, node: Node) -> int | None:
-    """Multiply-accumulates of one run of the conv (netlint.cost.ops, which knows either format's weight layouts);
-    None when the shapes are unknown. The cost context is built once per graph state."""
-    key = ("duplicate-conv.context",)
-    context = graph.memo.get(key)
+    """Multiply-accumulates of one run of the conv, dynamic dimensions taken as 1 (as the cost model counts them);
+    None when the shapes are unknown."""
     try:
-        if context is None:
-            context = graph.memo[key] = build_context(graph)
-        return int(node_cost(context, node).macs) or None
-    except (UnknownCost, TypeError, ValueError):
+        return macs(node, StaticShapes(graph)) or None
+    except (UnknownSize, TypeError, ValueError):
         return None

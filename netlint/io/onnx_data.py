@@ -135,7 +135,7 @@ def _inline_constant(
     if dtype is None or (math.prod(shape) if count is None else count) * dtype.itemsize > COPY_INLINE_BYTES:
         return ConstData(lambda: numpy_helper.to_array(tensor))
     # Small: the serialized tensor is copied (one C call; reading its fields to choose a decoding costs more) and
-    # decoded on first use, which few are (500 of 11,500 weights on a 10k-node conv graph).
+    # decoded on first use, which few are.
     return _SerializedConst(tensor.SerializeToString())
 
 

@@ -29,7 +29,7 @@ from netlint.io.onnx_data import (
 from netlint.io.provenance import CLASSES_KEY, NAMESPACE_KEY, SCOPES_KEY, TRACE_KEY
 from netlint.io.structure import GraphFacts, check_structure
 from netlint.ir import NCHW, ConstData, Graph, Model, Node, Value
-from netlint.ir.graph import MAX_DENSE_ELEMENTS, _captured
+from netlint.ir.graph import MAX_DENSE_ELEMENTS, captured_names
 
 
 def load_onnx(path: Path) -> Model:
@@ -412,7 +412,7 @@ def _convert_graph(
         reads: Any = node_inputs
         count = len(node_inputs)
         if subgraphs:  # a node owning subgraphs also reads the outer values its bodies capture
-            reads = dict.fromkeys([*node_inputs, *_captured(node)])
+            reads = dict.fromkeys([*node_inputs, *captured_names(node)])
         elif count > 1 and (node_inputs[0] == node_inputs[1] if count == 2 else len(set(node_inputs)) < count):
             reads = dict.fromkeys(node_inputs)  # a node reading one value twice consumes it once
         for name in reads:  # "" (an omitted optional input) too: its entry is dropped after the loop

@@ -7,11 +7,12 @@ hundreds of thousands of consumers) cannot hit Python's recursion limit or take 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from netlint.errors import ModelLoadError
 from netlint.ir import Graph, Model, Node, Value
-from netlint.ir.graph import _captured
+from netlint.ir.graph import captured_names
 
 
 @dataclass(slots=True)
@@ -49,7 +50,8 @@ def check_structure(model: Model, dangling_notes: bool = True, facts: dict[Graph
 def _maybe_dangling(graph: Graph, facts: GraphFacts) -> bool:
     """Whether _dangling_note could find anything: a name nothing defines is read but never written in the graph,
     and it is neither an input nor an initializer (most such reads are)."""
-    left = graph._consumers.keys() - graph._producer.keys() - facts.initializers
+    written = graph.producer_index()
+    left = graph.consumer_index().keys() - written.keys() - facts.initializers
     left.difference_update(graph.inputs, graph.input_initializers)
     values = graph.values
     for name in left:
@@ -58,7 +60,7 @@ def _maybe_dangling(graph: Graph, facts: GraphFacts) -> bool:
             return True
     for name in graph.outputs:  # a few names
         value = values.get(name)
-        if name and name not in graph._producer and name not in graph.inputs and (value is None or value.data is None):
+        if name and name not in written and name not in graph.inputs and (value is None or value.data is None):
             return True
     return False
 
@@ -66,7 +68,7 @@ def _maybe_dangling(graph: Graph, facts: GraphFacts) -> bool:
 def _check_single_producer(graph: Graph) -> None:
     """The producer index (built by the loader's reindex) holds each tensor's first writer: any other writer is a
     second one."""
-    written = graph._producer
+    written = graph.producer_index()
     for node in graph.nodes:
         outputs = node.outputs
         for name in outputs:
@@ -111,11 +113,11 @@ def _check_acyclic(graph: Graph) -> None:
 def _in_topological_order(graph: Graph) -> bool:
     """Whether every value a node reads (its inputs and what its subgraphs capture) that some node of `graph` writes
     was written by an earlier node. Then the nodes in file order are a topological order: no cycle."""
-    producer = graph._producer
+    producer = graph.producer_index()
     written: set[str] = set()
     wrote = written.update
     for node in graph.nodes:
-        reads = [*node.inputs, *_captured(node)] if node.subgraphs else node.inputs
+        reads = [*node.inputs, *captured_names(node)] if node.subgraphs else node.inputs
         for name in reads:
             if name in producer and name not in written and name:
                 return False
@@ -145,10 +147,10 @@ def graph_inputs_of(graph: Graph, node: Node) -> list[str]:
 
 def _dangling_note(graph: Graph) -> str | None:
     """Tensors read (or declared as outputs) that no node, input, constant or enclosing scope defines."""
-    scopes: list[tuple[dict[str, Node], frozenset[str], dict[str, Value]]] = []
+    scopes: list[tuple[Mapping[str, Node], frozenset[str], dict[str, Value]]] = []
     scope: Graph | None = graph
     while scope is not None:
-        scopes.append((scope._producer, frozenset([*scope.inputs, *scope.input_initializers]), scope.values))
+        scopes.append((scope.producer_index(), frozenset([*scope.inputs, *scope.input_initializers]), scope.values))
         scope = scope.parent
 
     def defined(name: str) -> bool:
@@ -162,7 +164,7 @@ def _dangling_note(graph: Graph) -> str | None:
         return False
 
     missing: dict[str, str] = {}
-    producer, values = graph._producer, graph.values
+    producer, values = graph.producer_index(), graph.values
     for node in graph.nodes:
         for name in node.inputs:
             if name in producer:  # a node's output: most reads, decided without a call

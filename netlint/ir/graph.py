@@ -21,7 +21,15 @@ if TYPE_CHECKING:
     import networkx as nx
 
 NCHW = "NCHW"
-_UNKNOWN = object()  # "not computed yet" in memo dicts whose values may be None
+_UNKNOWN = object()  # "not computed yet" in memo entries whose values may be None
+# Graph.memo's keys for the graph's own queries: the composite index and the networkx view, and (each followed by a
+# value name, a node for ACTIVATION) what a query found for one value or node
+COMPOSITES = ("composites",)  # member node -> its composite activation (see `_composite_index`)
+NX = ("networkx view",)
+ORIGIN = "constant origin"  # _const_origin's walk through pass-through ops
+ACTIVATION = "activation"
+USES = "uses"  # several rules ask it of every conv
+ACTIVATION_USES = "activation uses"
 NHWC = "NHWC"
 
 # The most elements a constant computed from a declared shape (ConstantOfShape, a sparse initializer) may have: a
@@ -187,7 +195,7 @@ class Graph:
             reads: Iterable[str] = inputs
             count = len(inputs)
             if node.subgraphs:  # a node owning subgraphs also reads the outer values its bodies capture
-                reads = dict.fromkeys([*inputs, *_captured(node)])
+                reads = dict.fromkeys([*inputs, *captured_names(node)])
             elif count > 1 and (inputs[0] == inputs[1] if count == 2 else len(set(inputs)) < count):
                 reads = dict.fromkeys(reads)  # a node reading one value twice consumes it once
             for inp in reads:
@@ -206,15 +214,10 @@ class Graph:
         self._producer = producer
         self._consumers = consumers
         self._by_id = by_id
-        self._composites: dict[Node, Composite] | None = None
-        self._nx: nx.DiGraph | None = None
-        self._origins: dict[str, Value | Node | None] = {}  # memo of _const_origin's walks through pass-through ops
-        self._activations: dict[Node, str | None] = {}  # memo of `activation`, by node (see `_composite_index`)
-        self._uses: dict[str, tuple[tuple[Node, ...], bool]] = {}  # memo of `uses`: several rules ask it of every conv
-        self._activation_uses: dict[str, tuple[Node, ...]] = {}  # memo of `activation_uses`
-        # The graph's analysis cache: what rules, shared analyses and the cost model derive from the structure,
-        # keyed by (what, node or value name, ...): valid until the next reindex. A node keys by identity, which
-        # unlike its id string costs no memory read to hash.
+        # The graph's analysis cache: what the graph's own queries (COMPOSITES, NX, ORIGIN, ACTIVATION, USES,
+        # ACTIVATION_USES), the shared analyses, the rules and the cost model derive from the structure, keyed by
+        # (what, node or value name, ...): valid until the next reindex. A node keys by identity, which unlike its id
+        # string costs no memory read to hash.
         self.memo: dict[tuple[Any, ...], Any] = {}
 
     # --- plain structure -------------------------------------------------------------------------------------------
@@ -293,16 +296,19 @@ class Graph:
         node = self._producer.get(name)
         if node is None or (node.op not in PASS_THROUGH_OPS and node.op != "ConstantOfShape"):  # ...an activation
             return None
-        if name in self._origins:
-            return self._origins[name]
+        memo = self.memo
+        known = memo.get((ORIGIN, name), _UNKNOWN)
+        if known is not _UNKNOWN:
+            return known  # type: ignore[return-value]
         walked: list[str] = []  # every name on the walk has the same origin: remember them all (linear on long chains)
         origin: Value | Node | None = None
         seen: set[str] = set()
         while name and name not in seen:
             seen.add(name)
             walked.append(name)
-            if name in self._origins:
-                origin = self._origins[name]
+            known = memo.get((ORIGIN, name), _UNKNOWN)
+            if known is not _UNKNOWN:
+                origin = known  # type: ignore[assignment]
                 break
             value = self.value(name)
             if value is not None and value.is_const:
@@ -318,7 +324,7 @@ class Graph:
                 origin = node
             break
         for step in walked:
-            self._origins[step] = origin
+            memo[ORIGIN, step] = origin
         return origin
 
     def const(self, name: str, dequantize: bool = True) -> np.ndarray | None:
@@ -441,14 +447,14 @@ class Graph:
         """Like `effective_consumers`, but a composite activation (SiLU, HardSwish, Gelu, Mish written as several
         nodes) counts once, as its output node: x -> {Sigmoid, Mul} of one SiLU is one use. Remembered per value
         (the caller gets its own list)."""
-        known = self._uses.get(name)
+        known = self.memo.get((USES, name))
         if known is None:
             known = self._find_uses(name)
         return list(known[0]), known[1]
 
     def uses_view(self, name: str) -> tuple[tuple[Node, ...], bool]:
         """`uses`, as the remembered tuple itself (no copy): for rules that ask it of every conv and only read it."""
-        known = self._uses.get(name)
+        known = self.memo.get((USES, name))
         return known if known is not None else self._find_uses(name)
 
     def only_use(self, name: str) -> Node | None:
@@ -467,7 +473,7 @@ class Graph:
             consumers, reaches_output = direct, name in self._output_set
         else:
             consumers, reaches_output = self.effective_consumers(name)
-        composites = self._composites if self._composites is not None else self._composite_index()
+        composites = self._composite_index()
         if len(consumers) == 1:  # one reader: its own representative unless inside a composite
             consumer = consumers[0]
             composite = composites.get(consumer)
@@ -479,17 +485,18 @@ class Graph:
                 representative = composite.output_node if composite is not None else consumer
                 found.setdefault(representative.id, representative)
             known = tuple(found.values()), reaches_output
-        self._uses[name] = known
+        self.memo[USES, name] = known
         return known
 
     def activation_uses(self, name: str) -> tuple[Node, ...]:
         """The uses of `name` (see `uses`) that are activations applied to it as their data input, in use order: not
         e.g. a Clip reading it as a bound or a PRelu as its slope. Remembered per value: FU001 and FU003 ask it of
         every conv."""
-        known = self._activation_uses.get(name)
+        memo = self.memo
+        known = memo.get((ACTIVATION_USES, name))
         if known is not None:
-            return known
-        uses = self._uses.get(name)
+            return known  # type: ignore[no-any-return]
+        uses = memo.get((USES, name))
         found: list[Node] = []
         source = None
         for node in (uses if uses is not None else self._find_uses(name))[0]:
@@ -497,25 +504,24 @@ class Graph:
                 continue
             if source is None:
                 source = self.source(name)
-            composite = self._composites.get(node) if self._composites is not None else self.composite(node)
+            composite = self.composite(node)
             data = composite.input if composite is not None else (node.inputs[0] if node.inputs else "")
             if self.source(data) == source:
                 found.append(node)
-        known = self._activation_uses[name] = tuple(found)
+        known = memo[ACTIVATION_USES, name] = tuple(found)
         return known
 
     def composite(self, node: Node) -> Composite | None:
         """The composite activation `node` belongs to, if any."""
-        composites = self._composites
-        if composites is None:
-            composites = self._composite_index()
-        return composites.get(node)
+        return self._composite_index().get(node)
 
     def _composite_index(self) -> dict[Node, Composite]:
         """Each member node of a composite activation -> its composite. Keyed by the node itself (nodes hash by
         identity): a lookup then never reads the node's id string, which on a large graph is a cache miss per query."""
-        composites: dict[Node, Composite] = {}
-        self._composites = composites
+        composites: dict[Node, Composite] | None = self.memo.get(COMPOSITES)
+        if composites is not None:
+            return composites
+        composites = self.memo[COMPOSITES] = {}
         for composite in find_composites(self):
             for member in composite.nodes:
                 composites.setdefault(member, composite)
@@ -524,22 +530,22 @@ class Graph:
     def activation(self, node: Node) -> str | None:
         """The activation `node` computes (see netlint.ir.ops.activation_kind); a composite's inner nodes are None.
         Remembered per node: several rules ask it of every node (it reads Clip bounds and the composite index)."""
-        known = self._activations.get(node, _UNKNOWN)
+        known = self.memo.get((ACTIVATION, node), _UNKNOWN)
         if known is not _UNKNOWN:
             return known  # type: ignore[return-value]
-        composites = self._composites
-        composite = (composites if composites is not None else self._composite_index()).get(node)
+        composite = self._composite_index().get(node)
         if composite is not None:
             kind = composite.kind if node is composite.output_node else None
         else:
             kind = activation_kind(self, node)
-        self._activations[node] = kind
+        self.memo[ACTIVATION, node] = kind
         return kind
 
     # --- algorithms that pay for a networkx view ---------------------------------------------------------------------
     def nx(self) -> nx.DiGraph:
         """A networkx view (node ids, edges labelled with the tensor), built on first request only."""
-        if self._nx is None:
+        view: nx.DiGraph | None = self.memo.get(NX)
+        if view is None:
             import networkx as nx
 
             view = nx.DiGraph()
@@ -549,18 +555,18 @@ class Graph:
                     producer = self.producer(inp) if inp else None
                     if producer is not None:
                         view.add_edge(producer.id, node.id, tensor=inp)
-            self._nx = view
-        return self._nx
+            self.memo[NX] = view
+        return view
 
 
-def _captured(node: Node) -> list[str]:
+def captured_names(node: Node) -> list[str]:
     """Values from enclosing scopes that `node`'s subgraphs (If/Loop/Scan bodies, at any depth) read."""
     names: list[str] = []
     for body in node.subgraphs.values():
         local = {*body.inputs, *(out for inner in body.nodes for out in inner.outputs)}
         local.update(name for name, value in body.values.items() if value.is_const)
         for inner in body.nodes:
-            names.extend(name for name in (*inner.inputs, *_captured(inner)) if name and name not in local)
+            names.extend(name for name in (*inner.inputs, *captured_names(inner)) if name and name not in local)
         names.extend(name for name in body.outputs if name not in local)
     return names
 

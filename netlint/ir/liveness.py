@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from netlint.ir.graph import Graph, Node, _captured
+from netlint.ir.graph import Graph, Node, captured_names
 
 # TFLite ops that matter for their effect on state, not for an output (they have none, or none that is read).
 SIDE_EFFECT_OPS = frozenset({"ASSIGN_VARIABLE", "CALL_ONCE"})
@@ -57,7 +57,7 @@ def is_root(node: Node) -> bool:
 
 def _live_in_order(graph: Graph) -> set[Node] | None:
     """`live_nodes` in one pass over the nodes in reverse file order, keeping the set of values live nodes read:
-    half the cost of the walk, exact when the nodes are topologically sorted (as ONNX requires) and no value has two
+    cheaper than the walk, exact when the nodes are topologically sorted (as ONNX requires) and no value has two
     writers. None when either is not so (a node found dead writes a value a live node reads, or the counts of
     written values and of their writers differ): `_live_by_walk` decides then."""
     needed = set(graph.outputs)
@@ -110,7 +110,7 @@ def _live_by_walk(graph: Graph) -> set[Node]:
 
 
 def reads(node: Node) -> list[str]:
-    return [*node.inputs, *_captured(node)] if node.subgraphs else list(node.inputs)
+    return [*node.inputs, *captured_names(node)] if node.subgraphs else list(node.inputs)
 
 
 def unused_constants(graph: Graph, names: Iterable[str] | None = None) -> list[str]:

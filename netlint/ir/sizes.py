@@ -1,4 +1,5 @@
-"""Tensor sizes: one index per graph, shared by the cost model (netlint.cost.ops) and the rules (DM001, DM003, QT005).
+"""Tensor sizes: one index per graph, shared by the cost model (netlint.cost.ops) and the rules (DM001, DM003, QT005),
+and the MAC count of conv and matmul-like ops (the cost model and the conv-duplication pass).
 
 Both size every tensor a node reads or writes, and a tensor is read by its producer and by each of its consumers:
 the element count and byte size of every value with a fully static shape, and whether a name is a constant, are
@@ -10,12 +11,13 @@ elementwise ops, Concat). What the cost model alone needs (QDQ storage widths) s
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Set
+from collections.abc import Callable, Mapping, Set
 from functools import cache
 from typing import Generic, TypeVar
 
 from netlint._lazy import numpy as np  # loaded on first use: a run served by the cache needs no numpy
 from netlint.collector import paused
+from netlint.ir.errors import UnknownSize
 from netlint.ir.graph import PASS_THROUGH_OPS, Graph, Node, Value
 from netlint.ir.ops import ACTIVATION_OPS, UNARY_MATH_OPS
 from netlint.ir.unionfind import UnionFind
@@ -51,10 +53,10 @@ class TensorSizes:
     """`kind`: for every value of the graph whose shape is fully static (non-negative ints) and whose dtype has a
     size, a small int standing for its (shape, dtype, layout, whether it holds data); `numels[kind]` and
     `sizes[kind]` are its element count and its size in bytes at its own dtype. One name-keyed map, the sizes per
-    kind: a model has few kinds, and a map entry per name is what building the index costs (215k names in a 100k-node
-    graph). The cost model's memo key (netlint.cost.ops._signature) is made of the kinds. `const`: the names the
-    graph's nodes can read for which Graph.is_const is true (the cost model and DM001 ask it for every input of every
-    node: a set lookup instead of a call)."""
+    kind: a model has few kinds, and a map entry per name is what building the index costs. The cost model's memo
+    key (netlint.cost.ops._signature) is made of the kinds. `const`: the names the graph's nodes can read for which
+    Graph.is_const is true (the cost model and DM001 ask it for every input of every node: a set lookup instead of a
+    call)."""
 
     __slots__ = ("const", "derived_const", "graph", "kind", "numels", "sizes")
 
@@ -85,7 +87,7 @@ class TensorSizes:
             if kind:
                 kinds[name] = kind
         derived = _derived_const(graph, const)  # constants without data of their own (their kind says nothing of it)
-        self.const: Set[str] = const  # read only (not copied into a frozenset: 100k names on a 100k-node graph)
+        self.const: Set[str] = const  # read only (not copied into a frozenset: a name per weight)
         self.derived_const = frozenset(derived)
 
     def is_const(self, name: str) -> bool:
@@ -134,8 +136,7 @@ def _derived_const(graph: Graph, const: set[str]) -> list[str]:
 
 def const_names(graph: Graph) -> Set[str]:
     """`TensorSizes.const` of `graph`: from its index while it is built, else computed alone, without sizing
-    anything (DM003 asks after the cost model has released the index; rebuilding it took a tenth of the lint on a
-    100k-node graph)."""
+    anything (DM003 asks after the cost model has released the index, whose rebuilding would cost more)."""
     index: TensorSizes | None = graph.memo.get(INDEX)
     if index is not None:
         return index.const
@@ -204,8 +205,8 @@ def _sized(shape: tuple, dtype: str | None) -> tuple[int | None, int | None]:
 
 
 def release(graph: Graph) -> None:
-    """Drop the graph's index (the cost model calls this when done: on a 100k-node graph the index holds ~30 MB that
-    nothing needs afterwards, and the report is built next); a later tensor_sizes() builds it again."""
+    """Drop the graph's index (the cost model calls this when done: on a large graph the index is large, nothing
+    needs it afterwards, and the report is built next); a later tensor_sizes() builds it again."""
     graph.memo.pop(INDEX, None)
 
 
@@ -388,3 +389,130 @@ class InferredSizes:
             size = None if itemsize is None else count * itemsize
         self._bytes[name] = size
         return size
+
+
+# --- multiply-accumulates of conv and matmul-like ops: the cost model prices them, the conv-duplication pass states
+# what a copy adds; one formula per op class for both formats' weight layouts
+CONV_LIKE = {"Conv": (0, 1, 2), "ConvInteger": (0, 1, None), "QLinearConv": (0, 3, 8)}  # x, w, bias positions
+MATMUL_LIKE = {"MatMul": (0, 1), "MatMulInteger": (0, 1), "QLinearMatMul": (0, 3)}  # a, b positions
+GEMM_OPS = frozenset({"Gemm"})
+
+
+class StaticShapes:
+    """Tensor shapes as counts read them: a dynamic dimension is the value `dims` gives its name, else 1. Raises
+    UnknownSize for a tensor that is not in the graph or has no shape."""
+
+    def __init__(self, graph: Graph, dims: Mapping[str, int] | None = None) -> None:
+        self.graph = graph
+        self.dims: Mapping[str, int] = dict(dims or {})
+
+    def value(self, name: str) -> Value:
+        value = self.graph.value(name) if name else None
+        if value is None:
+            raise UnknownSize(f"tensor '{name}' is not in the graph")
+        return value
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return counted_shape(name, self.value(name), self.dims)[0]
+
+    def numel(self, name: str) -> int:
+        return math.prod(self.shape(name))
+
+    def channels(self, name: str) -> int:
+        value = self.value(name)
+        shape = self.shape(name)
+        axis = value.channel_axis
+        if axis is None:
+            raise UnknownSize(f"'{name}' has no channel axis")
+        return shape[axis]
+
+
+def counted_shape(name: str, value: Value, dims: Mapping[str, int]) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """The shape of `value` (named `name`) with each dynamic dimension taken as `dims[its name]` or 1, and a note for
+    each taken as 1."""
+    if value.shape is None:
+        raise UnknownSize(f"shape of '{name}' is unknown")
+    static: list[int] = []
+    notes: list[str] = []
+    for dim in value.shape:
+        if isinstance(dim, int) and dim >= 0:
+            static.append(dim)
+        elif isinstance(dim, str) and dim in dims:
+            static.append(int(dims[dim]))
+        else:
+            notes.append(f"dynamic dim {dim!r} of '{name}' taken as 1")
+            static.append(1)
+    return tuple(static), tuple(notes)
+
+
+def macs(node: Node, shapes: StaticShapes) -> int | None:
+    """Multiply-accumulates of one run of a conv or matmul-like node (None for other ops); raises UnknownSize."""
+    op = node.op
+    if op in CONV_LIKE:
+        return conv_macs(node, shapes)
+    if op == "ConvTranspose":
+        return conv_transpose_macs(node, shapes)
+    if op in GEMM_OPS:
+        return gemm_macs(node, shapes)
+    if op in MATMUL_LIKE:
+        return matmul_macs(node, shapes)
+    return None
+
+
+def conv_macs(node: Node, shapes: StaticShapes) -> int:
+    """Output elements x (weights per output channel). In ONNX the weights are [Cout, Cin/g, k...]; in TFLite
+    CONV_2D [Cout, kh, kw, Cin] and DEPTHWISE_CONV_2D [1, kh, kw, Cout]: weights / Cout is Cin/g x k in all three."""
+    x_at, w_at, _ = CONV_LIKE[node.op]
+    weights = required_input(node, w_at, "weight")
+    required_input(node, x_at, "data")
+    out = node.outputs[0]
+    out_channels = shapes.channels(out)
+    if out_channels == 0:
+        raise UnknownSize(f"output '{out}' has no channels")
+    return shapes.numel(out) * shapes.numel(weights) // out_channels
+
+
+def conv_transpose_macs(node: Node, shapes: StaticShapes) -> int:
+    """Input elements x (weights per input channel): ONNX weights are [Cin, Cout/g, k...], TFLite TRANSPOSE_CONV
+    [Cout, kh, kw, Cin] (group 1); weights / Cin is Cout/g x k in both."""
+    x = required_input(node, 0, "data")
+    weights = required_input(node, 1, "weight")
+    in_channels = shapes.channels(x)
+    if in_channels == 0:
+        raise UnknownSize(f"input '{x}' has no channels")
+    return shapes.numel(x) * shapes.numel(weights) // in_channels
+
+
+def gemm_macs(node: Node, shapes: StaticShapes) -> int:
+    """Output elements x K, K from B ([K, N], or [N, K] with transB: TFLite FULLY_CONNECTED's [O, I])."""
+    b = required_input(node, 1, "B")
+    b_shape = shapes.shape(b)
+    if len(b_shape) != 2:
+        raise UnknownSize(f"Gemm B '{b}' is not 2-D")
+    k = b_shape[1] if node.attrs.get("transB", 0) else b_shape[0]
+    return shapes.numel(node.outputs[0]) * k
+
+
+def matmul_macs(node: Node, shapes: StaticShapes) -> int:
+    """numpy matmul: output elements x K, K = A's last dim (its second-to-last with TFLite's adj_x)."""
+    a_at, _ = MATMUL_LIKE[node.op]
+    a_shape = shapes.shape(required_input(node, a_at, "A"))
+    if not a_shape:
+        raise UnknownSize("MatMul A is a scalar")
+    k = a_shape[-2] if node.attrs.get("adj_x") and len(a_shape) >= 2 else a_shape[-1]
+    return shapes.numel(node.outputs[0]) * k
+
+
+def input_at(node: Node, index: int | None) -> str:
+    """The name of `node`'s input `index`, "" when it is omitted or absent."""
+    if index is None or index >= len(node.inputs) or not node.inputs[index]:
+        return ""
+    return node.inputs[index]
+
+
+def required_input(node: Node, index: int, what: str) -> str:
+    """The name of `node`'s input `index` (its `what`); raises UnknownSize when it is omitted."""
+    name = input_at(node, index)
+    if not name:
+        raise UnknownSize(f"{node.op} has no {what} input")
+    return name

@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from netlint.errors import UsageError
 from netlint.targets.schema import ALL_PRECISIONS, FUSION_HOSTS, WILDCARD_OP, validate_target
+
+T = TypeVar("T")
 
 DEFAULT_TARGET = "generic"
 
@@ -41,9 +44,18 @@ class Target:
     kind: str | None = None  # npu | dsp | cpu | mcu
     precision: str | None = None  # the selected precision (--precision), or the default
     chip: str | None = None  # the selected chip (--chip), or the default
-    # facts derived from `data` for this selection, computed once (rules ask them of every conv); not copied by
-    # `select`, which makes a new selection
+    # facts derived from `data` for this selection, computed once (see `derived`); not copied by `select`, which
+    # makes a new selection
     _memo: dict[str, Any] = field(default_factory=dict, init=False, compare=False, hash=False, repr=False)
+
+    def derived(self, key: str, compute: Callable[[], T]) -> T:
+        """The fact named `key` derived from this selection's data: `compute()` on the first request, then kept with
+        the selection (rules ask some facts of every conv). The one way a module keeps a table per target."""
+        memo = self._memo
+        if key in memo:
+            return memo[key]  # type: ignore[no-any-return]
+        found = memo[key] = compute()
+        return found
 
     # --- selection ----------------------------------------------------------------------------------------------------
     def select(self, precision: str | None = None, chip: str | None = None) -> Target:

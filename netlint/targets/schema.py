@@ -85,11 +85,18 @@ COST_NUMBERS = frozenset(
     }
 )
 COST_FLAGS = frozenset({"views_free"})
-COST_LISTS = frozenset({"data_dependent_ops"})  # op types (canonical names)
+# op types (canonical names). output_stage_activations: activations the NPU applies in the output stage of the op
+# before them, as the cost model groups kernels, though [fusion] does not list them (Vela's int8 lookup tables)
+COST_LISTS = frozenset({"data_dependent_ops", "output_stage_activations"})
 # Per-op-type tables of positive numbers: activation op type -> the ops per element the cost model counts for it, in
 # Relu-equivalents (Relu = 1: an activation's per-element time on the target relative to a Relu's, measured by
-# `netlint calibrate`); op types not listed count 1.
-COST_TABLES = frozenset({"activation_ops_per_element"})
+# `netlint calibrate`); op types not listed count 1. output_gelements_per_s_by_op: op type -> the output elements per
+# second (1e9) of a kernel that op heads, or of one it is fused into as its activation (an NPU's output stage: Vela's
+# output and activation cycles per element), where slower than output_gelements_per_s.
+# input_gelements_per_s_by_op: op type -> input elements per second (1e9) the op reads at most (an NPU that runs a
+# reduction as a convolution over its input: Vela's MEAN).
+COST_TABLES = frozenset({"activation_ops_per_element", "output_gelements_per_s_by_op", "input_gelements_per_s_by_op"})
+_ACTIVATION_TABLES = frozenset({"activation_ops_per_element"})  # their keys are activation op types
 
 _PRECISION_NAME = re.compile(r"[a-z0-9][a-z0-9_-]*")
 _CAMEL_CASE = re.compile(r"[A-Z][A-Za-z0-9]*")
@@ -269,11 +276,17 @@ _NUMBERS = [(name, _number(name) | None, None) for name in sorted(COST_NUMBERS)]
 _EXTRAS = [
     ("views_free", bool | None, None),
     ("data_dependent_ops", list[str] | None, None),
+    ("output_stage_activations", list[str] | None, None),
     ("activation_ops_per_element", dict[str, Any] | None, None),  # op type -> Positive (checked by name)
+    ("output_gelements_per_s_by_op", dict[str, Any] | None, None),  # op type -> Positive (checked by name)
+    ("input_gelements_per_s_by_op", dict[str, Any] | None, None),  # op type -> Positive (checked by name)
 ]
 CostPrecision = _table("CostPrecision", [*_NUMBERS, *_EXTRAS, ("source", str | None, None)])  # cites its numbers
 CostChipPrecision = _table("CostChipPrecision", _NUMBERS)
-CostChip = _table("CostChip", [*_NUMBERS, ("precision", dict[str, Any], {}), ("source", str | None, None)])
+CostChip = _table(
+    "CostChip",
+    [*_NUMBERS, *_EXTRAS[-2:], ("precision", dict[str, Any], {}), ("source", str | None, None)],
+)
 Accuracy = _table("Accuracy", [("source", str), *((k, NonNegative | None, None) for k in sorted(ACCURACY_KEYS))])
 KernelClass = _table(
     "KernelClass",
@@ -502,14 +515,18 @@ class _Checker:
         if ("reorder_dram_gb_per_s" in table) != ("reorder_cache_mb" in table):
             given, missing = sorted(("reorder_dram_gb_per_s", "reorder_cache_mb"), key=lambda k: k not in table)
             self.fail(_join(key, missing), f"expected with {given} (the tensor size where that rate starts)")
-        self.op_types(table.get("data_dependent_ops", []), _join(key, "data_dependent_ops"))
+        for name in sorted(COST_LISTS & table.keys()):
+            self.op_types(table[name], _join(key, name))
         for name in COST_TABLES & table.keys():
             for op, number in table[name].items():
-                if op not in ACTIVATION_OPS:
+                if name in _ACTIVATION_TABLES and op not in ACTIVATION_OPS:
                     self.fail(
                         _join(_join(key, name), op),
                         f"{op!r} is not an activation op type (expected one of: {', '.join(sorted(ACTIVATION_OPS))})",
                     )
+                problem = op_type_problem(op)
+                if problem:
+                    self.fail(_join(_join(key, name), op), problem)
                 self.convert(number, Positive, _join(_join(key, name), op))
         return set((COST_NUMBERS | COST_FLAGS | COST_LISTS | COST_TABLES) & table.keys())
 

@@ -428,28 +428,8 @@ class TfliteBuilder:
         ``bias=None`` gives a two-input operator; note that TFLite's reference
         CONV_2D kernel refuses to prepare without a bias.
         """
-        n, h, w, _ = self._check_nhwc(x, weights)
-        out_c, kh, kw, _ = np.shape(weights)
-        name = self._out_name(name, "conv_2d")
-        out_shape = [
-            n,
-            self._spatial_out(h, kh, stride, padding),
-            self._spatial_out(w, kw, stride, padding),
-            out_c,
-        ]
-        w_index = self.const(f"{name}/weights", weights, quant=weight_quant)
-        inputs = [x, w_index, *self._bias(name, bias, x, weight_quant)]
-        out = self.tensor(name, out_shape, self._info(x).dtype, out_quant)
-        options = {
-            "padding": padding,
-            "stride_w": stride,
-            "stride_h": stride,
-            "dilation_w_factor": 1,
-            "dilation_h_factor": 1,
-            "fused_activation_function": activation,
-        }
-        self.op("CONV_2D", inputs, [out], options)
-        return out
+        options = {"padding": padding, "stride_w": stride, "stride_h": stride}
+        return self._conv("CONV_2D", x, weights, bias, 0, options, activation, name, out_quant, weight_quant)
 
     def depthwise_conv_2d(
         self,
@@ -470,28 +450,34 @@ class TfliteBuilder:
         Per-channel ``weight_quant`` for depthwise uses axis 3 (the channel
         dimension), so pass ``"axis": 3`` as the converter writes it.
         """
+        options = {"padding": padding, "stride_w": stride, "stride_h": stride, "depth_multiplier": depth_multiplier}
+        return self._conv("DEPTHWISE_CONV_2D", x, weights, bias, 3, options, activation, name, out_quant, weight_quant)
+
+    def _conv(
+        self,
+        opcode: str,
+        x: int,
+        weights: np.ndarray,
+        bias: np.ndarray | None,
+        channel_axis: int,
+        options: dict[str, Any],
+        activation: str,
+        name: str | None,
+        out_quant: dict[str, Any] | None,
+        weight_quant: dict[str, Any] | None,
+    ) -> int:
+        """A CONV_2D or DEPTHWISE_CONV_2D with weights [., kH, kW, .] whose `channel_axis` is the output channels and
+        `options` (padding, strides and the op's own), no dilation; returns the output tensor."""
         n, h, w, _ = self._check_nhwc(x, weights)
-        _, kh, kw, out_c = np.shape(weights)
-        name = self._out_name(name, "depthwise_conv_2d")
-        out_shape = [
-            n,
-            self._spatial_out(h, kh, stride, padding),
-            self._spatial_out(w, kw, stride, padding),
-            out_c,
-        ]
+        kh, kw, out_c = np.shape(weights)[1], np.shape(weights)[2], np.shape(weights)[channel_axis]
+        stride_h, stride_w, padding = options["stride_h"], options["stride_w"], options["padding"]
+        name = self._out_name(name, opcode.lower())
+        out_shape = [n, self._spatial_out(h, kh, stride_h, padding), self._spatial_out(w, kw, stride_w, padding), out_c]
         w_index = self.const(f"{name}/weights", weights, quant=weight_quant)
         inputs = [x, w_index, *self._bias(name, bias, x, weight_quant)]
         out = self.tensor(name, out_shape, self._info(x).dtype, out_quant)
-        options = {
-            "padding": padding,
-            "stride_w": stride,
-            "stride_h": stride,
-            "depth_multiplier": depth_multiplier,
-            "dilation_w_factor": 1,
-            "dilation_h_factor": 1,
-            "fused_activation_function": activation,
-        }
-        self.op("DEPTHWISE_CONV_2D", inputs, [out], options)
+        options = {**options, "dilation_w_factor": 1, "dilation_h_factor": 1, "fused_activation_function": activation}
+        self.op(opcode, inputs, [out], options)
         return out
 
     def fully_connected(

@@ -13,6 +13,7 @@ from netlint.engine import lint_model
 from netlint.ir import sizes
 from netlint.ir.sizes import tensor_sizes
 from netlint.testing import GraphBuilder, load
+from netlint.testing.tflite_builder import TfliteBuilder
 
 
 def _graph_with_const_chains() -> object:
@@ -159,3 +160,39 @@ def test_static_names_are_both_definitions_in_one_pass(seed: int) -> None:
     assert dm001 == _known_before_run(graph, const, sourceless_count=True)
     assert cost == _known_before_run(graph, const, sourceless_count=False)
     assert static_names(graph)[0] is dm001  # memoised per graph
+
+
+def _compute_layers() -> tuple[object, bytes]:
+    """An ONNX model with a named batch dimension (Conv, depthwise Conv, Gemm, MatMul) and a TFLite model with
+    CONV_2D, DEPTHWISE_CONV_2D and FULLY_CONNECTED: each format's own weight layout."""
+    b = GraphBuilder()
+    x = b.input("x", ["N", 4, 8, 8])
+    conv = b.conv(x, 8, name="conv")
+    dw = b.conv(conv, 8, group=8, name="dw")
+    flat = b.node("Flatten", [dw], name="flat", shape=["N", 512])
+    fc = b.gemm(flat, 10, name="fc")
+    b.output(b.node("MatMul", [fc, b.const("m", np.ones((10, 6), np.float32))], name="mm", shape=["N", 6]))
+    t = TfliteBuilder()
+    y = t.input("y", [1, 8, 8, 4], "float32")
+    y = t.conv_2d(y, np.ones((8, 3, 3, 4), np.float32), np.zeros(8, np.float32), name="conv")
+    y = t.depthwise_conv_2d(y, np.ones((1, 3, 3, 8), np.float32), np.zeros(8, np.float32), name="dw")
+    t.output(t.fully_connected(y, np.ones((10, 512), np.float32), None, name="fc"))  # reads y as [1, 512]
+    return b.build(), t.build()
+
+
+def test_macs_are_the_cost_models_in_both_layouts_with_dynamic_dims_as_one() -> None:
+    """The MAC formulas the cost model prices with and the conv-duplication pass states ('+N MACs'), counted from
+    the IR: a named batch dimension counts as 1, and ONNX's [Cout, Cin/g, k, k] and TFLite's [Cout, kh, kw, Cin] /
+    [1, kh, kw, Cout] weights give the same count for the same layer."""
+    expected = {"conv": 8 * 8 * 8 * 4 * 9, "dw": 8 * 8 * 8 * 9, "fc": 10 * 512}
+    onnx_model, tflite_model = _compute_layers()
+    for model, more in ((onnx_model, {"mm": 6 * 10}), (tflite_model, {})):
+        graph = load(model).graph
+        priced = cost_model(graph, "generic")
+        found = {}
+        for node in graph.nodes:
+            count = sizes.macs(node, sizes.StaticShapes(graph))
+            if count is not None:
+                found[node.outputs[0] if graph.format == "tflite" else node.id] = count  # TFLite: by tensor name
+                assert count == priced.node(node.id).cost.macs, node.id
+        assert found == {**expected, **more}

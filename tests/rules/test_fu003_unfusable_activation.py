@@ -272,7 +272,32 @@ def test_tflite_hard_swish_after_conv_2d() -> None:
     assert "HardSwish 'sg0/op1' after CONV_2D 'sg0/op0'" in f.message
     assert "on chip 8550 or 8650 HardSwish also fuses" in f.message
     assert fu003(model, *HTP_8550) == []
-    assert len(fu003(model, "ethos-u55")) == 1
+    assert fu003(model, "ethos-u55") == []  # int8: Vela makes it a lookup table in the conv's output stage
+    assert len(fu003(model, "ethos-u55", "int16x8")) == 1  # int16: no lookup table
+
+
+@pytest.mark.parametrize(
+    ("target", "chip", "efficiency"),
+    [
+        ("ethos-u55", "ethos-u55-32", "best"),  # the conv's own outputs take 2 cycles each: the table costs nothing
+        ("ethos-u55", "ethos-u55-64", "best"),  # 1 cycle each, as the table's
+        ("ethos-u55", "ethos-u55-128", "good"),  # the table's 1 cycle per element slows the conv's 0.5
+        ("ethos-u55", "ethos-u55-256", "good"),
+        ("ethos-u65", "ethos-u65-256", "good"),
+        ("ethos-u65", "ethos-u65-512", "good"),
+    ],
+)
+def test_ethos_u_fuses_int8_lookup_table_activations(target: str, chip: str, efficiency: str) -> None:
+    from netlint.targets import load_target
+
+    int8, int16 = load_target(target, "int8", chip), load_target(target, "int16x8", chip)
+    for kind in ("HardSwish", "LeakyRelu"):
+        assert int8.fuses(kind) and int8.fusion_efficiency(kind) == efficiency
+        assert not int16.fuses(kind)
+    tb, x, w = _nhwc()
+    tb.output(tb.leaky_relu(tb.conv_2d(x, w, np.zeros(4, np.float32)), 0.1))
+    assert fu003(tb.build(), target, "int8", chip) == []
+    assert len(fu003(tb.build(), target, "int16x8", chip)) == 1
 
 
 def test_tflite_fused_tanh_on_conv() -> None:
@@ -401,7 +426,8 @@ def test_mobilenet_v3_hard_swish_after_convs(data_dir: Path) -> None:
     for target, count in {
         HTP_8450: after_conv,
         HTP_8550: 0,  # HardSwish fuses on the newer HMX
-        ("ethos-u55", None, None): after_conv,
+        ("ethos-u55", None, None): 0,  # int8: Vela folds each into its conv as a lookup table
+        ("ethos-u55", "int16x8", None): after_conv,
         ("ti-tda4vm", None, None): after_conv,  # its 9 fused RELU6 are QT001's business
         ("onednn-cpu", None, None): 0,
     }.items():
@@ -515,7 +541,7 @@ def test_without_a_target_one_summary_per_kind_names_the_targets() -> None:
     [f] = report.findings
     assert (f.severity, f.fix, f.nodes) == ("info", None, ["c1", "c2"])
     assert f.message == (
-        "2 convs are followed by SiLU: fuses on onednn-cpu; does not fuse on ethos-u55, ethos-u65, ort-cpu, "
+        "2 convs are followed by SiLU: fuses on onednn-cpu; does not fuse on ethos-u55 (any chip), ethos-u65, ort-cpu, "
         "qualcomm-htp (any chip), ti-tda4vm (`--target` to see them)"
     )
     assert "--target" in f.help

@@ -67,7 +67,7 @@ def test_generic_target_reports_one_summary_naming_the_targets() -> None:
     assert f.severity == "info"
     assert f.message == (
         "1 graph input has dynamic dimensions: run as they are on onednn-cpu, ort-cpu; must be fixed first on "
-        "ethos-u55, ethos-u65, qualcomm-htp (any chip) (`--target` to see them)"
+        "ethos-u55 (any chip), ethos-u65, qualcomm-htp (any chip) (`--target` to see them)"
     )
 
 
