@@ -69,8 +69,8 @@ class UnfusableActivation(Rule[Unfusable]):
 
     Without a target (the default `generic`) there is no fusion table to compare with: the rule gives one info
     finding per activation kind and op, counting them and naming the built-in targets where they fuse and where they
-    do not ("57 convs are followed by SiLU: fuses on onednn-cpu; does not fuse on ethos-u55, ethos-u65, ort-cpu,
-    qualcomm-htp (any chip), ti-tda4vm"). A kind every built-in target fuses is not mentioned.
+    do not ("57 convs are followed by SiLU: fuses on onednn-cpu; does not fuse on ethos-u55 (any chip),
+    ethos-u65, ort-cpu, qualcomm-htp (any chip), ti-tda4vm"). A kind every built-in target fuses is not mentioned.
 
     ## Why is this bad?
     Accelerators apply a fused activation to the accumulator before the conv writes its result. Any other activation
@@ -105,7 +105,9 @@ class UnfusableActivation(Rule[Unfusable]):
     - qualcomm-htp: fuses into Conv only. Relu in a8, a16 and fp16; Relu6, ReluN1To1, Relu0To1 and Clip in a8 and
       a16, and in fp16 on chips 8550 and 8650 only; PRelu, LeakyRelu and HardSwish on chips 8550 and 8650 only.
     - ti-tda4vm: fuses into Conv only: Relu, and Relu6 and Clip(0, 2^k) as shifts (TIDL runs Relu6 as ReLU8).
-    - ethos-u55: Relu, Relu6, ReluN1To1, Tanh and Sigmoid fuse into Conv, ConvTranspose and Gemm.
+    - ethos-u55, ethos-u65: Relu, Relu6, ReluN1To1, Tanh and Sigmoid fuse into Conv, ConvTranspose and Gemm; in int8
+      HardSwish and LeakyRelu too (Vela's lookup table in the conv's output stage; efficiency "good" where the
+      table's cycle per element slows the conv: ethos-u55-128/-256, ethos-u65).
     - ort-cpu: fuses into Conv only: Relu, clips, Sigmoid, Tanh, LeakyRelu and HardSigmoid; SiLU, Gelu, HardSwish,
       PRelu do not.
     - onednn-cpu: every eltwise post-op algorithm and PReLU fuse into Conv and Gemm; Selu, Celu, Softsign,

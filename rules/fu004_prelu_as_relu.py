@@ -74,9 +74,11 @@ class PreluAsRelu(Rule[Slopes]):
     - ti-tda4vm: varying slopes info (only ReLU merges into the convolution); exact LeakyRelu info.
     - ort-cpu: varying slopes info; exact LeakyRelu a warning (ConvActivationFusion takes LeakyRelu, not PRelu).
     - onednn-cpu: both fuse as post-ops: varying slopes not reported, exact LeakyRelu info.
-    - ethos-u55: neither fuses (separate NPU operations): varying slopes info (Relu would fuse), exact LeakyRelu info;
-      after an Add/Sub/Mul too, where Vela fuses a Relu into the elementwise op ("fuse_activation_function_with_prev")
-      but not a PRelu. Elsewhere a PRelu after an elementwise op is not reported: a Relu would not fuse there either.
+    - ethos-u55, ethos-u65: a PRelu with varying slopes runs as separate NPU operations: info (Relu would fuse);
+      exact LeakyRelu info, as Vela itself turns a PRelu with equal slopes into that LeakyRelu (convert_prelu;
+      `converts_uniform_prelu` in the target's [fusion]); varying slopes are reported after an Add/Sub/Mul too,
+      where Vela fuses a Relu into the elementwise op ("fuse_activation_function_with_prev") but not a PRelu.
+      Elsewhere a PRelu after an elementwise op is not reported: a Relu would not fuse there either.
 
     ## References
     - Qualcomm AI Engine Direct SDK, HTP guidelines, "Quantized 16 bit activations (A16) vs FP16 and Activation
@@ -189,7 +191,9 @@ def _verdict(kind: str, host: str, target: Target) -> tuple[bool, str, str] | No
     after a conv): (whether it is worth a warning, the reason for the message, a short phrase), or None when PRelu
     runs as well as the alternative there (nothing to say)."""
     other = "LeakyRelu" if kind == "LeakyRelu" else "Relu"
-    prelu, better = standing("PRelu", host, target), standing(other, host, target)
+    better = standing(other, host, target)
+    converted = kind == "LeakyRelu" and (target.section("fusion") or {}).get("converts_uniform_prelu", False)
+    prelu = better if converted else standing("PRelu", host, target)  # the compiler makes it that LeakyRelu
     label = target.label
     if prelu >= better:
         if kind == "LeakyRelu":

@@ -210,7 +210,7 @@ def build_tflite(spec: MicroModel) -> tuple[bytes, dict[str, np.ndarray]]:
 
 def _build_quantized(spec: MicroModel) -> tuple[bytes, dict[str, np.ndarray]]:
     """`spec` in int8 or int16x8 (activations symmetric int16 with zero point 0, weights int8 per channel, int64
-    bias: what LiteRT runs on its reference kernels): conv, dw and add2 layers."""
+    bias: what LiteRT runs on its reference kernels): conv, dw, add2 and HardSwish layers."""
     from netlint.testing.tflite_builder import TfliteBuilder
 
     activation, bias_type, scale = QUANTIZED[spec.precision]
@@ -246,6 +246,8 @@ def _build_quantized(spec: MicroModel) -> tuple[bytes, dict[str, np.ndarray]]:
                 options["pot_scale_int16"] = False  # general (not power-of-two) int16 scales
             builder.op("ADD", [current, y], [out_tensor], options)
             current = out_tensor
+        elif layer.kind == "act" and layer.act == "HardSwish":  # the input's quantization, like the converter's
+            current = builder.hard_swish(current)
         else:
             raise ValueError(f"no {spec.precision} micro-model for layer kind {layer.kind!r}")
     builder.output(current)

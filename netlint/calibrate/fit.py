@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from netlint.cost.latency import gemm_blocked
+
 FUSION_THRESHOLD = 0.5
 CONSISTENCY_SLACK = 1.5
 BALANCE = 0.2
@@ -39,6 +41,7 @@ ELTWISE = "eltwise"  # elementwise ops (one per output element), with the bytes 
 OVERHEAD = "overhead"  # kernels in a chain of tiny ops
 ACTIVATION = "activation"  # one activation alone on one tensor shape, timed against Relu on the same shape
 REORDER = "reorder"  # bytes one NCHW <-> NCHWc reorder reads + writes (`bytes`: the tensor's size), time per reorder
+WEIGHTS = "weights"  # weight bytes of a 1x1 conv on one pixel (a fully connected layer): a kernel bound by its weights
 CACHE_STEP = 1.5  # two reorder rates only when the cache-resident one is at least this many times the larger ones'
 SPLIT_GAIN = 2.0  # ... and the split divides the fit's squared log error at least by this
 
@@ -54,6 +57,8 @@ class Sample:
     time_us: float
     ops: float = 0.0
     bytes: float = 0.0
+    # a dense conv's (input channels, output channels, kernel taps): its MACs and outputs padded to a GEMM's blocks
+    dense: tuple[int, int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -140,7 +145,10 @@ class Fitted:
     kernel_overhead_us: float
     call_overhead_us: float  # the per-run intercept of the kernel chain: the runtime's own cost per call
     reorder: Reorder | None = None  # NCHW <-> NCHWc copy rates (onnxruntime only)
-    mac_output_gelements_per_s: float | None = None  # reference convs' per-output-element cost (fit_reference_conv)
+    mac_output_gelements_per_s: float | None = None  # a MAC kernel's per-output-element cost (fit_mac_kernels)
+    mac_block_channels: int | None = None  # output channels a dense conv computes at once (fit_mac_kernels)
+    mac_block_depth: int | None = None  # input channels per kernel tap it reads at once
+    weight_gb_per_s: float | None = None  # weight bytes a kernel streams per second (1e9), when WEIGHTS were timed
 
     def numbers(self) -> dict[str, float]:
         numbers = {
@@ -152,6 +160,11 @@ class Fitted:
         }
         if self.mac_output_gelements_per_s is not None:
             numbers["mac_output_gelements_per_s"] = self.mac_output_gelements_per_s
+        for key in ("mac_block_channels", "mac_block_depth"):
+            if getattr(self, key) not in (None, 1):
+                numbers[key] = getattr(self, key)
+        if self.weight_gb_per_s is not None:
+            numbers["weight_gb_per_s"] = self.weight_gb_per_s
         if self.reorder is not None:
             numbers.update(self.reorder.numbers())
         return numbers
@@ -219,6 +232,7 @@ def fit_cost(samples: Sequence[Sample]) -> Fitted:
     memory = line(MEMORY)
     kernel_overhead_us = max(overhead.slope_us, 0.0)
     reorders = [s for s in samples if s.family == REORDER]
+    weights = [s for s in samples if s.family == WEIGHTS]
     memory_gb_per_s = memory.rate_per_us / 1e3  # bytes per microsecond -> 1e9 bytes per second
     return Fitted(
         conv_gmacs_per_s=line(CONV).rate_per_us / 1e3,
@@ -228,27 +242,67 @@ def fit_cost(samples: Sequence[Sample]) -> Fitted:
         kernel_overhead_us=kernel_overhead_us,
         call_overhead_us=max(overhead.intercept_us, 0.0),
         reorder=fit_reorder(reorders, kernel_overhead_us) if reorders else None,
+        weight_gb_per_s=fit_line([s.work for s in weights], [s.time_us for s in weights]).rate_per_us / 1e3
+        if weights
+        else None,
     )
 
 
-def fit_reference_conv(samples: Sequence[Sample], call_overhead_us: float) -> tuple[float, float, float] | None:
-    """(conv, depthwise MAC rates in 1e9 MACs/s, output elements per second in 1e9) of convs that run on TFLite's
-    reference kernels (LiteRT's int16x8): a loop per output element (its requantization, bounds checks and int64
-    bias) around a loop per MAC, so time = call + conv MACs / conv rate + depthwise MACs / depthwise rate + outputs /
-    output rate, fitted by least squares on relative error over the CONV and DEPTHWISE samples (`work` MACs, `ops`
-    output elements), whose MACs per output element must vary. None when a coefficient comes out non-positive (the
-    shapes or the noise do not separate the terms: the per-family lines stand)."""
+BLOCKS = (1, 4, 8, 16, 32, 64)  # the GEMM blocks tried (XNNPACK's int8 kernels: 16 channels, or 64 with AMX)
+BLOCK_GAIN = 2.0  # blocks other than 1 are kept only when they divide the fit's squared relative error by this
+
+
+@dataclass(frozen=True)
+class MacFit:
+    """The rates of convs priced per MAC and per output element, their channels padded to the GEMM's blocks:
+    time = conv MACs / conv rate + depthwise MACs / depthwise rate + outputs / output rate (1e9 per second)."""
+
+    conv_gmacs_per_s: float
+    depthwise_gmacs_per_s: float
+    mac_output_gelements_per_s: float
+    block_channels: int = 1
+    block_depth: int = 1
+    error: float = 0.0  # the fit's squared relative error, summed over the samples
+
+
+def fit_mac_kernels(
+    samples: Sequence[Sample], call_overhead_us: float, blocks: Sequence[int] = BLOCKS
+) -> MacFit | None:
+    """Conv and depthwise MAC rates and a per-output-element rate, fitted together by least squares on relative
+    error over the CONV and DEPTHWISE samples (`work` MACs, `ops` output elements), less the runtime's per-call cost.
+    The per-output term is the loop around the MACs: TFLite's reference kernels (LiteRT's int16x8) requantize, check
+    bounds and add an int64 bias per output; XNNPACK's int8 GEMM accumulates, requantizes and clamps whole output tiles
+    (16 channels, 64 on a CPU with AMX: a conv of 8 output channels costs as one of 64). Each pair of `blocks` (output
+    channels, input channels per tap) pads the dense convs' (`dense`) MACs and outputs; the best fit is kept, blocks
+    other than 1 only when they divide the error by BLOCK_GAIN. None when the MACs per output element do not vary, no
+    depthwise sample is given or no fit has positive coefficients (the per-family lines stand)."""
     rows = [s for s in samples if s.family in (CONV, DEPTHWISE) and s.ops > 0]
     if len({round(s.work / s.ops, 3) for s in rows}) < 3 or not any(s.family == DEPTHWISE for s in rows):
         return None
     times = np.array([max(s.time_us - call_overhead_us, 1e-3) for s in rows])
-    design = np.array(
-        [[s.work if s.family == CONV else 0.0, s.work if s.family == DEPTHWISE else 0.0, s.ops] for s in rows]
-    )
-    (conv, depthwise, output), *_ = np.linalg.lstsq(design / times[:, None], np.ones_like(times), rcond=None)
+    fits = [_mac_fit(rows, times, out, depth) for out in blocks for depth in blocks]
+    plain = next((f for f in fits if f is not None and f.block_channels == f.block_depth == 1), None)
+    padded = min((f for f in fits if f is not None and f is not plain), key=lambda f: f.error, default=None)
+    if padded is not None and (plain is None or padded.error * BLOCK_GAIN < plain.error):
+        return padded
+    return plain
+
+
+def _mac_fit(rows: list[Sample], times: np.ndarray, block_channels: int, block_depth: int) -> MacFit | None:
+    design = []
+    for s in rows:
+        macs, outputs = s.work, s.ops
+        if s.family == CONV and s.dense is not None:
+            macs, outputs = gemm_blocked(*s.dense, s.ops, block_channels, block_depth)
+        design.append([macs if s.family == CONV else 0.0, macs if s.family == DEPTHWISE else 0.0, outputs])
+    scaled = np.array(design) / times[:, None]
+    (conv, depthwise, output), *_ = np.linalg.lstsq(scaled, np.ones_like(times), rcond=None)
     if min(conv, depthwise, output) <= 0:
         return None
-    return float(1 / conv / 1e3), float(1 / depthwise / 1e3), float(1 / output / 1e3)  # us per unit -> 1e9 / s
+    error = float(np.sum((scaled @ np.array([conv, depthwise, output]) - 1.0) ** 2))
+    # us per unit -> 1e9 per second
+    rates = [float(1 / coefficient / 1e3) for coefficient in (conv, depthwise, output)]
+    return MacFit(*rates, block_channels, block_depth, error)
 
 
 def observed_fusions(pairs: dict[str, tuple[float, float, float]], baseline_us: float = 0.0) -> list[str]:

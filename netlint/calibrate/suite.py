@@ -37,11 +37,12 @@ from netlint.calibrate.fit import (
     MEMORY,
     OVERHEAD,
     REORDER,
+    WEIGHTS,
     Fitted,
     Sample,
     fit_cost,
     fit_line,
-    fit_reference_conv,
+    fit_mac_kernels,
     observed_fusions,
     relu_equivalents,
     relu_ops_per_element,
@@ -93,6 +94,8 @@ class Calibration:
     kernels: Any = None  # onnxruntime: the per-kernel-class fit (netlint.commands.calibrate.KernelRun)
     # LiteRT: precision (int8, int16x8) -> the rates of its quantized kernels (int16x8 runs on reference kernels)
     precisions: dict[str, Fitted] = field(default_factory=dict)
+    # LiteRT: precision -> activation op type -> vector ops per element of its quantized kernel, timed alone
+    precision_activations: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 def suite(
@@ -146,8 +149,22 @@ PRECISION_SHAPES = {
     MEMORY: ((16, 28), (32, 28), (32, 56)),  # (channels, size): Add of two inputs
 }
 # int16x8 only: dense convs whose MACs per output element vary (1x1 from 8 to 144 input channels, a 3-channel 3x3
-# stem), so the reference kernels' per-output cost separates from their per-MAC cost (fit.fit_reference_conv)
+# stem), so the reference kernels' per-output cost separates from their per-MAC cost (fit.fit_mac_kernels)
 REFERENCE_CONVS = ((1, 8, 48, 28), (1, 48, 8, 28), (1, 16, 96, 14), (1, 96, 16, 14), (1, 144, 24, 14), (3, 3, 16, 56))
+# int8 only (kernel, input channels, output channels, size): the narrow convs of mobile networks, whose output and
+# input channel counts (8 to 256) fall on and off XNNPACK's GEMM blocks (16 channels, 64 with AMX), from the
+# 112x112 stem to 7x7 (fit.fit_mac_kernels finds the blocks); and 5x5 depthwise convs
+GEMM_CONVS = (
+    (1, 16, 8, 56), (1, 8, 48, 56), (1, 48, 8, 28), (1, 16, 96, 28), (1, 96, 16, 14), (1, 24, 144, 14),
+    (1, 144, 24, 14), (1, 128, 128, 14), (1, 64, 256, 7), (1, 256, 64, 7), (3, 3, 16, 112),
+)  # fmt: skip
+GEMM_DEPTHWISE = ((5, 32, 28), (5, 96, 14))
+# activations LiteRT runs outside XNNPACK in int8 (its delegate takes HARD_SWISH in float only: TFLite's own kernel,
+# one element at a time on x86): (channels, size), timed alone for [cost.precision.int8].activation_ops_per_element
+QUANTIZED_ACTIVATIONS = {"int8": {"HardSwish": ((32, 28), (64, 28))}}
+# int8 only: 1x1 convs on one pixel (input, output channels), the fully connected heads and squeeze-excitation convs of
+# mobile networks: XNNPACK streams their weights (64 kB to 1.3 MB) at the weight rate, not at the Adds' memory rate
+WEIGHT_CONVS = ((256, 256), (576, 1024), (1024, 1024), (1280, 1024))
 
 
 def precision_suite() -> list[MicroModel]:
@@ -155,12 +172,12 @@ def precision_suite() -> list[MicroModel]:
     models = []
     for precision in PRECISIONS:
         convs = [(k, c, c, h) for k, c, h in PRECISION_SHAPES[CONV]]
-        for k, c, out, h in convs + list(REFERENCE_CONVS if precision == "int16x8" else ()):
+        for k, c, out, h in convs + list(REFERENCE_CONVS if precision == "int16x8" else GEMM_CONVS):
             name = f"{precision}_conv{k}_{c}_{h}" + (f"_{out}" if out != c else "")
             outputs = h * h * out  # `ops`: the output elements (the reference kernels' per-output cost)
             spec = MicroModel(name, c, h, h, [Layer("conv", out, k)], CONV, outputs * c * k * k, outputs)
             models.append(MicroModel(**{**spec.__dict__, "precision": precision}))
-        for k, c, h in PRECISION_SHAPES[DEPTHWISE]:
+        for k, c, h in PRECISION_SHAPES[DEPTHWISE] + (GEMM_DEPTHWISE if precision == "int8" else ()):
             outputs = h * h * c
             spec = MicroModel(
                 f"{precision}_dw{k}_{c}_{h}", c, h, h, [Layer("dw", k=k)], DEPTHWISE, outputs * k * k, outputs
@@ -173,7 +190,41 @@ def precision_suite() -> list[MicroModel]:
                 spec = MicroModel(f"{precision}_{family}_add_{c}_{h}", c, h, h, [Layer("add2")], family, work, n,
                                   3 * n * width)  # fmt: skip
                 models.append(MicroModel(**{**spec.__dict__, "precision": precision}))
+        for c, out in WEIGHT_CONVS if precision == "int8" else ():
+            spec = MicroModel(f"{precision}_weights_{c}_{out}", c, 1, 1, [Layer("conv", out, 1)], WEIGHTS, c * out)
+            models.append(MicroModel(**{**spec.__dict__, "precision": precision}))
+        for op, shapes in QUANTIZED_ACTIVATIONS.get(precision, {}).items():
+            for c, h in shapes:
+                n = c * h * h
+                spec = MicroModel(f"{precision}_act_{op}_{c}_{h}", c, h, h, [Layer("act", act=op)], ACTIVATION, n, n)
+                models.append(MicroModel(**{**spec.__dict__, "precision": precision}))
     return models
+
+
+def dense_shape(spec: MicroModel) -> tuple[int, int, int] | None:
+    """(input channels, output channels, taps) of a one-conv micro-model (fit.Sample.dense), else None."""
+    layer = spec.layers[0] if len(spec.layers) == 1 else None
+    if spec.family != CONV or layer is None or layer.kind != "conv":
+        return None
+    return spec.channels, layer.channels, layer.k * layer.k
+
+
+def precision_activations(samples: list[Sample], call_overhead_us: float, vector_gops_per_s: float) -> dict[str, float]:
+    """Op type -> vector ops per element of a quantized activation timed alone (ACTIVATION samples named
+    `<precision>_act_<op>_<c>_<h>`, `work` its elements): the slope of its time over its elements, at
+    `vector_gops_per_s` (the precision's rate, at which the cost model counts its ops), 2 decimals, at least 0.01."""
+    by_op: dict[str, list[Sample]] = {}
+    for sample in samples:
+        if sample.family == ACTIVATION:
+            by_op.setdefault(sample.name.split("_act_", 1)[1].split("_", 1)[0], []).append(sample)
+    factors = {}
+    for op, rows in by_op.items():
+        if len({s.work for s in rows}) >= 2:
+            per_element_us = fit_line([s.work for s in rows], [s.time_us for s in rows]).slope_us
+        else:
+            per_element_us = max(rows[0].time_us - call_overhead_us, 1e-3) / rows[0].work
+        factors[op] = max(round(float(per_element_us * vector_gops_per_s * 1e3), 2), 0.01)
+    return factors
 
 
 def reorder_suite() -> list[MicroModel]:
@@ -241,7 +292,7 @@ def activation_ratios(timings: Timings, models: list[MicroModel], call_overhead_
     return {
         spec.name.removeprefix("act_"): relu_equivalents(timings.samples[spec.name], relu, call_overhead_us)
         for spec in models
-        if spec.family == ACTIVATION
+        if spec.family == ACTIVATION and not spec.precision  # the quantized ones: precision_activations
     }
 
 
@@ -323,24 +374,30 @@ def run_suite(
     ]
     reorders = reorder_samples(timings, models)
     fitted = fit_cost(samples + reorders)
-    by_precision = {}
+    by_precision, precision_factors = {}, {}
     for precision in PRECISIONS if tflite else ():
         mine = [
-            Sample(spec.family, spec.name, spec.work, medians[spec.name], spec.ops, spec.bytes)
+            Sample(spec.family, spec.name, spec.work, medians[spec.name], spec.ops, spec.bytes, dense_shape(spec))
             for spec in models
             if spec.precision == precision
         ]
         fitted_precision = fit_cost(mine + [s for s in samples if s.family == OVERHEAD])
-        reference = fit_reference_conv(mine, call) if precision == "int16x8" else None
-        if reference is not None:  # LiteRT's int16x8 convs run on TFLite's reference kernels
-            conv, depthwise, outputs = reference
+        # LiteRT's int16x8 convs run on TFLite's reference kernels, its int8 ones on XNNPACK's blocked GEMMs: both
+        # pay per output element beyond their MACs
+        macs = fit_mac_kernels(mine, call)
+        if macs is not None:
             fitted_precision = replace(
                 fitted_precision,
-                conv_gmacs_per_s=conv,
-                depthwise_gmacs_per_s=depthwise,
-                mac_output_gelements_per_s=outputs,
+                conv_gmacs_per_s=macs.conv_gmacs_per_s,
+                depthwise_gmacs_per_s=macs.depthwise_gmacs_per_s,
+                mac_output_gelements_per_s=macs.mac_output_gelements_per_s,
+                mac_block_channels=macs.block_channels,
+                mac_block_depth=macs.block_depth,
             )
         by_precision[precision] = fitted_precision
+        factors = precision_activations(mine, call, fitted_precision.vector_gops_per_s)
+        if factors:
+            precision_factors[precision] = factors
     factors = activation_ops(timings, models, call, fitted.vector_gops_per_s)
     pairs = {}
     for spec in models:
@@ -360,6 +417,7 @@ def run_suite(
         fitted, fusions, pairs, samples, timings.rounds, runner, pinning, prelu_ratio, factors, reorders
     )
     result.precisions = by_precision
+    result.precision_activations = precision_factors
     return result
 
 

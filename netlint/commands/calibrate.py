@@ -225,6 +225,11 @@ def target_document(base: dict[str, Any], result: Any, name: str) -> dict[str, A
             }
             for name, fitted in precisions.items()
         }
+        for name, factors in (getattr(result, "precision_activations", None) or {}).items():
+            # a quantized activation's own kernel (LiteRT's int8 HARD_SWISH runs outside XNNPACK): the base table,
+            # at this precision's vector rate, with the activations measured in it
+            table = {**cost.get("activation_ops_per_element", {}), **factors}
+            cost["precision"][name]["activation_ops_per_element"] = {op: table[op] for op in sorted(table)}
     kernels = getattr(result, "kernels", None)
     if kernels is not None:
         from netlint.cost.kernels import rates_table

@@ -43,11 +43,12 @@ def _group_kernels(
     """Each costed node that does work is a kernel; fusable activations and residual adds join the conv before them
     (and the activations an NPU applies in that conv's output stage: `rates.output_stage_activations`)."""
     fused = target.fused_activations() or frozenset()
-    if rates is not None and rates.output_stage_activations:
-        fused = fused | rates.output_stage_activations
+    staged = rates.output_stage_activations if rates is not None else frozenset()
+    fused = fused | staged
     hosts = target.fusion_hosts() or CONV_OPS
     others = target.other_host_fusions()  # ops with a fusion (and a list) of their own: ORT's FusedGemm
-    partial = {kind for kind in fused if target.fusion_efficiency(kind) == "good"}
+    # a "good" fusion does its work in the kernel; an output-stage one costs the stage's rate instead (latency.py)
+    partial = {kind for kind in fused if target.fusion_efficiency(kind) == "good"} - staged
     residual = target.residual_fusion()
     saturating = _saturates(target)
     for entry in entries:

@@ -218,6 +218,9 @@ def _kernel_time(
     for member in working:  # ...and the residual, which the kernel reads
         if member.fusion == RESIDUAL and member.cost is not None and member.cost.op_class == ELTWISE:
             traffic += _residual_bytes(ctx, member.node, head) * scale
+    gemm = _gemm_blocked(ctx, head.node, rates) if head in working else None
+    if gemm is not None:  # a dense conv as a blocked GEMM computes it: padded channels cost like real ones
+        macs += gemm[0] - head.cost.macs  # type: ignore[union-attr]
     mac_rate = rates.depthwise_gmacs_per_s if _grouped(head.node) else rates.conv_gmacs_per_s
     compute = macs / (mac_rate * 1e3) + ops / (rates.vector_gops_per_s * 1e3)  # G/s -> per microsecond
     weights = 0.0
@@ -231,8 +234,9 @@ def _kernel_time(
     read_rate = rates.input_gelements_per_s_by_op.get(head.op)
     if read_rate is not None and head.node.inputs and head.node.inputs[0]:  # an op bound by the input it reads
         compute = max(compute, _numel(ctx, head.node.inputs[0]) / (read_rate * 1e3))
-    if rates.mac_output_gelements_per_s is not None and macs and head.node.outputs:  # a reference kernel's loop
-        compute += _elements(ctx, head.node) / (rates.mac_output_gelements_per_s * 1e3)
+    if rates.mac_output_gelements_per_s is not None and macs and head.node.outputs:  # the loop around the MACs
+        outputs = gemm[1] if gemm is not None else _elements(ctx, head.node)
+        compute += outputs / (rates.mac_output_gelements_per_s * 1e3)
     time = max(compute, traffic / (rates.memory_gb_per_s * 1e3), weights)
     worst = time
     if rates.data_dependent_ratio > 1.0 and rates.data_dependent_ops:
@@ -296,6 +300,38 @@ def _runtime_bias_bytes(ctx: CostContext, conv: Node, members: list[NodeCost]) -
         except UnknownCost:
             return 0
     return 0
+
+
+def _gemm_blocked(ctx: CostContext, node: Node, rates: Rates) -> tuple[float, float] | None:
+    """(MACs, output elements) of a dense conv or TFLite FULLY_CONNECTED with its output channels rounded up to
+    `mac_block_channels` and each kernel tap's input channels up to `mac_block_depth` (a GEMM computes whole tiles:
+    XNNPACK's int8 AMX kernel accumulates and requantizes 64 output channels per pixel, 64 input bytes per step);
+    None when the target states no blocks or the node is not such a conv."""
+    if rates.mac_block_channels == rates.mac_block_depth == 1 or _grouped(node) or not node.outputs:
+        return None
+    dense = node.op == "Conv" or (node.op == "Gemm" and node.source_op == "FULLY_CONNECTED")
+    if not dense or len(node.inputs) < 2 or not node.inputs[1]:
+        return None
+    try:
+        weights = ctx.shape(node.inputs[1])  # ONNX Conv [Cout, Cin, k...]; TFLite [Cout, kh, kw, Cin] / [Cout, Cin]
+        outputs = ctx.numel(node.outputs[0])
+    except UnknownCost:
+        return None
+    if len(weights) < 2 or not weights[0] or not outputs:
+        return None
+    channels_in = weights[-1] if ctx.graph.format == "tflite" else weights[1]
+    taps = int(np.prod(weights[1:])) // max(channels_in, 1)
+    return gemm_blocked(channels_in, weights[0], taps, outputs, rates.mac_block_channels, rates.mac_block_depth)
+
+
+def gemm_blocked(
+    channels_in: int, channels_out: int, taps: int, outputs: float, block_channels: int, block_depth: int
+) -> tuple[float, float]:
+    """(MACs, output elements) of a dense conv with `outputs` output elements as a blocked GEMM computes them: output
+    channels rounded up to `block_channels` (the tile whose every column is accumulated, requantized and clamped),
+    the input channels of each of its `taps` up to `block_depth` (the K step)."""
+    padded_outputs = outputs / channels_out * (-(-channels_out // block_channels) * block_channels)
+    return padded_outputs * taps * (-(-channels_in // block_depth) * block_depth), padded_outputs
 
 
 def _elements(ctx: CostContext, node: Node) -> int:

@@ -37,6 +37,11 @@ KEYS = (
     # output elements per second (1e9) of a kernel with MACs (conv, depthwise, matmul) only: the per-output loop of
     # TFLite's reference kernels (requantization, bounds checks, int64 bias; LiteRT's int16x8)
     "mac_output_gelements_per_s",
+    # a dense conv / matmul as a blocked GEMM computes it (XNNPACK's int8: 16 output channels, 64 with AMX): its output
+    # channels rounded up to mac_block_channels, each kernel tap's input channels up to mac_block_depth, for its MACs
+    # and outputs alike
+    "mac_block_channels",
+    "mac_block_depth",
     "weight_bits",  # bits per weight in this precision when it differs from the activations' (QNN A16: 8)
     # op type -> output elements per second (1e9) of a kernel that op heads or is the fused activation of (Ethos-U:
     # Vela's per-op output and activation cycles per element); others write at output_gelements_per_s
@@ -76,6 +81,8 @@ class Rates:
     output_gelements_per_s: float | None = None  # None: writing the output costs only its bytes
     weight_gb_per_s: float | None = None  # None: weights move at memory_gb_per_s with the activations
     mac_output_gelements_per_s: float | None = None  # None: a MAC kernel's outputs cost no more than other kernels'
+    mac_block_channels: int = 1  # 1: a dense conv's MACs and outputs are its own (no GEMM tile padding)
+    mac_block_depth: int = 1
     weight_bits: int | None = None  # None: a float model's weights are deployed at the activations' width
     # op type -> output elements per second (1e9) where an op (or a fused activation) writes slower than
     # output_gelements_per_s; read only with output_gelements_per_s
@@ -141,6 +148,8 @@ def rates_for(target: Target) -> Rates | None:
             output_gelements_per_s=_optional(merged, "output_gelements_per_s"),
             weight_gb_per_s=_optional(merged, "weight_gb_per_s"),
             mac_output_gelements_per_s=_optional(merged, "mac_output_gelements_per_s"),
+            mac_block_channels=int(merged.get("mac_block_channels", 1)),
+            mac_block_depth=int(merged.get("mac_block_depth", 1)),
             weight_bits=int(merged["weight_bits"]) if "weight_bits" in merged else None,
             output_gelements_per_s_by_op={
                 op: float(value) for op, value in merged.get("output_gelements_per_s_by_op", {}).items()

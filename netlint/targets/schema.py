@@ -79,6 +79,8 @@ COST_NUMBERS = frozenset(
         "output_gelements_per_s",  # output elements written per second (1e9): a per-output-element cost
         "weight_gb_per_s",  # weight bytes per second (1e9) from where the weights are stored
         "mac_output_gelements_per_s",  # output elements per second (1e9) of a MAC kernel: a reference kernel's loop
+        "mac_block_channels",  # a dense conv's output channels rounded up to this (a GEMM's output tile) ...
+        "mac_block_depth",  # ... and each kernel tap's input channels to this (its K step): MACs and outputs
         "weight_bits",  # bits per weight of a float model deployed in this precision, when not the activations'
     }
 )
@@ -191,6 +193,8 @@ class Fusion(Table):
     hosts: Annotated[list[Host], NonEmpty] | None = None  # the op types activations fuse into (default: all)
     requires_lone_consumer: bool = False
     lone_consumer_exempt: list[Activation] = []
+    # the compiler turns a PRelu whose slopes are all equal into a LeakyRelu before it fuses (Vela's convert_prelu)
+    converts_uniform_prelu: bool = False
     conditional: list[ConditionalFusion] = []
     residual: ResidualFusion | None = None
     other_hosts: list[OtherHost] = []  # an op type with its own fusion list (ORT's FusedGemm), for the cost model
@@ -261,7 +265,7 @@ def _number(name: str) -> Any:
     """A cost number's type, by its unit: overheads (`_us`) may be 0, a ratio is >= 1, the rest are positive."""
     if name == "data_dependent_ratio":
         return Annotated[float, Meta(ge=1)]
-    if name == "weight_bits":
+    if name in ("weight_bits", "mac_block_channels", "mac_block_depth"):
         return Annotated[int, Meta(ge=1)]
     return NonNegative if name.endswith("_us") else Positive
 

@@ -16,11 +16,12 @@ from netlint.calibrate.fit import (
     MEMORY,
     OVERHEAD,
     REORDER,
+    WEIGHTS,
     Reorder,
     Sample,
     fit_cost,
     fit_line,
-    fit_reference_conv,
+    fit_mac_kernels,
     fit_reorder,
     fit_vector_rate,
     fused,
@@ -30,6 +31,7 @@ from netlint.calibrate.fit import (
     verdict,
 )
 from netlint.commands.calibrate import dumps
+from netlint.cost.latency import gemm_blocked
 from netlint.targets import load_target
 from netlint.targets.schema import COST_NUMBERS
 
@@ -112,6 +114,17 @@ def test_fit_cost_recovers_the_numbers_that_made_the_timings():
     assert set(fitted.numbers()) <= COST_NUMBERS
 
 
+def test_weight_bound_kernels_give_a_weight_rate_apart_from_the_memory_rate():
+    # LiteRT's int8 fully connected heads stream their weights at ~90 GB/s from the cache, where the int8 Adds that
+    # set memory_gb_per_s run at 16 (bound by requantization, not by memory)
+    weights = [Sample(WEIGHTS, f"w{n}", n, 2.0 + n / 90e3) for n in (65536, 589824, 1048576, 1310720)]
+    fitted = fit_cost(synthetic(memory=16.0) + weights)
+    assert fitted.weight_gb_per_s == pytest.approx(90.0, rel=1e-6)
+    assert fitted.memory_gb_per_s == pytest.approx(16.0, rel=1e-6)
+    assert fitted.numbers()["weight_gb_per_s"] == fitted.weight_gb_per_s
+    assert "weight_gb_per_s" not in fit_cost(synthetic()).numbers()  # not timed: weights move with the activations
+
+
 def test_fit_cost_tracks_a_different_machine():
     fitted = fit_cost(synthetic(conv=120.0, depthwise=9.0, vector=1.5, memory=15.0, kernel=2.0))
     assert fitted.conv_gmacs_per_s == pytest.approx(120.0, rel=1e-6)
@@ -137,10 +150,12 @@ def reference_samples(conv: float, depthwise: float, outputs: float, call: float
 
 def test_reference_kernels_per_output_cost_separates_from_the_per_mac_one():
     # the shape of the int16x8 measurements on LiteRT 2.3 (docs/cost-model.md): 0.32 ns per MAC, 8 ns per output
-    conv, depthwise, outputs = fit_reference_conv(reference_samples(3.1, 2.3, 0.124), call_overhead_us=5.0)
-    assert conv == pytest.approx(3.1, rel=1e-6)
-    assert depthwise == pytest.approx(2.3, rel=1e-6)
-    assert outputs == pytest.approx(0.124, rel=1e-6)
+    fit = fit_mac_kernels(reference_samples(3.1, 2.3, 0.124), call_overhead_us=5.0)
+    assert fit is not None
+    assert fit.conv_gmacs_per_s == pytest.approx(3.1, rel=1e-6)
+    assert fit.depthwise_gmacs_per_s == pytest.approx(2.3, rel=1e-6)
+    assert fit.mac_output_gelements_per_s == pytest.approx(0.124, rel=1e-6)
+    assert (fit.block_channels, fit.block_depth) == (1, 1)  # a reference loop has no tiles
     # one line per family through the same timings (the int16x8 rates before) cannot follow the MACs per output:
     # it misses the convs with few MACs per output by far
     convs = [s for s in reference_samples(3.1, 2.3, 0.124) if s.family == CONV]
@@ -152,11 +167,57 @@ def test_reference_kernels_per_output_cost_separates_from_the_per_mac_one():
 def test_reference_fit_declines_when_the_terms_cannot_be_separated():
     samples = reference_samples(3.1, 2.3, 0.124)
     same_ratio = [s for s in samples if s.family == DEPTHWISE]  # every depthwise 3x3 has 9 MACs per output
-    assert fit_reference_conv(same_ratio, call_overhead_us=5.0) is None
-    assert fit_reference_conv([s for s in samples if s.family == CONV], call_overhead_us=5.0) is None  # no depthwise
+    assert fit_mac_kernels(same_ratio, call_overhead_us=5.0) is None
+    assert fit_mac_kernels([s for s in samples if s.family == CONV], call_overhead_us=5.0) is None  # no depthwise
     # times that fall as the outputs grow (noise, not a kernel): a negative per-output cost, so no fit
     falling = [Sample(s.family, s.name, s.work, s.work / 3.1e3 - s.ops * 0.002, s.ops) for s in samples]
-    assert fit_reference_conv(falling, call_overhead_us=0.0) is None
+    assert fit_mac_kernels(falling, call_overhead_us=0.0) is None
+
+
+def gemm_samples(block_channels: int, block_depth: int, call: float = 0.5) -> list[Sample]:
+    """int8 micro-models as precision_suite builds them, timed as XNNPACK's blocked GEMM would run them: dense convs
+    pay their MACs and outputs padded to the blocks (1500 GMAC/s, 5.5 G outputs/s: the AMX machine's fit), depthwise
+    ones their own (20 GMAC/s)."""
+    from netlint.calibrate.suite import dense_shape, precision_suite
+
+    samples = []
+    for spec in precision_suite():
+        if spec.precision != "int8" or spec.family not in (CONV, DEPTHWISE):
+            continue
+        dense = dense_shape(spec)
+        macs, outputs = spec.work, spec.ops
+        if dense is not None:
+            macs, outputs = gemm_blocked(*dense, spec.ops, block_channels, block_depth)
+        time = call + macs / (1500e3 if dense else 20e3) + outputs / 5.5e3
+        samples.append(Sample(spec.family, spec.name, spec.work, time, spec.ops, dense=dense))
+    return samples
+
+
+def test_the_int8_fit_finds_the_gemm_tiles_and_their_per_output_cost():
+    # XNNPACK's int8 kernels on an AMX CPU: 64 output channels per tile, 64 input bytes per step (docs/cost-model.md)
+    fit = fit_mac_kernels(gemm_samples(64, 64), call_overhead_us=0.5)
+    assert fit is not None and (fit.block_channels, fit.block_depth) == (64, 64)
+    assert fit.conv_gmacs_per_s == pytest.approx(1500.0, rel=1e-6)
+    assert fit.mac_output_gelements_per_s == pytest.approx(5.5, rel=1e-6)
+    assert fit.depthwise_gmacs_per_s == pytest.approx(20.0, rel=1e-6)
+    # 16-channel tiles (AVX-512 VNNI without AMX) are told apart from 64-channel ones by the suite's shapes
+    fit16 = fit_mac_kernels(gemm_samples(16, 4), call_overhead_us=0.5)
+    assert fit16 is not None and (fit16.block_channels, fit16.block_depth) == (16, 4)
+    # the same times without tiles: no blocks are invented
+    plain = fit_mac_kernels(gemm_samples(1, 1), call_overhead_us=0.5)
+    assert plain is not None and (plain.block_channels, plain.block_depth) == (1, 1)
+    # without the blocks the fit cannot follow the narrow convs: a unpadded fit of the AMX times misses some by far
+    unpadded = fit_mac_kernels(gemm_samples(64, 64), call_overhead_us=0.5, blocks=(1,))
+    assert unpadded is not None and unpadded.error > 100 * max(fit.error, 1e-12)
+
+
+def test_a_quantized_activation_is_priced_per_element_at_its_precisions_rate():
+    from netlint.calibrate.fit import ACTIVATION
+    from netlint.calibrate.suite import precision_activations
+
+    # 3.3 ns per element (LiteRT's int8 HARD_SWISH), 2 us of call: at 5 Gops/s, 16.5 ops per element
+    rows = [Sample(ACTIVATION, f"int8_act_HardSwish_{n}", n, 2.0 + n * 0.0033, n) for n in (50176, 100352)]
+    assert precision_activations(rows, call_overhead_us=2.0, vector_gops_per_s=5.0) == {"HardSwish": 16.5}
 
 
 def test_vector_rate_above_the_memory_roofline_is_the_smallest_that_explains_it():
@@ -313,7 +374,9 @@ def test_calibrate_litert_writes_a_target_that_loads(run_cli, tmp_path):
     assert all(measured[name]["conv_gmacs_per_s"] > 0 for name in target.precisions[1:])
     # int16x8: the reference kernels' per-output cost, fitted apart from the MAC rate (when the run separated them)
     assert set(measured["int16x8"]) <= COST_NUMBERS - {"kernel_overhead_us"}
-    assert "mac_output_gelements_per_s" not in measured["int8"]  # XNNPACK's int8 kernels: the MAC rate alone
+    # int8: XNNPACK's GEMM tiles and LiteRT's own int8 HARD_SWISH kernel, when the run resolved them
+    assert set(measured["int8"]) <= COST_NUMBERS - {"kernel_overhead_us"} | {"activation_ops_per_element"}
+    assert set(measured["int8"].get("activation_ops_per_element", {"HardSwish": 1})) >= {"HardSwish"}
 
 
 # --- errors: one line, exit 2 --------------------------------------------------------------------------------------

@@ -163,3 +163,28 @@ def test_a_bad_per_op_rate_is_a_one_line_error(tmp_path: Path, table: str, messa
     )
     with pytest.raises(UsageError, match=re.escape(message)):
         load_target(str(path))
+
+
+@pytest.mark.parametrize("chip", ["ethos-u55-128", "ethos-u55-256"])
+def test_a_lookup_table_after_a_mac_bound_conv_adds_nothing(chip: str) -> None:
+    """Where the table fuses at "good" efficiency ([fusion]: its cycle per element is slower than the conv's output),
+    its cost is the output stage's rate alone: after a 3x3 conv whose MACs take longer than its outputs it adds
+    nothing (a "good" fusion on other targets does its ops in the kernel: not here)."""
+    assert _target(chip).fusion_efficiency("HardSwish") == "good"
+
+    def conv3x3(activation: str | None) -> bytes:
+        b = TfliteBuilder("int8")
+        weight_quant = {"scale": [0.01] * 64, "zero_point": [0] * 64, "axis": 0}
+        kernel = np.ones((64, 3, 3, 64), np.int8)
+        y = b.conv_2d(b.input("x", [1, 28, 28, 64], "int8", QUANT), kernel, np.zeros(64, np.int32), out_quant=QUANT,
+                      weight_quant=weight_quant)  # fmt: skip
+        if activation is not None:
+            out = b.tensor("act", [1, 28, 28, 64], "int8", QUANT)
+            b.op(activation, [y], [out], {})
+            y = out
+        b.output(y)
+        return b.build()
+
+    alone = cost_model(load(conv3x3(None)), _target(chip)).latency_us
+    assert alone > 28 * 28 * 64 / 0.5e3  # MAC-bound: longer than its outputs at the table's rate
+    assert cost_model(load(conv3x3("HARD_SWISH")), _target(chip)).latency_us == pytest.approx(alone, rel=1e-9)

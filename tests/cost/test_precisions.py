@@ -144,6 +144,81 @@ def test_litert_int16x8_convs_pay_the_reference_kernels_per_output_cost() -> Non
     assert add_after == add_before
 
 
+def litert_int8(int8: dict, activations: dict[str, float] | None = None):
+    """A CPU target like `netlint calibrate --runtime litert` writes, with int8 rates (`int8`: its numbers) and the
+    fp32 activation table `activations`."""
+    base = litert_like()
+    cost = {**base.data["cost"], "precision": {"int8": int8}}
+    if activations:
+        cost["activation_ops_per_element"] = activations
+    data = {**base.data, "cost": cost, "target": {**base.data["target"], "precisions": ["fp32", "int8"]}}
+    data["fusion"] = {**data["fusion"], "precision": {p: {"activations": []} for p in ("fp32", "int8")}}
+    return replace(base, data=data, precisions=("fp32", "int8"))
+
+
+def int8_conv(channels_in: int, channels_out: int, size: int = 56, hard_swish: bool = False) -> bytes:
+    """An int8 1x1 conv (per-channel weights, int32 bias), then a HARD_SWISH when `hard_swish`."""
+    b = TfliteBuilder("int8")
+    quant = {"scale": [0.05], "zero_point": [0]}
+    x = b.input("x", [1, size, size, channels_in], "int8", quant)
+    wq = {"scale": [0.01] * channels_out, "zero_point": [0] * channels_out, "axis": 0}
+    weights = np.ones((channels_out, 1, 1, channels_in), np.int8)
+    y = b.conv_2d(x, weights, np.zeros(channels_out, np.int32), out_quant=quant, weight_quant=wq)
+    b.output(b.hard_swish(y) if hard_swish else y)
+    return b.build()
+
+
+def test_litert_int8_narrow_convs_pay_for_the_whole_gemm_tile() -> None:
+    # XNNPACK's int8 GEMM on an AMX CPU accumulates and requantizes 64 output channels per pixel, 64 input bytes per
+    # step (measured per operator on keras_mobilenet_v2_a035_int8: a 16 -> 8 channel 1x1 conv at 112x112 runs at
+    # 9 GMAC/s, a 336 -> 112 one at 7x7 at 500): the fitted blocks price the padded tile, not the conv's own MACs
+    rates = {"conv_gmacs_per_s": 1000.0, "mac_output_gelements_per_s": 5.0}
+    unblocked = litert_int8(rates)
+    blocked = litert_int8({**rates, "mac_block_channels": 64, "mac_block_depth": 64})
+    pixels = 56 * 56
+    narrow = load(int8_conv(16, 8))
+    own = cost_model(narrow, unblocked).nodes[0].latency_us
+    assert own == pytest.approx(pixels * 8 * 16 / 1000e3 + pixels * 8 / 5e3)
+    tile = cost_model(narrow, blocked).nodes[0].latency_us
+    assert tile == pytest.approx(pixels * 64 * 64 / 1000e3 + pixels * 64 / 5e3)
+    assert tile > 8 * own
+    # a conv that fills the tile costs the same as the narrow one, 32x its MACs
+    assert cost_model(load(int8_conv(64, 64)), blocked).nodes[0].latency_us == pytest.approx(tile)
+    # the blocks are the int8 kernels': a float conv keeps its own MACs
+    b = TfliteBuilder("float")
+    y = b.conv_2d(b.input("x", [1, 56, 56, 16]), np.ones((8, 1, 1, 16), np.float32), np.zeros(8, np.float32))
+    b.output(y)
+    float_conv = load(b.build())
+    assert cost_model(float_conv, blocked).latency_us == pytest.approx(cost_model(float_conv, unblocked).latency_us)
+
+
+def test_litert_int8_fully_connected_layers_stream_their_weights_at_the_weight_rate() -> None:
+    # a 1x1 conv on one pixel (a squeeze-excitation conv, a classifier head) reads each weight once: its time is its
+    # weights over the rate XNNPACK streams them at, not over the Adds' memory rate
+    int8 = {"conv_gmacs_per_s": 1000.0, "memory_gb_per_s": 16.0}
+    model = load(int8_conv(1024, 1000, size=1))
+    weights = 1024 * 1000 + 4 * 1000  # int8 weights and int32 bias
+    before = cost_model(model, litert_int8(int8)).nodes[0].latency_us
+    after = cost_model(model, litert_int8({**int8, "weight_gb_per_s": 90.0})).nodes[0].latency_us
+    assert before > weights / 16e3
+    assert after == pytest.approx(weights / 90e3)
+
+
+def test_litert_int8_hard_swish_is_priced_from_the_int8_table() -> None:
+    # LiteRT's XNNPACK delegate takes HARD_SWISH in float only: the int8 one runs TFLite's own kernel, an element at
+    # a time (3.3 ns per element measured, 25x an XNNPACK float HardSwish per element); calibration times it in int8
+    int8 = {"conv_gmacs_per_s": 1000.0, "vector_gops_per_s": 5.0, "memory_gb_per_s": 1000.0}
+    float_table = {"HardSwish": 0.3}
+    plain = litert_int8(int8, float_table)
+    measured = litert_int8({**int8, "activation_ops_per_element": {"HardSwish": 16.0}}, float_table)
+    model = load(int8_conv(16, 16, hard_swish=True))
+    elements = 56 * 56 * 16
+    hard_swish = next(e for e in cost_model(model, measured).nodes if e.node.op == "HardSwish")
+    assert hard_swish.latency_us == pytest.approx(elements * 16.0 / 5e3)
+    before = next(e for e in cost_model(model, plain).nodes if e.node.op == "HardSwish")
+    assert before.latency_us == pytest.approx(elements * 0.3 / 5e3)
+
+
 def test_a_fused_clamp_runs_inside_a_cpu_kernel_and_outside_an_npu_one() -> None:
     # TFLite's CPU kernels clamp to the fused activation's range before writing (no pass of its own), whatever the
     # target's fusion list says of standalone activation ops; an accelerator that cannot fuse it runs a pass

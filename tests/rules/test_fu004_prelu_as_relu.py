@@ -380,3 +380,14 @@ def test_after_an_elementwise_op_only_vela_would_fuse_the_relu(data_dir: Path) -
     [ethos] = fu004(path, "ethos-u55")
     assert ethos.severity == "info" and "Relu fuses into the elementwise op before it, PRelu does not" in ethos.message
     assert fu004(path, "qualcomm-htp") == [] and fu004(path, "ti-tda4vm") == []
+
+
+@pytest.mark.parametrize("target", ["ethos-u55", "ethos-u65"])
+def test_vela_turns_equal_slopes_into_the_leaky_relu_it_fuses(target: str) -> None:
+    """In int8 Ethos-U fuses a LeakyRelu (a lookup table) and not a PRelu, but Vela makes a PRelu whose slopes are all
+    equal that very LeakyRelu first (convert_prelu): the two run alike, so the change is info, not a warning."""
+    model = _prelu_model([0.1] * 4)
+    [f] = fu004(model, target, "int8")
+    assert f.severity == "info" and "PRelu and LeakyRelu run alike" in f.message
+    [varying] = fu004(_prelu_model([0.1, 0.2, 0.3, 0.4]), target, "int8")  # Vela: a Mul and a Max, no conversion
+    assert varying.severity == "info" and "Relu fuses into the Conv, PRelu does not" in varying.message
