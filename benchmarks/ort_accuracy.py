@@ -64,13 +64,17 @@ def load() -> float:
 
 def measure(runs: dict, **options):
     """netlint.calibrate.bench.measure as netlint calibrate times (one thread: clean_median, what a quiet machine
-    shows), keeping each visit's wall time too."""
-    timings = measure_on(runs, clean=True, warm=frozenset(runs), **options)
+    shows), keeping each visit's wall time too. Each visit is timed after untimed calls filling WARM_MS (at least
+    one): after another model's run, a small model with many kernels needs several calls to reach its steady state
+    (tv_shufflenet_v2_x0_5_bn_unfolded up to 1.46x, tv_mobilenet_v2 up to 1.15x its time alone after one call,
+    1.02x and 0.95x after 8; docs/cost-model.md, "Timing on a shared machine")."""
+    timings = measure_on(runs, clean=True, warm=frozenset(runs), warm_ms=WARM_MS[0], **options)
     WALL_MEDIANS.update({name: float(np.median(values)) for name, values in timings.walls.items()})
     return timings
 
 
 WALL_MEDIANS: dict[str, float] = {}  # name -> median wall time of every visit
+WARM_MS = [20.0]  # --warm-ms
 
 
 # --- calibration ---------------------------------------------------------------------------------------------------
@@ -325,7 +329,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--corpus", default=str(REPO.parent / "shared" / "corpus"))
     parser.add_argument("--json", metavar="FILE")
     parser.add_argument("--skip", default="", help="comma-separated phases to skip: noise,models,pairs,fixes")
+    parser.add_argument(
+        "--warm-ms",
+        type=float,
+        default=WARM_MS[0],
+        help="untimed calls filling this many ms before each timed visit (at least one; default 20)",
+    )
     args = parser.parse_args(argv)
+    WARM_MS[0] = args.warm_ms
     started = time.perf_counter()
     skip = set(filter(None, args.skip.split(",")))
 
@@ -340,7 +351,12 @@ def main(argv: list[str] | None = None) -> int:
     paths = sorted(p for p in corpus.glob("*.onnx") if "noweights" not in p.name) + sorted(LIGHT.glob("*.onnx"))
     if args.quick:
         paths = [p for p in paths if p.stem in QUICK_MODELS]
-    results: dict = {"target": str(target_file), "load_start": load(), "models": [p.name for p in paths]}
+    results: dict = {
+        "target": str(target_file),
+        "load_start": load(),
+        "models": [p.name for p in paths],
+        "warm_ms": args.warm_ms,
+    }
     runner = OrtRunner(1)
     with pinned(1) as pinning:
         results["pinning"] = pinning

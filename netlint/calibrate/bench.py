@@ -428,6 +428,14 @@ def clean_median(cpu: list[float], wall: list[float]) -> float:
     return float(np.median(kept)) if len(kept) >= MIN_CLEAN else float(np.median(cpu))
 
 
+MAX_WARM_CALLS = 50
+
+
+def _warm_calls(call_us: float, warm_ms: float) -> int:
+    """Untimed calls before a timed visit: enough to fill `warm_ms`, at least 1, at most MAX_WARM_CALLS."""
+    return max(1, min(MAX_WARM_CALLS, math.ceil(warm_ms * 1e3 / max(call_us, 1e-3))))
+
+
 def measure(
     runs: dict[str, Callable[[], object]],
     *,
@@ -439,11 +447,14 @@ def measure(
     warmup: int = 2,
     warm: frozenset[str] = frozenset(),
     clean: bool = False,
+    warm_ms: float = 0.0,
 ) -> Timings:
     """Median microseconds per call of each runnable, over interleaved rounds that fit in `budget_s` (at least
     `min_rounds`, which may overrun a budget too small for them). The runnables named in `warm` get one untimed call
     before each timed visit, so their input is back in the cache after the other models ran (their times are
-    compared with each other, and a cold first call would weigh more in a model called fewer times per visit).
+    compared with each other, and a cold first call would weigh more in a model called fewer times per visit);
+    `warm_ms`: as many untimed calls as fill that time (at least one), for whole models whose state after another
+    model's run takes more than one call to restore.
     `clean` (for runs on one thread, which compute on the calling one): each visit is timed on this thread's CPU
     clock and the wall clock, `samples` hold the CPU times, and the medians are clean_median's."""
     started = time.perf_counter()
@@ -453,7 +464,8 @@ def measure(
             run()
         first[name] = time_once(run, 1)
     calls = {name: max(1, min(20, math.ceil(200.0 / max(t, 1e-3)))) for name, t in first.items()}
-    per_round_s = sum(first[name] * (calls[name] + (name in warm)) for name in runs) / 1e6
+    warming = {name: _warm_calls(first[name], warm_ms) if name in warm else 0 for name in runs}
+    per_round_s = sum(first[name] * (calls[name] + warming[name]) for name in runs) / 1e6
     left = budget_s - (time.perf_counter() - started)
     rounds = int(min(max_rounds, max(min_rounds, left / max(per_round_s, 1e-6))))
     samples: dict[str, list[float]] = {name: [] for name in runs}
@@ -463,7 +475,7 @@ def measure(
     for index in range(rounds):
         shuffle.shuffle(order)
         for name in order:
-            if name in warm:
+            for _ in range(warming[name]):
                 runs[name]()
             if clean:
                 cpu, wall = time_both(runs[name], calls[name])

@@ -3,9 +3,11 @@
 Two sets, built in memory with seeded random weights and inputs (no file is read):
 - micro-models: one kernel of one class per model, over a grid of shapes (dense 1x1 and 3x3 convolutions from 16 to
   512 channels and 7 to 112 px, depthwise 3x3 and 5x5, convolutions on the NCHW path (unaligned channels, the first
-  layer), grouped ones, Gemm and MatMul, elementwise ops and activations from 4 kB to 16 MB, PRelu on one-signed and
-  on mixed-sign data, copies, transposes, DepthToSpace, pools, reductions, Softmax, LayerNormalization, int8 QDQ
-  convolutions); ORT adds its own reorders around them, which are samples too;
+  layer), grouped ones, Gemm and MatMul, elementwise ops and activations from 4 kB to 16 MB (alone on graph inputs,
+  and in chains whose kernels read what the one before wrote), PRelu on one-signed, sign-biased and mixed-sign data,
+  copies, transposes, DepthToSpace, pools, reductions, Softmax (over the innermost axis, in short rows, and over the
+  channel axis, which ORT transposes), LayerNormalization, int8 QDQ convolutions); ORT adds its own reorders around
+  them, which are samples too;
 - built-in networks: small stacks of the blocks real models repeat (a ResNet bottleneck stage, MobileNetV2 inverted
   residuals, a ShuffleNet unit with its channel shuffle, a squeeze-excitation block, a transformer encoder layer),
   whose kernels run in context (a kernel's input just written by the one before it), and whose whole-run times give
@@ -35,6 +37,7 @@ class Net:
     feeds: dict[str, np.ndarray]
     family: str = "micro"  # micro | network | chain
     one_signed: bool = False  # its inputs are fed one-signed: a PRelu on them runs its fast path (sign known)
+    negative_share: float | None = None  # its inputs' share of negatives, where it was chosen (PRelu's slow path)
 
 
 @dataclass
@@ -53,11 +56,15 @@ class _Builder:
         self.count += 1
         return f"{stem}{self.count}"
 
-    def input(self, shape: list[int], positive: bool = False, dtype: type = np.float32) -> str:
+    def input(
+        self, shape: list[int], positive: bool = False, dtype: type = np.float32, negative: float | None = None
+    ) -> str:
         name = self.fresh("x")
         data = self.rng.standard_normal(shape).astype(np.float32)
         if positive:
             data = np.abs(data) + 0.01
+        if negative is not None:  # each element negative with probability `negative`, independently
+            data = (np.abs(data) + 0.01) * np.where(self.rng.random(shape) < negative, -1.0, 1.0).astype(np.float32)
         if dtype is not np.float32:
             data = data.astype(dtype)
         elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
@@ -138,7 +145,8 @@ NCHW_GRID = (  # (kernel, cin, cout, size, stride, group): what the NCHWc transf
 )  # fmt: skip
 GEMM_GRID = (  # (rows, depth, columns)
     (1, 512, 1000), (1, 1024, 1000), (1, 2048, 1000), (1, 4096, 4096), (1, 9216, 4096), (8, 512, 512), (64, 512, 512),
-    (128, 768, 768), (128, 768, 3072), (16, 1024, 4096), (197, 384, 1152),
+    (128, 768, 768), (128, 768, 3072), (16, 1024, 4096), (197, 384, 1152), (1, 1280, 1000), (1, 4096, 1000),
+    (1, 2048, 2048),
 )  # fmt: skip
 ELEMENTWISE = ("Add", "Mul", "Relu", "Sigmoid", "Tanh", "Erf", "Exp", "Clip", "LeakyRelu", "HardSwish", "Gelu",
                "HardSigmoid", "Elu", "Softplus", "Div", "Neg", "Sqrt", "Abs")  # fmt: skip
@@ -153,6 +161,11 @@ SIZES = (
     (128, 112),
     (64, 224),
 )  # (C, H=W): 16 kB .. 12.8 MB
+
+NEGATIVE_SHARES = (0.05, 0.15, 0.3)  # PRelu inputs with this share of negatives (and 0.5: prelu_mixed)
+BIASED_SIZES = ((64, 28), (64, 56), (128, 56))
+SHORT_ROWS = ((4096, 16), (16384, 2))  # (rows, width) of a Softmax over its innermost axis
+SOFTMAX_CHANNELS = ((2, 112), (2, 56), (4, 56), (16, 56), (64, 28), (256, 14))  # (C, H=W), over axis 1
 
 
 def micro_models() -> list[Net]:
@@ -182,10 +195,18 @@ def micro_models() -> list[Net]:
     for op in ELEMENTWISE:
         for c, h in SIZES if op in MEMORY_BOUND else SIZES[2::3]:
             add(f"{op.lower()}_{c}_{h}", lambda b, op=op, c=c, h=h: [_elementwise(b, op, [1, c, h, h])])
+    for c, h in SIZES:  # elementwise kernels in context: their inputs just written by the kernel before them
+        add(f"hot_chain_{c}_{h}", lambda b, c=c, h=h: [_hot_chain(b, [1, c, h, h])])
     for c, h in SIZES:  # PRelu on mixed-sign and on one-signed data
         add(f"prelu_mixed_{c}_{h}", lambda b, c=c, h=h: [_prelu(b, [1, c, h, h], False)])
+        nets[-1].negative_share = 0.5
         add(f"prelu_positive_{c}_{h}", lambda b, c=c, h=h: [_prelu(b, [1, c, h, h], True)])
         nets[-1].one_signed = True
+        if (c, h) in BIASED_SIZES:  # sign-biased data: the slow path's cost per element of the rarer sign
+            for share in NEGATIVE_SHARES:
+                add(f"prelu_neg{round(share * 100)}_{c}_{h}",
+                    lambda b, c=c, h=h, p=share: [_prelu(b, [1, c, h, h], False, p)])  # fmt: skip
+                nets[-1].negative_share = share
         add(
             f"concat_{c}_{h}",
             lambda b, c=c, h=h: [b.one("Concat", [b.input([1, c, h, h]), b.input([1, c, h, h])], axis=1)],
@@ -219,6 +240,10 @@ def micro_models() -> list[Net]:
     for rows, width in ((64, 256), (128, 768), (197, 384), (512, 1024), (16, 4096)):
         add(f"softmax_{rows}_{width}", lambda b, r=rows, w=width: [b.one("Softmax", [b.input([1, r, w])], axis=-1)])
         add(f"layernorm_{rows}_{width}", lambda b, r=rows, w=width: [_layernorm(b, [1, r, w])])
+    for rows, width in SHORT_ROWS:  # many short rows: the per-row cost
+        add(f"softmax_{rows}_{width}", lambda b, r=rows, w=width: [b.one("Softmax", [b.input([1, r, w])], axis=-1)])
+    for c, h in SOFTMAX_CHANNELS:  # over the channel axis: ORT transposes it innermost and back (softmax.cc)
+        add(f"softmax_axis1_{c}_{h}", lambda b, c=c, h=h: [b.one("Softmax", [b.input([1, c, h, h])], axis=1)])
     for cin, cout, size in ((32, 32, 56), (64, 64, 28), (128, 128, 14), (64, 128, 56), (256, 256, 7)):
         add(f"qconv_{cin}_{cout}_{size}", lambda b, ci=cin, co=cout, s=size: [_qconv(b, [1, ci, s, s], co)])
     return nets
@@ -242,9 +267,18 @@ def _elementwise(b: _Builder, op: str, shape: list[int]) -> str:
     return b.one(op, [x])
 
 
-def _prelu(b: _Builder, shape: list[int], positive: bool) -> str:
+def _hot_chain(b: _Builder, shape: list[int]) -> str:
+    """Neg (reads the graph input) -> Relu -> Add(Neg's, Relu's) -> Mul(Add's, Relu's): the last three read only
+    tensors the kernels before them just wrote, as a real model's elementwise kernels do (in the cache when they fit;
+    a graph input is fed from outside the run: `cold_bytes`)."""
+    first = b.one("Neg", [b.input(shape)])
+    second = b.one("Relu", [first])
+    return b.one("Mul", [b.one("Add", [first, second]), second])
+
+
+def _prelu(b: _Builder, shape: list[int], positive: bool, negative: float | None = None) -> str:
     slopes = np.linspace(0.1, 0.3, shape[1]).astype(np.float32).reshape(shape[1], 1, 1)
-    return b.one("PRelu", [b.input(shape, positive=positive), b.const(slopes)])
+    return b.one("PRelu", [b.input(shape, positive=positive, negative=negative), b.const(slopes)])
 
 
 def _slice(b: _Builder, shape: list[int]) -> str:

@@ -8,7 +8,7 @@ also saves the optimized model it runs, so each profiled kernel is read as the b
 without, alternating, `runs` times after two warm-up runs; medians are kept. On a shared machine only the runs that
 kept the CPU throughout count where enough did, as `netlint calibrate` times (netlint.calibrate.bench.clean_median;
 the plain median wall time is printed next to it); kernel times are ORT's profiler's (wall clock), from the profiled
-runs that were clean, else scaled by their run's CPU share (netlint.calibrate.profile). Predicted is the target's
+runs that were clean, else of every run (netlint.calibrate.profile). Predicted is the target's
 per-kernel-class rates on the same kernels.
 """
 

@@ -8,7 +8,8 @@ spent, and run each session twice, timing the second (a model's steady state: th
 is up to 1.5x slower); per kernel and per model the median over rounds is kept. On one thread, only the runs that
 kept the CPU throughout count where enough did (netlint.calibrate.bench.clean_median: a run the OS paused for
 another process has a kernel inflated by the pause and the caches refilled after it): the model's time is
-clean_median's, and the kernel times (ORT's profiler's, wall clock) are those of the profiled runs that were clean.
+clean_median's, and the kernel times (ORT's profiler's, wall clock) are those of the profiled runs that were clean
+(with too few, of every run: each kernel's median leaves out the runs paused in it).
 The load average is recorded with the run.
 """
 
@@ -144,18 +145,18 @@ def profile(
 
 def _clean(durations: dict[str, list[float]], shares: list[float]) -> dict[str, list[float]]:
     """The kernel durations of the profiled runs that kept the CPU throughout (`shares`: each run's CPU time over its
-    wall time, >= CLEAN_SHARE), when at least MIN_CLEAN did. Else every run's, each scaled by its run's share (ORT's
-    profiler times kernels on the wall clock: a run the OS paused for other processes has its kernels inflated by the
-    pauses, which the scaling spreads evenly)."""
+    wall time, >= CLEAN_SHARE), when at least MIN_CLEAN did; else every run's, as they are. ORT's profiler times
+    kernels on the wall clock, so a pause inflates the one kernel it fell in; each kernel's median over the runs
+    leaves it out as long as fewer than half of the runs were paused in that kernel (a 0.3 ms kernel in a run the OS
+    pauses every few ms: a few percent). Scaling every kernel of a paused run by the run's CPU share, as this did
+    before, shrinks the kernels the pause missed, and biases every fitted rate fast (docs/cost-model.md)."""
     clean = [share >= CLEAN_SHARE for share in shares]
     found = {}
     for name, values in durations.items():
-        if len(values) != len(shares):  # not one duration per run: kept as they are
-            found[name] = values
-        elif sum(clean) >= MIN_CLEAN:
+        if len(values) == len(shares) and sum(clean) >= MIN_CLEAN:
             found[name] = [value for value, ok in zip(values, clean, strict=True) if ok]
-        else:
-            found[name] = [value * min(share, 1.0) for value, share in zip(values, shares, strict=True)]
+        else:  # too few clean runs, or not one duration per run: as they are
+            found[name] = values
     return found
 
 
@@ -188,5 +189,7 @@ def _model_times(net: Net, optimized: str, durations: dict[str, list[float]], wa
         kernel = entry.kernel
         if net.one_signed and kernel.op == "PRelu":  # fed one-signed data: what a statically known sign runs
             kernel = replace(kernel, sign_known=True)
+        elif net.negative_share is not None and kernel.op == "PRelu" and not kernel.sign_known:  # a chosen share
+            kernel = replace(kernel, minority_share=min(net.negative_share, 1.0 - net.negative_share))
         samples.append(Sample(kernel, median, net.name, entry.name))
     return ModelTimes(net.name, net.family, wall, total, len(mapped.kernels), samples)

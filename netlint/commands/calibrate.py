@@ -371,8 +371,11 @@ def updated(text: str, document: dict[str, Any], header: str) -> str:
     for index, line in enumerate(lines):
         inside = any(start <= index < end for start, end in cost)
         if inside and not inserted:
+            while kept and not kept[-1].strip():  # blank lines between the old table and its comment
+                kept.pop()
             while kept and kept[-1].startswith("#"):  # the comment written above the old table goes with it
                 kept.pop()
+            kept.append("")
             kept += rendered
             inserted = True
         if not inside:

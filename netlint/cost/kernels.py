@@ -15,7 +15,9 @@ elements, not only their MACs); memory-bound classes (elementwise, copies, trans
 pay per byte, more per byte past the cache (`cache_mb`) and past the last-level cache (`llc_mb`), and more for bytes
 read cold from a graph input; an activation
 that computes more than a Relu adds its own cost per element (`op_us_per_melement`, Gelu, Sigmoid, Erf, ...); a
-PRelu whose input's sign is not known statically runs its slow path (`prelu_mixed`). Every kernel also pays
+PRelu whose input's sign is not known statically runs its slow path (`prelu_mixed`), which costs per element of the
+input's rarer sign; a Softmax pays per row, and over a non-innermost axis per element ORT transposes in and out.
+Every kernel also pays
 `launch_us`, the executor's cost per kernel, and a model run `call_us` once.
 
 An op with no class is a coverage gap (`classify` returns None): never priced at zero.
@@ -70,8 +72,8 @@ AMOUNTS: dict[str, tuple[str, ...]] = {
     CONV_GROUPED: ("macs", "out_elements", "in_elements", "weight_bytes"),
     CONV_INT8: ("macs", "out_elements", "in_elements", "weight_bytes"),
     CONV_TRANSPOSE: ("macs", "out_elements", "in_elements"),
-    GEMM: ("macs", "weight_bytes", "out_elements"),
-    GEMM_INT8: ("macs", "weight_bytes", "out_elements"),
+    GEMM: ("macs", "weight_bytes", "weight_bytes_past_llc", "out_elements"),
+    GEMM_INT8: ("macs", "weight_bytes", "weight_bytes_past_llc", "out_elements"),
     ELTWISE: MEMORY_AMOUNTS,
     COPY: MEMORY_AMOUNTS,
     TRANSPOSE: MEMORY_AMOUNTS,
@@ -82,12 +84,12 @@ AMOUNTS: dict[str, tuple[str, ...]] = {
     POOL: ("in_elements", "window_elements"),
     GLOBAL_POOL: ("in_elements",),
     REDUCE: ("in_elements",),
-    SOFTMAX: ("in_elements",),
+    SOFTMAX: ("in_elements", "rows", "strided_elements"),
     NORM: ("in_elements",),
     LRN: ("in_elements", "window_elements"),
     VIEW: (),
     SHAPE: (),
-    PRELU_MIXED: ("in_elements",),
+    PRELU_MIXED: ("in_elements", "minority_elements"),
 }
 RATE_KEYS = {  # amount -> (TOML key, scale: amount per unit of the key's rate per microsecond)
     "macs": ("gmacs_per_s", 1e3),
@@ -95,10 +97,14 @@ RATE_KEYS = {  # amount -> (TOML key, scale: amount per unit of the key's rate p
     "in_elements": ("in_gelements_per_s", 1e3),
     "window_elements": ("window_gelements_per_s", 1e3),
     "weight_bytes": ("weight_gb_per_s", 1e3),
+    "weight_bytes_past_llc": ("weight_past_llc_gb_per_s", 1e3),  # a Gemm's weights beyond the last-level cache knee
     "bytes": ("gb_per_s", 1e3),
     "bytes_past_cache": ("past_cache_gb_per_s", 1e3),
     "bytes_past_llc": ("past_llc_gb_per_s", 1e3),
     "cold_bytes": ("cold_gb_per_s", 1e3),
+    "rows": ("grows_per_s", 1e3),  # a Softmax's rows (one reduction each): 1e9 rows per second
+    "strided_elements": ("strided_gelements_per_s", 1e3),  # elements a kernel transposes in and out (softmax)
+    "minority_elements": ("minority_gelements_per_s", 1e3),  # a PRelu's elements of its input's rarer sign
 }
 CLASSES = tuple(AMOUNTS)
 
@@ -145,6 +151,12 @@ ELTWISE_OPS = frozenset(
 )  # fmt: skip
 DEPTH_TO_SPACE_OPS = frozenset({"DepthToSpace", "SpaceToDepth"})
 RESIZE_OPS = frozenset({"Resize", "Upsample"})
+# A PRelu on data of unknown sign: ORT's kernel branches on each element's sign, and the branch predictor guesses the
+# majority sign, so its slow path costs in proportion to the elements of the rarer sign (a share of min(p, 1 - p),
+# p the share of negatives: 0 one-signed, 0.5 random signs). The share is not known statically (a trained
+# network's PRelu inputs are biased per channel, by amounts only its data tells): with every p in [0, 1] taken as
+# equally likely, its expectation is 1/4, half of random signs' (docs/cost-model.md, "PRelu").
+UNKNOWN_MINORITY_SHARE = 0.25
 # Ops whose sign the output of is known (>= 0) when the input's sign is not: what makes a PRelu after them one-signed.
 NON_NEGATIVE_OPS = frozenset({"Relu", "Sigmoid", "Abs", "Exp", "Softmax", "Softplus", "Sqrt", "HardSigmoid"})
 
@@ -180,8 +192,10 @@ class Kernel:
     outputs: tuple[Tensor | None, ...] = ()
     attrs: tuple[tuple[str, Any], ...] = ()  # the attributes `classify` reads, sorted
     sign_known: bool = True  # PRelu: whether its input's sign is known statically (after a Relu, ...)
+    minority_share: float = UNKNOWN_MINORITY_SHARE  # PRelu, sign not known: the expected share of the rarer sign
     cold_bytes: int = 0  # bytes it reads from graph inputs (fed from outside the run: not in the cache)
     writes_output: bool = False  # it writes a graph output (a view then copies into the caller's buffer)
+    opset: int = 0  # the default domain's opset of its graph (0: unknown, taken as current): a Softmax's axis
 
     def attr(self, name: str, default: Any = None) -> Any:
         for key, value in self.attrs:
@@ -208,7 +222,7 @@ class Work:
 
 
 KEPT_ATTRS = frozenset(
-    {"group", "kernel_shape", "strides", "dilations", "activation", "transA", "transB", "perm", "size"}
+    {"group", "kernel_shape", "strides", "dilations", "activation", "transA", "transB", "perm", "size", "axis"}
 )
 
 
@@ -232,7 +246,7 @@ def classify(kernel: Kernel, cache_mb: float = 1.0, llc_mb: float = 16.0) -> Wor
     if op in CONV_OPS or op in CONV_INT8_OPS or op == "ConvTranspose":
         return _conv(kernel)
     if op in GEMM_OPS or op in GEMM_INT8_OPS:
-        return _gemm(kernel)
+        return _gemm(kernel, llc_mb)
     if op in VIEW_OPS:
         if kernel.writes_output:  # a view of a graph output is a copy into the caller's buffer
             return _memory(COPY, kernel, knees, copied=True)
@@ -242,7 +256,9 @@ def classify(kernel: Kernel, cache_mb: float = 1.0, llc_mb: float = 16.0) -> Wor
     if op == "PRelu" and not kernel.sign_known:
         if out is None or out.elements is None:
             return None
-        return Work(PRELU_MIXED, op, (("in_elements", float(out.elements)),), float(out.elements))
+        elements = float(out.elements)
+        amounts = (("in_elements", elements), ("minority_elements", elements * kernel.minority_share))
+        return Work(PRELU_MIXED, op, amounts, elements)
     if op in ELTWISE_OPS:
         return _memory(ELTWISE, kernel, knees)
     if op == "Transpose":
@@ -272,7 +288,7 @@ def classify(kernel: Kernel, cache_mb: float = 1.0, llc_mb: float = 16.0) -> Wor
     if op in REDUCE_OPS:
         return Work(REDUCE, op, (("in_elements", float(first.elements)),))
     if op in SOFTMAX_OPS:
-        return Work(SOFTMAX, op, (("in_elements", float(first.elements)),))
+        return _softmax(kernel, first)
     if op in NORM_OPS:
         return Work(NORM, op, (("in_elements", float(first.elements)),))
     if op == "LRN":
@@ -307,6 +323,25 @@ def _memory(kind: str, kernel: Kernel, knees: tuple[float, float], copied: bool 
         ("cold_bytes", float(kernel.cold_bytes)),
     )
     return Work(kind, kernel.op, amounts, float(elements or 0))
+
+
+def _softmax(kernel: Kernel, x: Tensor) -> Work:
+    """Elements, rows (one max / sum / scale each) and the elements transposed in and out. From opset 13 a Softmax
+    normalizes over one axis; ORT's CPU kernel runs rows along the innermost axis, so over any other axis it transposes
+    the input to put that axis last and the result back (onnxruntime/core/providers/cpu/math/softmax.cc): facenet's
+    channel softmax on [1, 2, 115, 155] is two transposes and 17,825 rows of 2. Before opset 13 the axis flattens the
+    tensor to 2-D (rows of everything from the axis on): contiguous, no transpose."""
+    shape = x.shape or (1,)
+    elements = float(math.prod(shape))
+    rank = max(len(shape), 1)
+    legacy = 0 < kernel.opset < 13
+    axis = int(kernel.attr("axis", 1 if legacy else -1)) % rank
+    if legacy:
+        row, strided = math.prod(shape[axis:]), 0.0
+    else:
+        row, strided = shape[axis], (elements if axis != rank - 1 else 0.0)
+    rows = elements / max(row, 1)
+    return Work(SOFTMAX, kernel.op, (("in_elements", elements), ("rows", rows), ("strided_elements", strided)))
 
 
 def _conv(kernel: Kernel) -> Work | None:
@@ -348,7 +383,10 @@ def _conv(kernel: Kernel) -> Work | None:
     return Work(kind, op, amounts, float(out_elements), str(kernel.attr("activation", "") or ""))
 
 
-def _gemm(kernel: Kernel) -> Work | None:
+def _gemm(kernel: Kernel, llc_mb: float = 16.0) -> Work | None:
+    """MACs, weight bytes (a constant B), the part of them past the last-level cache knee, output elements. A Gemm
+    with one row (a classifier's fully connected layer) reads each weight once: past the knee it streams them from
+    memory (on the development machine a 67 MB Gemm ran at 14 GB/s alone or in a chain of 537 MB, a 4 MB one at 19)."""
     op = kernel.op
     a_at, b_at = (0, 3) if op in ("QLinearMatMul", "QGemm") else (0, 1)
     a = kernel.inputs[a_at] if len(kernel.inputs) > a_at else None
@@ -366,6 +404,7 @@ def _gemm(kernel: Kernel) -> Work | None:
     amounts = (
         ("macs", float(macs)),
         ("weight_bytes", float(weight or 0)),
+        ("weight_bytes_past_llc", max(float(weight or 0) - llc_mb * MB, 0.0)),
         ("out_elements", float(math.prod(out.shape))),
     )
     return Work(kind, op, amounts, float(math.prod(out.shape)), str(kernel.attr("activation", "") or ""))

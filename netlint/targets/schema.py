@@ -121,7 +121,8 @@ KERNEL_CLASSES = frozenset(
 KERNEL_RATES = frozenset(
     {
         "gmacs_per_s", "out_gelements_per_s", "in_gelements_per_s", "window_gelements_per_s", "weight_gb_per_s",
-        "gb_per_s", "past_cache_gb_per_s", "past_llc_gb_per_s", "cold_gb_per_s",
+        "gb_per_s", "past_cache_gb_per_s", "past_llc_gb_per_s", "cold_gb_per_s", "grows_per_s",
+        "strided_gelements_per_s", "minority_gelements_per_s", "weight_past_llc_gb_per_s",
     }
 )  # fmt: skip
 

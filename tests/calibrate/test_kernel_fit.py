@@ -75,6 +75,8 @@ def test_update_replaces_only_the_cost_tables_and_cites_the_run() -> None:
     before = [line for line in original.splitlines() if not line.startswith(("#", "["))][:40]
     assert all(line in result for line in before[:20])  # the target's other facts, as they were written
     assert "# the run's header" in result
+    assert "# Written by `netlint calibrate`" in original and "# Written by `netlint calibrate`" not in result  # the
+    # old run's header (above the old [cost], a blank line between) goes with it
 
 
 # --- timing on a shared machine --------------------------------------------------------------------------------------
@@ -87,12 +89,12 @@ def test_a_run_s_time_is_that_of_its_visits_the_os_did_not_pause() -> None:
     assert clean_median(cpu[:3], wall[:3]) == 100.0  # too few clean visits: the CPU times' median
 
 
-def test_profiled_kernels_come_from_clean_runs_or_are_scaled_by_their_run_s_share() -> None:
+def test_profiled_kernels_come_from_clean_runs_or_are_kept_as_they_are() -> None:
     from netlint.calibrate.profile import _clean
 
     durations = {"conv": [10.0, 30.0, 10.0, 10.0, 10.0, 10.0], "once": [5.0]}
     shares = [1.0, 0.3, 0.95, 0.92, 1.0, 0.99]
     kept = _clean(durations, shares)
     assert kept["conv"] == [10.0, 10.0, 10.0, 10.0, 10.0] and kept["once"] == [5.0]
-    scaled = _clean({"conv": [10.0, 30.0]}, [1.0, 0.5])
-    assert scaled["conv"] == [10.0, 15.0]
+    few = _clean({"conv": [10.0, 30.0, 10.0]}, [1.0, 0.5, 0.6])  # too few clean runs: every run's, unscaled (the
+    assert few["conv"] == [10.0, 30.0, 10.0]  # median leaves out the pause; scaling shrank the kernels it missed)

@@ -353,3 +353,44 @@ print(round(time.monotonic() - started, 3))
     if done.stdout.strip() == "nofork":
         pytest.skip("no fork here: sessions run in this process")
     assert float(done.stdout) < 1.0
+
+
+def test_shapes_computed_at_run_time_are_evaluated_through_the_shape_ops_ort_keeps(tmp_path: Path) -> None:
+    """A channel shuffle exported with a dynamic batch (tv_shufflenet_v2's): its Reshapes take shapes made of Shape ->
+    Gather -> Concat, which netlint's IR leaves unknown and ORT keeps as kernels. They are evaluated on the exact
+    shapes (the batch run at 1), so the conv after the shuffle is timed at 28x28, not at 1x1."""
+    from onnx import TensorProto, helper
+
+    def const(name: str, values: list[int]) -> onnx.TensorProto:
+        return helper.make_tensor(name, TensorProto.INT64, [len(values)], values)
+
+    rng = np.random.default_rng(0)
+    weights = helper.make_tensor("w", TensorProto.FLOAT, [32, 32, 1, 1], rng.standard_normal(32 * 32).tolist())
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Gather", ["shape", "zero"], ["batch"], axis=0),
+        helper.make_node("Concat", ["batch", "split_dims"], ["shape5"], axis=0),
+        helper.make_node("Reshape", ["x", "shape5"], ["grouped"]),
+        helper.make_node("Transpose", ["grouped"], ["shuffled"], perm=[0, 2, 1, 3, 4]),
+        helper.make_node("Concat", ["batch", "flat_dims"], ["shape4"], axis=0),
+        helper.make_node("Reshape", ["shuffled", "shape4"], ["y"]),
+        helper.make_node("Conv", ["y", "w"], ["z"], kernel_shape=[1, 1], name="conv"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "shuffle",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 32, 28, 28])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
+        [weights, const("zero", [0]), const("split_dims", [2, 16, 28, 28]), const("flat_dims", [32, 28, 28])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path / "shuffle.onnx"
+    onnx.save(model, path)
+    backend, why = backends.backend_for(load_target("ort-cpu"))
+    assert backend is not None, why
+    mapped = backend.kernels(load_model(path).graph)
+    (conv,) = [entry.kernel for entry in mapped.kernels if entry.kernel.op == "Conv"]
+    assert conv.inputs[0] is not None and conv.inputs[0].shape is not None
+    assert conv.inputs[0].shape[2:] == (28, 28)
+    shapes = {entry.node.op: entry.kernel.outputs[0].shape for entry in mapped.kernels if entry.kernel.outputs[0]}
+    assert shapes.get("Transpose") == (1, 16, 2, 28, 28)

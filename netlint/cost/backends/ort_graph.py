@@ -68,6 +68,8 @@ def kernels_of(ort: OrtGraph, original: Graph, prefix: str = "", block: int = 16
     equivalent = _equivalents(nodes, original, prefix)
     sign = _sign_known(nodes, tensors)
     graph_inputs, graph_outputs = set(ort.inputs), set(ort.outputs)
+    opsets = original.opsets or {}
+    opset = int(opsets.get("", 0) or opsets.get("ai.onnx", 0) or 0)
     kernels = []
     for node in nodes:
         inputs = tuple(tensors.get(name) if name else None for name in node.inputs)
@@ -82,6 +84,7 @@ def kernels_of(ort: OrtGraph, original: Graph, prefix: str = "", block: int = 16
             sign_known=node.op != "PRelu" or sign.get(node.inputs[0], False),
             cold_bytes=cold,
             writes_output=any(name in graph_outputs for name in node.outputs),
+            opset=opset if node.domain in ("", "ai.onnx") else 0,
         )
         kernels.append(OrtKernel(node.name, node, kernel))
     unmapped = _members(kernels, original, equivalent, prefix)
@@ -100,38 +103,121 @@ def _strip(name: str, prefix: str) -> str:
 
 # --- shapes ----------------------------------------------------------------------------------------------------------
 def _shapes(ort: OrtGraph, nodes: list[OrtNode], original: Graph, prefix: str, block: int) -> dict[str, Tensor]:
+    """Every tensor's shape. A shape is exact when each dim is a number or a dim of the graph's inputs (run at 1, as
+    the backend's export and `--measure` feed them); the original graph's shapes computed at run time (a Reshape to
+    a shape made of Shape -> Gather -> Concat, the channel shuffle of an exported ShuffleNet with a dynamic batch)
+    are not: ORT keeps those shape computations, and they are evaluated here on the exact shapes (`_evaluate`)."""
     tensors: dict[str, Tensor] = {}
     for name, (shape, dtype) in ort.constants.items():
         tensors[name] = Tensor(shape, dtype, const=True)
     opsets = [helper.make_opsetid(domain, version) for domain, version in (original.opsets or {"": 17}).items()]
+    values: dict[str, Any] = dict(ort.small)
+    inexact: set[str] = set()
+    run_dims = _input_dims(original)
     for node in nodes:
         for name in node.inputs:
             if name and name not in tensors:
-                found = _original_tensor(original, _strip(name, prefix))
+                found = _original_tensor(original, _strip(name, prefix), run_dims)
                 if found is not None:
-                    tensors[name] = found
-        computed = _node_shapes(node, tensors, block, opsets, ort.small)
+                    tensors[name], exact = found
+                    if not exact:
+                        inexact.add(name)
+        computed = _node_shapes(node, tensors, block, opsets, values)
+        guessed = any(name in inexact for name in node.inputs if name and name not in values)
         for index, name in enumerate(node.outputs):
             if not name:
                 continue
-            known = _original_tensor(original, _strip(name, prefix))
+            found = _original_tensor(original, _strip(name, prefix), run_dims)
+            known, known_exact = found if found is not None else (None, False)
             mine = computed[index] if index < len(computed) else None
-            if mine is not None and (mine.blocked or known is None or known.shape is None):
+            mine_exact = mine is not None and mine.shape is not None and -1 not in mine.shape and not guessed
+            if mine is not None and mine.shape is not None and -1 in mine.shape:
+                mine = Tensor(tuple(1 if dim < 0 else dim for dim in mine.shape), mine.dtype, mine.const, mine.blocked)
+            if mine is not None and mine_exact and (mine.blocked or known is None or not known_exact):
                 tensors[name] = mine
+            elif mine is not None and (mine.blocked or known is None or known.shape is None):
+                tensors[name] = mine
+                inexact.add(name)
             elif known is not None:
                 tensors[name] = known
+                if not known_exact:
+                    inexact.add(name)
             elif mine is not None:
                 tensors[name] = mine
+        if not guessed:
+            _evaluate(node, tensors, values)
     return tensors
 
 
-def _original_tensor(graph: Graph, name: str) -> Tensor | None:
+def _input_dims(graph: Graph) -> frozenset[str]:
+    """The symbolic dims of the graph's inputs (a batch): run at 1."""
+    names = set()
+    for name in graph.inputs:
+        value = graph.value(name)
+        for dim in (value.shape or ()) if value is not None else ():
+            if isinstance(dim, str):
+                names.add(dim)
+    return frozenset(names)
+
+
+def _original_tensor(graph: Graph, name: str, run_dims: frozenset[str] = frozenset()) -> tuple[Tensor, bool] | None:
+    """The original graph's tensor (its symbolic dims at 1) and whether that shape is exact (`_shapes`)."""
     value = graph.value(name)
     if value is None:
         return None
     shape = value.shape
     static = tuple(dim if isinstance(dim, int) else 1 for dim in shape) if shape is not None else None
-    return Tensor(static, value.dtype, const=graph.is_const(name))
+    exact = shape is not None and all(isinstance(dim, int) or dim in run_dims for dim in shape)
+    return Tensor(static, value.dtype, const=graph.is_const(name)), exact
+
+
+SHAPE_ARITHMETIC = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.floor_divide}
+
+
+def _evaluate(node: OrtNode, tensors: Mapping[str, Tensor], values: dict[str, Any]) -> None:
+    """The values of a shape computation's outputs (Shape, Gather, Unsqueeze, Squeeze, Concat, Slice, Cast, integer
+    arithmetic) when its inputs' values (for Shape: its input's exact shape) are known, so that the Reshape they feed
+    is sized by onnx's inference."""
+    op, ins = node.op, node.inputs
+    if node.domain not in ("", "ai.onnx") or not node.outputs or not node.outputs[0]:
+        return
+    try:
+        if op == "Shape":
+            tensor = tensors.get(ins[0]) if ins else None
+            if tensor is None or tensor.shape is None or tensor.blocked:
+                return
+            start, end = node.attrs.get("start", 0), node.attrs.get("end")
+            result = np.array(tensor.shape, np.int64)[start:end]
+        else:
+            args = [values.get(name) if name else None for name in ins]
+            if not args or args[0] is None:
+                return
+            data = np.asarray(args[0])
+            if op == "Gather" and len(args) > 1 and args[1] is not None:
+                result = np.take(data, np.asarray(args[1]), axis=int(node.attrs.get("axis", 0)))
+            elif op in ("Unsqueeze", "Squeeze"):
+                axes = args[1] if len(args) > 1 and args[1] is not None else node.attrs.get("axes")
+                if op == "Squeeze":
+                    result = np.squeeze(data, axis=tuple(int(a) for a in axes) if axes is not None else None)
+                else:
+                    result = data
+                    for axis in sorted(int(a) % (data.ndim + len(axes)) for a in axes):
+                        result = np.expand_dims(result, axis)
+            elif op == "Concat" and all(arg is not None for arg in args):
+                result = np.concatenate([np.atleast_1d(arg) for arg in args], axis=int(node.attrs.get("axis", 0)))
+            elif op in SHAPE_ARITHMETIC and len(args) == 2 and args[1] is not None and data.dtype.kind in "iu":
+                result = SHAPE_ARITHMETIC[op](data, np.asarray(args[1]))
+            elif op == "Slice" and len(args) >= 3 and all(arg is not None for arg in args[1:]) and data.ndim == 1:
+                step = int(np.asarray(args[4]).ravel()[0]) if len(args) > 4 else 1
+                result = data[int(np.asarray(args[1]).ravel()[0]) : int(np.asarray(args[2]).ravel()[0]) : step]
+            elif op == "Cast" and "to" in node.attrs:
+                result = data.astype(helper.tensor_dtype_to_np_dtype(int(node.attrs["to"])))
+            else:
+                return
+    except (ValueError, IndexError, TypeError, KeyError):
+        return
+    if result.size <= 64:
+        values[node.outputs[0]] = result
 
 
 def _node_shapes(
@@ -291,7 +377,7 @@ def _onnx_inferred(
         if found is None or not found.tensor_type.HasField("shape"):
             result.append(None)
             continue
-        dims = [d.dim_value if d.HasField("dim_value") else 1 for d in found.tensor_type.shape.dim]
+        dims = [d.dim_value if d.HasField("dim_value") else -1 for d in found.tensor_type.shape.dim]  # -1: unknown
         result.append(Tensor(tuple(dims), helper.tensor_dtype_to_np_dtype(found.tensor_type.elem_type).name))
     return result
 
