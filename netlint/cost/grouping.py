@@ -40,15 +40,14 @@ def _group_kernels(
     tails: dict[str, str],
     rates: Rates | None = None,
 ) -> None:
-    """Each costed node that does work is a kernel; fusable activations and residual adds join the conv before them
-    (and the activations an NPU applies in that conv's output stage: `rates.output_stage_activations`)."""
+    """Each costed node that does work is a kernel; fusable activations and residual adds join the conv before them."""
     fused = target.fused_activations() or frozenset()
-    staged = rates.output_stage_activations if rates is not None else frozenset()
-    fused = fused | staged
     hosts = target.fusion_hosts() or CONV_OPS
     others = target.other_host_fusions()  # ops with a fusion (and a list) of their own: ORT's FusedGemm
-    # a "good" fusion does its work in the kernel; an output-stage one costs the stage's rate instead (latency.py)
-    partial = {kind for kind in fused if target.fusion_efficiency(kind) == "good"} - staged
+    # a "good" fusion does its work in the kernel, except on an NPU with an output stage (Ethos-U), where the
+    # activation's own output rate prices it (latency._output_rate)
+    staged = rates is not None and rates.output_gelements_per_s is not None
+    partial = set() if staged else {kind for kind in fused if target.fusion_efficiency(kind) == "good"}
     residual = target.residual_fusion()
     saturating = _saturates(target)
     for entry in entries:

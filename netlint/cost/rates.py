@@ -47,9 +47,6 @@ KEYS = (
     # Vela's per-op output and activation cycles per element); others write at output_gelements_per_s
     "output_gelements_per_s_by_op",
     "input_gelements_per_s_by_op",  # op type -> input elements per second (1e9) it reads at most (Vela's MEAN)
-    # activation op types the NPU applies in the output stage of the op before them (fused there for pricing,
-    # though [fusion] does not list them: Vela's int8 lookup tables)
-    "output_stage_activations",
 )
 
 
@@ -90,7 +87,6 @@ class Rates:
     # op type -> input elements per second (1e9) the op reads at most (Ethos-U: a MEAN runs as a depthwise conv whose
     # 1x1 output blocks are bound by their write-back cycles, per input element)
     input_gelements_per_s_by_op: Mapping[str, float] = field(default_factory=dict, hash=False, compare=False)
-    output_stage_activations: frozenset[str] = frozenset()  # joined to the kernel before them (grouping)
 
     @property
     def calibrated(self) -> bool:
@@ -154,7 +150,6 @@ def rates_for(target: Target) -> Rates | None:
             output_gelements_per_s_by_op={
                 op: float(value) for op, value in merged.get("output_gelements_per_s_by_op", {}).items()
             },
-            output_stage_activations=frozenset(merged.get("output_stage_activations", ())),
             input_gelements_per_s_by_op={
                 op: float(value) for op, value in merged.get("input_gelements_per_s_by_op", {}).items()
             },

@@ -85,9 +85,8 @@ COST_NUMBERS = frozenset(
     }
 )
 COST_FLAGS = frozenset({"views_free"})
-# op types (canonical names). output_stage_activations: activations the NPU applies in the output stage of the op
-# before them, as the cost model groups kernels, though [fusion] does not list them (Vela's int8 lookup tables)
-COST_LISTS = frozenset({"data_dependent_ops", "output_stage_activations"})
+# op types (canonical names)
+COST_LISTS = frozenset({"data_dependent_ops"})
 # Per-op-type tables of positive numbers: activation op type -> the ops per element the cost model counts for it, in
 # Relu-equivalents (Relu = 1: an activation's per-element time on the target relative to a Relu's, measured by
 # `netlint calibrate`); op types not listed count 1. output_gelements_per_s_by_op: op type -> the output elements per
@@ -279,7 +278,6 @@ _NUMBERS = [(name, _number(name) | None, None) for name in sorted(COST_NUMBERS)]
 _EXTRAS = [
     ("views_free", bool | None, None),
     ("data_dependent_ops", list[str] | None, None),
-    ("output_stage_activations", list[str] | None, None),
     ("activation_ops_per_element", dict[str, Any] | None, None),  # op type -> Positive (checked by name)
     ("output_gelements_per_s_by_op", dict[str, Any] | None, None),  # op type -> Positive (checked by name)
     ("input_gelements_per_s_by_op", dict[str, Any] | None, None),  # op type -> Positive (checked by name)

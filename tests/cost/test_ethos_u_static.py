@@ -76,8 +76,8 @@ def test_an_int8_lut_activation_after_a_conv_runs_in_its_output_stage(activation
 
 def test_an_int16_hard_swish_is_no_lookup_table_and_does_not_fuse() -> None:
     """Vela's LUT for HARD_SWISH is 8-bit only (convert_hardswish_to_lut; the op takes 8-bit input): in int16x8 it
-    does not join the conv, in the cost model ([cost.precision.int8].output_stage_activations) nor in the [fusion]
-    table, which lists it for int8 only (at "good" efficiency on -128: the LUT's output rate slows the conv)."""
+    does not join the conv: the [fusion] table, which the cost model groups kernels by, lists it for int8 only (at
+    "good" efficiency on -128: the LUT's output rate slows the conv)."""
     result = cost_model(load(conv_then("HARD_SWISH", "int16")), _target("ethos-u55-128", "int16x8"))
     [act] = [entry for entry in result.nodes if entry.node.source_op == "HARD_SWISH"]
     assert act.fused_into is None
@@ -152,7 +152,7 @@ def test_a_mean_is_bound_by_the_input_it_reads() -> None:
         ("output_gelements_per_s_by_op = { ADD = 0.1 }", "'ADD' is a TFLite op name"),
         ("output_gelements_per_s_by_op = { Add = 0.0 }", "Expected `float` > 0.0"),
         ("input_gelements_per_s_by_op = { relu = 1.0 }", "expected a canonical ONNX op type in CamelCase"),
-        ('output_stage_activations = ["HARD_SWISH"]', "'HARD_SWISH' is a TFLite op name"),
+        ('data_dependent_ops = ["HARD_SWISH"]', "'HARD_SWISH' is a TFLite op name"),
     ],
 )
 def test_a_bad_per_op_rate_is_a_one_line_error(tmp_path: Path, table: str, message: str) -> None:
